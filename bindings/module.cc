@@ -1,0 +1,11 @@
+// The extension module loadgen._core. Each area binds itself in its own translation unit.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+void bind_histogram(py::module_& m);
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "loadgen's native core. Import loadgen, not this module.";
+  bind_histogram(m);
+}

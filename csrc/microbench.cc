@@ -1,0 +1,76 @@
+#include "microbench.h"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "hdr_histogram.h"
+#include "sharded_histogram.h"
+
+namespace loadgen {
+namespace {
+constexpr int64_t kLowest = 1;
+constexpr int64_t kHighest = 3'600'000'000'000;  // one hour in ns
+constexpr int kDigits = 3;
+}  // namespace
+
+double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode mode) {
+  if (threads < 1 || threads > 64) throw std::invalid_argument("threads must be in 1..64");
+  if (n == 0) throw std::invalid_argument("values must not be empty");
+  std::vector<std::unique_ptr<HdrHistogram>> own;
+  for (int t = 0; t < threads; ++t) own.push_back(std::make_unique<HdrHistogram>(kLowest, kHighest, kDigits));
+  HdrHistogram shared(kLowest, kHighest, kDigits);
+  ShardedHistogram sharded(kLowest, kHighest, kDigits);
+
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  std::vector<size_t> recorded(threads, 0);
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      if (mode == RecordMode::kSharded) sharded.local();  // registration is not timed
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      size_t ok = 0;
+      switch (mode) {
+        case RecordMode::kSingleWriter: {
+          HdrHistogram& h = *own[t];
+          for (size_t i = 0; i < n; ++i) ok += h.record(values[i]);
+          break;
+        }
+        case RecordMode::kAtomicShared:
+          for (size_t i = 0; i < n; ++i) ok += shared.record_atomic(values[i]);
+          break;
+        case RecordMode::kSharded:
+          for (size_t i = 0; i < n; ++i) ok += sharded.record(values[i]);
+          break;
+      }
+      recorded[t] = ok;
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : pool) th.join();
+  const auto stop = std::chrono::steady_clock::now();
+  // The sums keep the loops from being optimised away and check that nothing was lost.
+  size_t total = 0;
+  for (size_t r : recorded) total += r;
+  int64_t counted = 0;
+  if (mode == RecordMode::kSingleWriter) {
+    for (auto& h : own) counted += h->total_count();
+  } else if (mode == RecordMode::kAtomicShared) {
+    counted = shared.total_count();
+  } else {
+    counted = sharded.snapshot().total_count();
+  }
+  if (static_cast<size_t>(counted) != total) throw std::runtime_error("record count mismatch");
+  const double ns = std::chrono::duration<double, std::nano>(stop - start).count();
+  return ns / static_cast<double>(n);
+}
+
+}  // namespace loadgen

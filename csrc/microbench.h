@@ -1,0 +1,23 @@
+#pragma once
+// Timed loops that stay entirely in C++, so that bench/ can report the cost of a
+// record without any Python in the measurement.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace loadgen {
+
+/// How the threads of a recording microbenchmark share their histogram(s).
+enum class RecordMode {
+  kSingleWriter,  ///< one HdrHistogram per thread, record() (the per-thread scheme)
+  kAtomicShared,  ///< one HdrHistogram shared by all threads, record_atomic()
+  kSharded,       ///< one ShardedHistogram shared by all threads, record()
+};
+
+/// Each of `threads` threads records values[0..n) once, in order, into histograms of
+/// range [1, 3.6e12] at 3 significant figures, as `mode` says. Returns the wall time of
+/// the recording phase in nanoseconds per record per thread (so 1 thread and 2 threads
+/// compare directly when the scheme scales). threads: 1..64.
+double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode mode);
+
+}  // namespace loadgen

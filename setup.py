@@ -1,0 +1,25 @@
+"""Build of loadgen's native core, the extension module ``loadgen._core``.
+
+Every C++ source in csrc/ (plain C++17, no Python) and bindings/ (pybind11) is compiled
+into the one extension. Headers are listed in ``depends`` so that editing one rebuilds.
+"""
+
+from glob import glob
+
+from pybind11.setup_helpers import Pybind11Extension
+from setuptools import setup
+
+sources = sorted(glob("csrc/*.cc")) + sorted(glob("bindings/*.cc"))
+headers = sorted(glob("csrc/*.h"))
+
+ext = Pybind11Extension(
+    "loadgen._core",
+    sources,
+    include_dirs=["csrc"],
+    depends=headers,
+    cxx_std=17,
+    extra_compile_args=["-O3", "-Wall", "-Wextra", "-fvisibility=hidden"],
+    libraries=["z"],
+)
+
+setup(ext_modules=[ext])
