@@ -160,6 +160,9 @@ bool inflate_exact(z_stream& zs, uint8_t* out, size_t want) {
     const int rc = inflate(&zs, Z_NO_FLUSH);
     if (rc == Z_STREAM_END) return zs.avail_out == 0;
     if (rc == Z_BUF_ERROR) return false;  // no progress possible: the input ran out
+    if (rc == Z_NEED_DICT) {
+      throw HdrDecodeError("compressed payload is corrupt: it asks for a preset zlib dictionary, which the format never uses");
+    }
     if (rc != Z_OK) {
       throw HdrDecodeError(std::string("compressed payload is corrupt (zlib: ") +
                            (zs.msg ? zs.msg : "error " + std::to_string(rc)) + ")");

@@ -128,6 +128,7 @@ bool HdrHistogram::record_atomic(int64_t value, int64_t count) noexcept {
     if (count > 0) rejected_.fetch_add(count, std::memory_order_relaxed);
     return false;
   }
+  if (count == 0) return true;
   counts_[index].fetch_add(count, std::memory_order_relaxed);
   total_.fetch_add(count, std::memory_order_relaxed);
   atomic_min(min_, value);

@@ -51,6 +51,7 @@ class HdrHistogram {
       if (count > 0) bump(rejected_, count);
       return false;
     }
+    if (count == 0) return true;  // nothing recorded: min and max stay as they are
     bump(counts_[index], count);
     bump(total_, count);
     if (value < min_.load(std::memory_order_relaxed)) min_.store(value, std::memory_order_relaxed);
@@ -152,6 +153,13 @@ class HdrHistogram {
   int64_t equivalent_value_range(int64_t value) const noexcept;
   /// Index one past the last non-zero count (0 when empty).
   int32_t used_counts_len() const noexcept;
+
+  /// Sets the raw min and max (as recorded values, not bucket bounds) after the counts
+  /// were restored from an encoding that does not carry them. Exclusive access.
+  void restore_raw_min_max(int64_t raw_min, int64_t raw_max) noexcept {
+    min_.store(raw_min);
+    max_.store(raw_max);
+  }
 
   /// Replaces the counts with `counts[0..n)` (n <= counts_len()), recomputing total,
   /// min and max from them, as a decoded histogram does. Exclusive access.

@@ -40,7 +40,7 @@ HISTOGRAM_LOG_FORMAT_VERSION = "1.3"
 _LEGEND = '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"'
 _START_TIME = re.compile(r"#\[StartTime:\s*([-+0-9.eE]+)")
 _BASE_TIME = re.compile(r"#\[BaseTime:\s*([-+0-9.eE]+)")
-_TAG = re.compile(r"^[^,\s]+$")
+_TAG = re.compile(r"[^,\s]+")
 _YEAR_S = 365 * 24 * 3600.0
 
 
@@ -130,7 +130,7 @@ class HistogramLogWriter:
             tag: optional tag (no commas or white space).
             max_value_unit_ratio: divides the max for the ``Interval_Max`` column.
         """
-        if tag is not None and not _TAG.match(tag):
+        if tag is not None and not _TAG.fullmatch(tag):
             raise ValueError(f"tag {tag!r} must be non-empty, without commas or white space")
         if not (start_s >= 0 and interval_s >= 0 and math.isfinite(start_s + interval_s)):
             raise ValueError(f"start_s and interval_s must be finite and >= 0, got {start_s}, {interval_s}")

@@ -380,7 +380,9 @@ class Histogram:
     __hash__ = None  # mutable
 
     def __reduce__(self):
-        return (_unpickle, (self.encode_compressed(), self.rejected_count))
+        # The encoding keeps the counts; the raw min and max ride along so that min and
+        # max come back exactly as they were.
+        return (_unpickle, (self.encode_compressed(), self.rejected_count, self._h.raw_min, self._h.raw_max))
 
     def __repr__(self) -> str:
         if not self.total_count:
@@ -395,9 +397,11 @@ class Histogram:
         )
 
 
-def _unpickle(compressed: bytes, rejected_count: int) -> Histogram:
+def _unpickle(compressed: bytes, rejected_count: int, raw_min: int, raw_max: int) -> Histogram:
     h = Histogram.decode_compressed(compressed)
     h._h.add_rejected(rejected_count)
+    if h.total_count:
+        h._h.restore_raw_min_max(raw_min, raw_max)
     return h
 
 
