@@ -10,7 +10,7 @@ from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 
 sources = sorted(glob("csrc/*.cc")) + sorted(glob("bindings/*.cc"))
-headers = sorted(glob("csrc/*.h"))
+headers = sorted(glob("csrc/*.h")) + sorted(glob("bindings/*.h"))
 
 ext = Pybind11Extension(
     "loadgen._core",

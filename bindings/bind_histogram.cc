@@ -16,19 +16,13 @@
 #include "hdr_codec.h"
 #include "hdr_histogram.h"
 #include "microbench.h"
+#include "py_histogram.h"
 
 namespace py = pybind11;
 using loadgen::HdrHistogram;
+using loadgen_bindings::PyHistogram;
 
 namespace {
-
-// The histogram as Python holds it: the C++ histogram plus the writers' mutex.
-struct PyHistogram : HdrHistogram {
-  using HdrHistogram::HdrHistogram;
-  explicit PyHistogram(HdrHistogram&& h) : HdrHistogram(std::move(h)) {}
-  PyHistogram(const PyHistogram& other) : HdrHistogram(other) {}
-  std::mutex writer;
-};
 
 using WriteLock = std::lock_guard<std::mutex>;
 
@@ -117,6 +111,12 @@ void bind_histogram(py::module_& m) {
            [](const PyHistogram& h, const PyHistogram& other) { return h.same_layout(other); },
            py::arg("other"))
       .def("add_rejected", &HdrHistogram::add_rejected, py::arg("count"))
+      .def("restore_raw_min_max",
+           [](PyHistogram& h, int64_t raw_min, int64_t raw_max) {
+             WriteLock lock(h.writer);
+             h.restore_raw_min_max(raw_min, raw_max);
+           },
+           py::arg("raw_min"), py::arg("raw_max"))
       .def("reset",
            [](PyHistogram& h) {
              WriteLock lock(h.writer);

@@ -12,6 +12,7 @@ except ImportError as exc:  # pragma: no cover - only seen in an unbuilt source 
         f"Original error: {exc}"
     ) from exc
 
+from loadgen.engine import Engine, EngineSettings, RunResult, load_trace, run
 from loadgen.hdrlog import (
     HistogramLogError,
     HistogramLogReader,
@@ -27,9 +28,19 @@ from loadgen.histogram import (
     RecordedBuckets,
 )
 
+from loadgen.sut import Batch, FixedDelaySUT, NullSUT
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
+    "Engine",
+    "EngineSettings",
+    "FixedDelaySUT",
+    "NullSUT",
+    "RunResult",
+    "load_trace",
+    "run",
     "DEFAULT_HIGHEST_TRACKABLE_VALUE",
     "DEFAULT_PERCENTILES",
     "HdrDecodeError",

@@ -1,0 +1,235 @@
+// Bindings for the issue engine, its schedules and the clock.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "clock.h"
+#include "engine.h"
+#include "py_histogram.h"
+#include "schedule.h"
+
+namespace py = pybind11;
+using loadgen::Engine;
+using loadgen::EngineSettings;
+using loadgen_bindings::PyHistogram;
+
+namespace {
+
+using Int64Array = py::array_t<int64_t, py::array::c_style>;
+
+int64_t seconds_to_ns(const py::object& seconds) {
+  if (seconds.is_none()) return -1;
+  const double s = seconds.cast<double>();
+  return s < 0 ? -1 : static_cast<int64_t>(s * 1e9);
+}
+
+Int64Array take_offsets(loadgen::ArrivalSchedule& s, int64_t n) {
+  if (n < 0) throw py::value_error("n must be >= 0");
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(n));
+  {
+    py::gil_scoped_release release;
+    int64_t v;
+    while (static_cast<int64_t>(out.size()) < n && s.next(&v)) out.push_back(v);
+  }
+  return Int64Array(static_cast<py::ssize_t>(out.size()), out.data());
+}
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  m.def("now_ns", &loadgen::now_ns, "The engine's monotonic clock in ns (= time.monotonic_ns()).");
+  m.def("allowed_cpus", &loadgen::allowed_cpus, "CPUs this process may run on.");
+
+  py::enum_<loadgen::ArrivalKind>(m, "ArrivalKind")
+      .value("constant", loadgen::ArrivalKind::kConstant)
+      .value("poisson", loadgen::ArrivalKind::kPoisson)
+      .value("stages", loadgen::ArrivalKind::kStages)
+      .value("trace", loadgen::ArrivalKind::kTrace)
+      .value("offline", loadgen::ArrivalKind::kOffline);
+  py::enum_<loadgen::LoadMode>(m, "LoadMode")
+      .value("open_loop", loadgen::LoadMode::kOpenLoop)
+      .value("closed_loop", loadgen::LoadMode::kClosedLoop);
+  py::enum_<loadgen::SutKind>(m, "SutKind")
+      .value("null", loadgen::SutKind::kNull)
+      .value("fixed_delay", loadgen::SutKind::kFixedDelay)
+      .value("queue", loadgen::SutKind::kQueue);
+  py::enum_<loadgen::SampleOrder>(m, "SampleOrder")
+      .value("sequential", loadgen::SampleOrder::kSequential)
+      .value("shuffled", loadgen::SampleOrder::kShuffled)
+      .value("random", loadgen::SampleOrder::kRandom);
+
+  py::class_<loadgen::Stage>(m, "Stage")
+      .def(py::init([](int64_t duration_ns, double start_qps, double end_qps) {
+             return loadgen::Stage{duration_ns, start_qps, end_qps};
+           }),
+           py::arg("duration_ns"), py::arg("start_qps"), py::arg("end_qps"))
+      .def_readwrite("duration_ns", &loadgen::Stage::duration_ns)
+      .def_readwrite("start_qps", &loadgen::Stage::start_qps)
+      .def_readwrite("end_qps", &loadgen::Stage::end_qps);
+
+  py::class_<loadgen::ArrivalSchedule>(m, "ArrivalSchedule")
+      .def_static("constant", &loadgen::ArrivalSchedule::constant, py::arg("qps"))
+      .def_static("poisson", &loadgen::ArrivalSchedule::poisson, py::arg("qps"), py::arg("seed"))
+      .def_static("stages", &loadgen::ArrivalSchedule::stages, py::arg("stages"),
+                  py::arg("poisson"), py::arg("seed"))
+      .def_static("trace",
+                  [](const Int64Array& offsets) {
+                    return loadgen::ArrivalSchedule::trace(
+                        std::vector<int64_t>(offsets.data(), offsets.data() + offsets.size()));
+                  },
+                  py::arg("offsets_ns"))
+      .def_static("offline", &loadgen::ArrivalSchedule::offline)
+      .def("take", &take_offsets, py::arg("n"),
+           "The next n arrival offsets in ns (fewer when the schedule ends).");
+
+  py::class_<loadgen::SampleSelector>(m, "SampleSelector")
+      .def(py::init<int64_t, loadgen::SampleOrder, uint64_t>(), py::arg("sample_count"),
+           py::arg("order"), py::arg("seed"))
+      .def("take",
+           [](loadgen::SampleSelector& s, int64_t n) {
+             if (n < 0) throw py::value_error("n must be >= 0");
+             Int64Array out(n);
+             int64_t* o = out.mutable_data();
+             for (int64_t i = 0; i < n; ++i) o[i] = s.next();
+             return out;
+           },
+           py::arg("n"));
+
+  py::class_<EngineSettings>(m, "EngineSettings")
+      .def(py::init<>())
+      .def_readwrite("load_mode", &EngineSettings::load_mode)
+      .def_readwrite("arrival", &EngineSettings::arrival)
+      .def_readwrite("target_qps", &EngineSettings::target_qps)
+      .def_readwrite("stages", &EngineSettings::stages)
+      .def_readwrite("stages_poisson", &EngineSettings::stages_poisson)
+      .def_readwrite("trace_offsets_ns", &EngineSettings::trace_offsets_ns)
+      .def_readwrite("concurrency", &EngineSettings::concurrency)
+      .def_readwrite("max_in_flight", &EngineSettings::max_in_flight)
+      .def_readwrite("min_duration_ns", &EngineSettings::min_duration_ns)
+      .def_readwrite("min_query_count", &EngineSettings::min_query_count)
+      .def_readwrite("max_duration_ns", &EngineSettings::max_duration_ns)
+      .def_readwrite("max_query_count", &EngineSettings::max_query_count)
+      .def_readwrite("samples_per_query", &EngineSettings::samples_per_query)
+      .def_readwrite("sample_count", &EngineSettings::sample_count)
+      .def_readwrite("sample_order", &EngineSettings::sample_order)
+      .def_readwrite("schedule_seed", &EngineSettings::schedule_seed)
+      .def_readwrite("sample_seed", &EngineSettings::sample_seed)
+      .def_readwrite("spin_ns", &EngineSettings::spin_ns)
+      .def_readwrite("pin_cpus", &EngineSettings::pin_cpus)
+      .def_readwrite("timeout_ns", &EngineSettings::timeout_ns)
+      .def_readwrite("grace_ns", &EngineSettings::grace_ns)
+      .def_readwrite("interval_ns", &EngineSettings::interval_ns)
+      .def_readwrite("significant_figures", &EngineSettings::significant_figures)
+      .def_readwrite("highest_trackable_ns", &EngineSettings::highest_trackable_ns)
+      .def_readwrite("table_capacity", &EngineSettings::table_capacity)
+      .def_readwrite("sut", &EngineSettings::sut)
+      .def_readwrite("sut_delay_ns", &EngineSettings::sut_delay_ns)
+      .def_readwrite("max_error_messages", &EngineSettings::max_error_messages);
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init<EngineSettings>(), py::arg("settings"))
+      .def("start", &Engine::start)
+      .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
+      .def("abort", &Engine::abort, py::call_guard<py::gil_scoped_release>())
+      .def("wait",
+           [](Engine& e, const py::object& timeout_s) {
+             const int64_t ns = seconds_to_ns(timeout_s);
+             py::gil_scoped_release release;
+             return e.wait(ns);
+           },
+           py::arg("timeout_s") = py::none())
+      .def_property_readonly("finished", &Engine::finished)
+      .def_property_readonly("table_capacity", &Engine::table_capacity)
+      .def("take_batch",
+           [](Engine& e, int64_t max, const py::object& timeout_s, int64_t spin_ns) -> py::object {
+             if (max < 1) throw py::value_error("max must be >= 1");
+             const int64_t spq = e.settings().samples_per_query;
+             const int64_t timeout_ns = seconds_to_ns(timeout_s);
+             std::vector<int64_t> ids(static_cast<size_t>(max));
+             std::vector<int64_t> samples(static_cast<size_t>(max * spq));
+             int64_t n;
+             {
+               py::gil_scoped_release release;
+               n = e.take_batch(ids.data(), samples.data(), max, timeout_ns, spin_ns);
+             }
+             if (n < 0) return py::none();
+             Int64Array id_arr(n, ids.data());
+             Int64Array sample_arr({n, spq}, samples.data());
+             return py::make_tuple(id_arr, sample_arr);
+           },
+           py::arg("max"), py::arg("timeout_s") = py::none(), py::arg("spin_ns") = 0)
+      .def("eventfd", &Engine::eventfd)
+      .def("arm_eventfd", &Engine::arm_eventfd)
+      .def("complete", &Engine::complete, py::arg("id"), py::arg("completed_ns") = 0,
+           py::arg("n_tokens") = -1)
+      .def("complete_many",
+           [](Engine& e, const Int64Array& ids, const py::object& completed_ns) {
+             const int64_t n = static_cast<int64_t>(ids.size());
+             const int64_t* idp = ids.data();
+             if (completed_ns.is_none() || py::isinstance<py::int_>(completed_ns)) {
+               const int64_t t = completed_ns.is_none() ? loadgen::now_ns() : completed_ns.cast<int64_t>();
+               py::gil_scoped_release release;
+               int64_t ok = 0;
+               for (int64_t i = 0; i < n; ++i) ok += e.complete(idp[i], t);
+               return ok;
+             }
+             const Int64Array ts = completed_ns.cast<Int64Array>();
+             if (ts.size() != ids.size()) {
+               throw py::value_error("completed_ns must have one time per id");
+             }
+             const int64_t* tp = ts.data();
+             py::gil_scoped_release release;
+             return e.complete_many(idp, tp, n);
+           },
+           py::arg("ids"), py::arg("completed_ns") = py::none())
+      .def("fail", &Engine::fail, py::arg("id"), py::arg("kind"), py::arg("message"))
+      .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
+      .def("counts",
+           [](const Engine& e) {
+             const loadgen::EngineCounts c = e.counts();
+             py::dict d;
+             d["issued"] = c.issued;
+             d["completed"] = c.completed;
+             d["failed"] = c.failed;
+             d["timed_out"] = c.timed_out;
+             d["cancelled"] = c.cancelled;
+             d["outstanding"] = c.outstanding;
+             d["unknown_completions"] = c.unknown_completions;
+             d["cap_waits"] = c.cap_waits;
+             d["tokens"] = c.tokens;
+             return d;
+           })
+      .def("latency", [](const Engine& e) { return PyHistogram(e.latency()); })
+      .def("service_time", [](const Engine& e) { return PyHistogram(e.service_time()); })
+      .def("issue_delay", [](const Engine& e) { return PyHistogram(e.issue_delay()); })
+      .def("ttft", [](const Engine& e) { return PyHistogram(e.ttft()); })
+      .def("tpot", [](const Engine& e) { return PyHistogram(e.tpot()); })
+      .def("timeseries",
+           [](const Engine& e) {
+             py::list out;
+             for (const loadgen::IntervalPoint& p : e.timeseries()) {
+               py::dict d;
+               d["start_offset_ns"] = p.start_offset_ns;
+               d["length_ns"] = p.length_ns;
+               d["issued"] = p.issued;
+               d["completed"] = p.completed;
+               d["latency_p50_ns"] = p.latency_p50_ns;
+               d["latency_p99_ns"] = p.latency_p99_ns;
+               d["latency_max_ns"] = p.latency_max_ns;
+               d["latency_hdr"] = py::bytes(reinterpret_cast<const char*>(p.latency_hdr.data()),
+                                            p.latency_hdr.size());
+               out.append(d);
+             }
+             return out;
+           })
+      .def("error_counts", &Engine::error_counts)
+      .def("error_messages", &Engine::error_messages)
+      .def_property_readonly("start_ns", &Engine::start_ns)
+      .def_property_readonly("issue_end_ns", &Engine::issue_end_ns)
+      .def_property_readonly("end_ns", &Engine::end_ns)
+      .def_property_readonly("run_error", &Engine::run_error);
+}

@@ -1,0 +1,584 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "clock.h"
+#include "hdr_codec.h"
+
+namespace loadgen {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+uint64_t pow2_at_least(uint64_t n) {
+  uint64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// How many queries may be in flight when the settings do not say: room for deep
+// backlogs, bounded so that the table and sample store stay within ~64 MB.
+constexpr uint64_t kDefaultTableCapacity = uint64_t{1} << 18;
+constexpr uint64_t kMaxSampleSlots = uint64_t{1} << 23;
+constexpr uint64_t kMaxTableCapacity = uint64_t{1} << 24;
+
+std::unique_ptr<ArrivalSchedule> make_schedule(const EngineSettings& s) {
+  if (s.load_mode == LoadMode::kClosedLoop) return nullptr;
+  switch (s.arrival) {
+    case ArrivalKind::kConstant:
+      return std::make_unique<ArrivalSchedule>(ArrivalSchedule::constant(s.target_qps));
+    case ArrivalKind::kPoisson:
+      return std::make_unique<ArrivalSchedule>(ArrivalSchedule::poisson(s.target_qps, s.schedule_seed));
+    case ArrivalKind::kStages:
+      return std::make_unique<ArrivalSchedule>(
+          ArrivalSchedule::stages(s.stages, s.stages_poisson, s.schedule_seed));
+    case ArrivalKind::kTrace:
+      return std::make_unique<ArrivalSchedule>(ArrivalSchedule::trace(s.trace_offsets_ns));
+    case ArrivalKind::kOffline:
+      return std::make_unique<ArrivalSchedule>(ArrivalSchedule::offline());
+  }
+  throw std::invalid_argument("arrival: unknown kind");
+}
+
+}  // namespace
+
+Engine::Engine(EngineSettings settings)
+    : s_(std::move(settings)),
+      latency_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
+      service_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
+      issue_delay_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
+      ttft_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
+      tpot_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
+      interval_prev_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures) {
+  require(s_.highest_trackable_ns >= 1000,
+          "highest_trackable_ns must be >= 1000, got " + std::to_string(s_.highest_trackable_ns));
+  const std::pair<const char*, int64_t> non_negative[] = {
+      {"min_duration", s_.min_duration_ns}, {"min_query_count", s_.min_query_count},
+      {"max_duration", s_.max_duration_ns}, {"max_query_count", s_.max_query_count},
+      {"max_in_flight", s_.max_in_flight},  {"spin", s_.spin_ns},
+      {"timeout", s_.timeout_ns},           {"grace", s_.grace_ns},
+      {"interval", s_.interval_ns},         {"sut_delay", s_.sut_delay_ns},
+      {"table_capacity", s_.table_capacity}, {"max_error_messages", s_.max_error_messages}};
+  for (const auto& [name, value] : non_negative) {
+    require(value >= 0, std::string(name) + " must be >= 0, got " + std::to_string(value));
+  }
+  require(s_.samples_per_query >= 1,
+          "samples_per_query must be >= 1, got " + std::to_string(s_.samples_per_query));
+  require(s_.sample_count >= 1, "sample_count must be >= 1, got " + std::to_string(s_.sample_count));
+  if (s_.load_mode == LoadMode::kClosedLoop) {
+    require(s_.concurrency >= 1, "concurrency must be >= 1, got " + std::to_string(s_.concurrency));
+  }
+  schedule_ = make_schedule(s_);  // validates the arrival settings
+  const bool self_bounded =
+      s_.load_mode == LoadMode::kOpenLoop &&
+      (s_.arrival == ArrivalKind::kTrace || s_.arrival == ArrivalKind::kStages);
+  require(self_bounded || s_.max_duration_ns > 0 || s_.max_query_count > 0 ||
+              s_.min_duration_ns > 0 || s_.min_query_count > 0,
+          "the run needs a bound: a duration or a query count (both are zero)");
+  require(s_.table_capacity == 0 || (s_.table_capacity & (s_.table_capacity - 1)) == 0,
+          "table_capacity must be a power of 2, got " + std::to_string(s_.table_capacity));
+
+  uint64_t capacity = static_cast<uint64_t>(s_.table_capacity);
+  if (capacity == 0) {
+    const uint64_t spq = static_cast<uint64_t>(s_.samples_per_query);
+    if (s_.load_mode == LoadMode::kClosedLoop) {
+      capacity = pow2_at_least(static_cast<uint64_t>(s_.concurrency));
+    } else if (s_.max_in_flight > 0) {
+      capacity = pow2_at_least(static_cast<uint64_t>(s_.max_in_flight));
+    } else {
+      capacity = kDefaultTableCapacity;
+      while (capacity > 1 && capacity * spq > kMaxSampleSlots) capacity >>= 1;
+    }
+  }
+  require(capacity <= kMaxTableCapacity,
+          "in-flight table of " + std::to_string(capacity) + " slots is too large (max " +
+              std::to_string(kMaxTableCapacity) + "); lower concurrency or max_in_flight");
+  mask_ = capacity - 1;
+  slots_.reset(new Slot[capacity]);
+  samples_.assign(capacity * static_cast<uint64_t>(s_.samples_per_query), 0);
+  if (s_.sut == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[capacity]());
+  if (s_.sut == SutKind::kFixedDelay) delay_ring_.reset(new std::atomic<int64_t>[capacity]());
+}
+
+Engine::~Engine() {
+  abort();
+  wait(-1);
+}
+
+void Engine::start() {
+  if (started_) throw std::logic_error("an engine runs once; create a new one");
+  started_ = true;
+  issue_thread_ = std::thread([this] { issue_loop(); });
+  monitor_thread_ = std::thread([this] { monitor_loop(); });
+  if (s_.sut == SutKind::kFixedDelay) completion_thread_ = std::thread([this] { completion_loop(); });
+}
+
+void Engine::stop() noexcept {
+  stop_.store(true);
+  room_.notify();
+  done_.notify();
+}
+
+void Engine::abort() noexcept {
+  abort_.store(true);
+  stop();
+}
+
+bool Engine::wait(int64_t timeout_ns) {
+  if (!started_) return true;
+  const int64_t deadline = timeout_ns < 0 ? INT64_MAX : now_ns() + timeout_ns;
+  for (;;) {
+    const uint32_t e = done_.epoch();
+    if (run_over_.load(std::memory_order_acquire)) break;
+    const int64_t now = now_ns();
+    if (now >= deadline) return false;
+    done_.wait(e, std::min<int64_t>(deadline - now, 50'000'000));
+  }
+  std::lock_guard<std::mutex> lock(join_mutex_);
+  for (std::thread* t : {&issue_thread_, &monitor_thread_, &completion_thread_}) {
+    if (t->joinable()) t->join();
+  }
+  finished_.store(true, std::memory_order_release);
+  return true;
+}
+
+bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept {
+  if (s_.max_query_count > 0 && count >= s_.max_query_count) return true;
+  if (s_.max_duration_ns > 0 && elapsed_ns >= s_.max_duration_ns) return true;
+  if (s_.min_duration_ns > 0 || s_.min_query_count > 0) {
+    return count >= s_.min_query_count && elapsed_ns >= s_.min_duration_ns;
+  }
+  return false;
+}
+
+bool Engine::wait_for_room(int64_t limit) noexcept {
+  // Spin briefly (a completion is often microseconds away), then sleep on the futex.
+  const int64_t spin_until = now_ns() + std::min<int64_t>(s_.spin_ns, 200'000);
+  for (;;) {
+    if (stop_.load(std::memory_order_relaxed)) return false;
+    const uint32_t e = room_.epoch();
+    if (in_flight() < limit) return true;
+    if (now_ns() < spin_until) {
+      cpu_relax();
+      continue;
+    }
+    room_.wait(e, 10'000'000);
+  }
+}
+
+void Engine::issue_loop() {
+  try {
+    if (!s_.pin_cpus.empty()) pin_current_thread(s_.pin_cpus);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(info_mutex_);
+    run_error_ = e.what();
+    stop_.store(true);
+  }
+  set_min_timer_slack();
+  SampleSelector selector(s_.sample_count, s_.sample_order, s_.sample_seed);
+  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
+  const int64_t spq = s_.samples_per_query;
+  const int64_t t0 = now_ns();
+  start_ns_.store(t0);
+  done_.notify();  // the monitor waits for the start time
+  int64_t count = 0;
+  int64_t prev_scheduled = t0;
+
+  while (!stop_.load(std::memory_order_relaxed)) {
+    int64_t scheduled;
+    bool waited = false;
+    if (closed) {
+      if (should_stop_issuing(count, now_ns() - t0)) break;
+      if (in_flight() >= s_.concurrency) {
+        if (!wait_for_room(s_.concurrency)) break;
+        // The next query was due when a slot freed up, not when this thread noticed.
+        scheduled = std::max(prev_scheduled, last_free_ns_.load(std::memory_order_acquire));
+      } else {
+        scheduled = count < s_.concurrency ? t0 : now_ns();
+      }
+    } else {
+      int64_t offset;
+      if (!schedule_->next(&offset)) break;
+      if (should_stop_issuing(count, offset)) break;
+      scheduled = t0 + offset;
+      if (!wait_until_ns(scheduled, s_.spin_ns, &stop_)) break;
+      if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
+        waited = true;
+        cap_waits_.fetch_add(1, std::memory_order_relaxed);
+        if (!wait_for_room(s_.max_in_flight)) break;
+      }
+    }
+    const int64_t id = count + 1;
+    Slot& sl = slot(id);
+    if ((sl.state.load(std::memory_order_acquire) & 7) != kFree) {
+      // A query issued `capacity` queries ago is still outstanding: the table is the cap.
+      if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
+      while ((sl.state.load(std::memory_order_acquire) & 7) != kFree) {
+        const uint32_t e = room_.epoch();
+        if (stop_.load(std::memory_order_relaxed)) break;
+        if ((sl.state.load(std::memory_order_acquire) & 7) == kFree) break;
+        room_.wait(e, 10'000'000);
+      }
+      if (stop_.load(std::memory_order_relaxed)) break;
+    }
+    sl.scheduled_ns = scheduled;
+    sl.issued_ns = 0;
+    sl.first_token_ns.store(0, std::memory_order_relaxed);
+    int64_t* samples = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
+    for (int64_t k = 0; k < spq; ++k) samples[k] = selector.next();
+    prev_scheduled = scheduled;
+    ++count;
+    dispatch(id, scheduled);
+  }
+
+  issue_end_ns_.store(now_ns());
+  issuing_done_.store(true, std::memory_order_release);
+  queued_.notify();
+  delayed_.notify();
+
+  const int64_t grace_end = now_ns() + s_.grace_ns;
+  while (in_flight() > 0 && !abort_.load()) {
+    const uint32_t e = room_.epoch();
+    if (in_flight() == 0) break;
+    const int64_t now = now_ns();
+    if (now >= grace_end) break;
+    room_.wait(e, std::min<int64_t>(grace_end - now, 10'000'000));
+  }
+  closing_.store(true);
+  cancel_outstanding();
+  delayed_.notify();
+  if (completion_thread_.joinable()) completion_thread_.join();
+  end_ns_.store(now_ns());
+  run_over_.store(true, std::memory_order_release);
+  done_.notify();
+  queued_.notify();
+}
+
+void Engine::dispatch(int64_t id, int64_t scheduled_ns) {
+  Slot& sl = slot(id);
+  if (s_.sut != SutKind::kQueue) {  // native SUTs receive the query right here
+    const int64_t now = now_ns();
+    sl.issued_ns = now;
+    sl.state.store(word(id, kIssued), std::memory_order_release);
+    issued_.store(id, std::memory_order_release);
+    issue_delay_.record(now - scheduled_ns);
+  }
+  switch (s_.sut) {
+    case SutKind::kNull:
+      complete_internal(id, now_ns(), -1, false);
+      return;
+    case SutKind::kFixedDelay: {
+      const uint64_t tail = delay_tail_.load(std::memory_order_relaxed);
+      delay_ring_[tail & mask_].store(id, std::memory_order_relaxed);
+      delay_tail_.store(tail + 1, std::memory_order_release);
+      delayed_.notify();
+      return;
+    }
+    case SutKind::kQueue: {
+      sl.state.store(word(id, kQueued), std::memory_order_release);
+      issued_.store(id, std::memory_order_release);
+      const uint64_t tail = ring_tail_.load(std::memory_order_relaxed);
+      ring_[tail & mask_].store(id, std::memory_order_relaxed);
+      ring_tail_.store(tail + 1, std::memory_order_release);
+      queued_.notify();
+      return;
+    }
+  }
+}
+
+void Engine::completion_loop() {
+  set_min_timer_slack();
+  uint64_t head = 0;
+  for (;;) {
+    const uint32_t e = delayed_.epoch();
+    if (closing_.load(std::memory_order_acquire)) return;
+    if (head == delay_tail_.load(std::memory_order_acquire)) {
+      if (issuing_done_.load(std::memory_order_acquire) &&
+          head == delay_tail_.load(std::memory_order_acquire) && in_flight() == 0) {
+        return;
+      }
+      delayed_.wait(e, 10'000'000);
+      continue;
+    }
+    const int64_t id = delay_ring_[head & mask_].load(std::memory_order_relaxed);
+    const int64_t due = slot(id).issued_ns + s_.sut_delay_ns;
+    if (!wait_until_ns(due, s_.spin_ns, &closing_)) return;
+    complete_internal(id, now_ns(), -1, false);
+    ++head;
+    delay_head_.store(head, std::memory_order_release);
+  }
+}
+
+int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t max, int64_t timeout_ns,
+                           int64_t spin_ns) {
+  if (s_.sut != SutKind::kQueue) throw std::logic_error("take_batch needs the queue SUT");
+  const int64_t spq = s_.samples_per_query;
+  const int64_t start = now_ns();
+  const int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
+  const int64_t spin_end = start + spin_ns;
+  for (;;) {
+    const uint32_t e = queued_.epoch();
+    int64_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(consumer_mutex_);
+      uint64_t head = ring_head_.load(std::memory_order_relaxed);
+      const uint64_t tail = ring_tail_.load(std::memory_order_acquire);
+      if (head != tail) {
+        const int64_t now = now_ns();
+        while (head != tail && n < max) {
+          const int64_t id = ring_[head & mask_].load(std::memory_order_relaxed);
+          ++head;
+          Slot& sl = slot(id);
+          uint64_t expect = word(id, kQueued);
+          if (!sl.state.compare_exchange_strong(expect, word(id, kIssuing),
+                                                std::memory_order_acq_rel)) {
+            continue;  // timed out or cancelled while queued
+          }
+          sl.issued_ns = now;
+          const int64_t* src = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
+          std::copy(src, src + spq, samples + n * spq);
+          const int64_t delay = now - sl.scheduled_ns;
+          sl.state.store(word(id, kIssued), std::memory_order_release);
+          issue_delay_.record(delay);
+          ids[n++] = id;
+        }
+        ring_head_.store(head, std::memory_order_release);
+      }
+    }
+    if (n > 0) return n;
+    if (issuing_done_.load(std::memory_order_acquire) &&
+        ring_head_.load(std::memory_order_acquire) == ring_tail_.load(std::memory_order_acquire)) {
+      return -1;
+    }
+    const int64_t now = now_ns();
+    if (now >= deadline) return 0;
+    if (now < spin_end) {
+      cpu_relax();
+      continue;
+    }
+    queued_.wait(e, std::min<int64_t>(deadline - now, 50'000'000));
+  }
+}
+
+int Engine::eventfd() { return queued_.eventfd(); }
+
+void Engine::arm_eventfd() noexcept {
+  queued_.drain_eventfd();
+  queued_.arm_eventfd();
+  // Anything queued (or the end) after the last take_batch must not be missed.
+  if (ring_head_.load() != ring_tail_.load() || issuing_done_.load()) queued_.notify();
+}
+
+bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
+                               bool count_unknown) noexcept {
+  if (id <= 0) {
+    if (count_unknown) unknown_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  Slot& sl = slot(id);
+  uint64_t expect = word(id, kIssued);
+  if (!sl.state.compare_exchange_strong(expect, word(id, kClaimed), std::memory_order_acq_rel)) {
+    if (count_unknown) unknown_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const int64_t t = completed_ns > 0 ? completed_ns : now_ns();
+  latency_.record(t - sl.scheduled_ns);
+  service_.record(t - sl.issued_ns);
+  if (n_tokens >= 0) {
+    tokens_.fetch_add(n_tokens, std::memory_order_relaxed);
+    const int64_t first = sl.first_token_ns.load(std::memory_order_relaxed);
+    if (first > 0 && n_tokens > 1) tpot_.record((t - first) / (n_tokens - 1));
+  }
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  last_free_ns_.store(t, std::memory_order_release);
+  release(id);
+  return true;
+}
+
+void Engine::release(int64_t id) noexcept {
+  slot(id).state.store(word(id, kFree), std::memory_order_release);
+  resolved_.fetch_add(1, std::memory_order_acq_rel);
+  room_.notify();
+}
+
+int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept {
+  int64_t ok = 0;
+  for (int64_t i = 0; i < n; ++i) ok += complete(ids[i], completed_ns ? completed_ns[i] : 0);
+  return ok;
+}
+
+bool Engine::fail(int64_t id, const std::string& kind, const std::string& message) {
+  if (id <= 0) {
+    unknown_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  uint64_t expect = word(id, kIssued);
+  if (!slot(id).state.compare_exchange_strong(expect, word(id, kClaimed), std::memory_order_acq_rel)) {
+    unknown_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  failed_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(info_mutex_);
+    ++error_counts_[kind];
+    if (static_cast<int64_t>(error_messages_.size()) < s_.max_error_messages) {
+      error_messages_.push_back(kind + ": " + message);
+    }
+  }
+  release(id);
+  return true;
+}
+
+bool Engine::first_token(int64_t id, int64_t t_ns) noexcept {
+  if (id <= 0) return false;
+  Slot& sl = slot(id);
+  if (sl.state.load(std::memory_order_acquire) != word(id, kIssued)) return false;
+  const int64_t t = t_ns > 0 ? t_ns : now_ns();
+  int64_t expect = 0;
+  if (!sl.first_token_ns.compare_exchange_strong(expect, t, std::memory_order_relaxed)) return false;
+  const int64_t scheduled = sl.scheduled_ns;
+  // The slot cannot be reused before this query resolves; re-check that it has not.
+  if (sl.state.load(std::memory_order_acquire) != word(id, kIssued)) return false;
+  ttft_.record(t - scheduled);
+  return true;
+}
+
+void Engine::reap_timeouts(int64_t now) noexcept {
+  const int64_t last = issued_.load(std::memory_order_acquire);
+  while (reap_cursor_ <= last) {
+    const int64_t id = reap_cursor_;
+    Slot& sl = slot(id);
+    const uint64_t w = sl.state.load(std::memory_order_acquire);
+    const auto owner = static_cast<int64_t>(w >> 3);
+    const uint64_t st = w & 7;
+    if (owner != id || st == kFree) {  // resolved (and perhaps reused)
+      ++reap_cursor_;
+      continue;
+    }
+    if (st == kIssuing || st == kClaimed) return;  // in transition; look again later
+    const int64_t since = st == kIssued ? sl.issued_ns : sl.scheduled_ns;
+    if (now - since < s_.timeout_ns) return;  // the oldest outstanding query is not due yet
+    uint64_t expect = w;
+    if (sl.state.compare_exchange_strong(expect, word(id, kClaimed), std::memory_order_acq_rel)) {
+      timed_out_.fetch_add(1, std::memory_order_relaxed);
+      release(id);
+      ++reap_cursor_;
+    }
+  }
+}
+
+void Engine::cancel_outstanding() noexcept {
+  for (uint64_t i = 0; i <= mask_; ++i) {
+    Slot& sl = slots_[i];
+    for (;;) {
+      uint64_t w = sl.state.load(std::memory_order_acquire);
+      const uint64_t st = w & 7;
+      if (st == kFree) break;
+      if (st == kIssuing || st == kClaimed) {  // a consumer or completer is mid-way
+        cpu_relax();
+        continue;
+      }
+      if (sl.state.compare_exchange_strong(w, word(static_cast<int64_t>(w >> 3), kClaimed),
+                                           std::memory_order_acq_rel)) {
+        cancelled_.fetch_add(1, std::memory_order_relaxed);
+        release(static_cast<int64_t>(w >> 3));
+        break;
+      }
+    }
+  }
+}
+
+void Engine::monitor_loop() {
+  for (;;) {  // wait for the start time
+    const uint32_t e = done_.epoch();
+    if (start_ns_.load() != 0 || run_over_.load()) break;
+    done_.wait(e, 10'000'000);
+  }
+  interval_prev_ns_ = start_ns_.load();
+  int64_t next_snapshot = s_.interval_ns > 0 ? interval_prev_ns_ + s_.interval_ns : INT64_MAX;
+  const int64_t reap_every = s_.timeout_ns > 0
+                                 ? std::clamp<int64_t>(s_.timeout_ns / 10, 1'000'000, 10'000'000)
+                                 : INT64_MAX;
+  int64_t next_reap = s_.timeout_ns > 0 ? interval_prev_ns_ + reap_every : INT64_MAX;
+  for (;;) {
+    const uint32_t e = done_.epoch();
+    if (run_over_.load(std::memory_order_acquire)) break;
+    const int64_t now = now_ns();
+    if (now >= next_reap) {
+      reap_timeouts(now);
+      next_reap = now + reap_every;  // reap_every is finite whenever next_reap is
+    }
+    if (now >= next_snapshot) {
+      snapshot_interval(now);
+      next_snapshot += s_.interval_ns;
+      if (next_snapshot <= now) next_snapshot = now + s_.interval_ns;
+    }
+    const int64_t sleep = std::min({next_reap, next_snapshot, now + 100'000'000}) - now;
+    done_.wait(e, std::max<int64_t>(sleep, 0));
+  }
+  if (s_.interval_ns > 0) snapshot_interval(end_ns_.load());
+}
+
+void Engine::snapshot_interval(int64_t now) {
+  HdrHistogram total = latency_.snapshot();
+  std::vector<int64_t> diff(static_cast<size_t>(total.counts_len()));
+  for (int32_t i = 0; i < total.counts_len(); ++i) {
+    diff[i] = std::max<int64_t>(total.count_at_index(i) - interval_prev_.count_at_index(i), 0);
+  }
+  HdrHistogram interval(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures);
+  interval.load_counts(diff.data(), static_cast<int32_t>(diff.size()));
+  IntervalPoint p;
+  p.start_offset_ns = interval_prev_ns_ - start_ns_.load();
+  p.length_ns = now - interval_prev_ns_;
+  const int64_t issued = issued_.load();
+  p.issued = issued - interval_prev_issued_;
+  p.completed = interval.total_count();
+  p.latency_p50_ns = interval.value_at_percentile(50.0);
+  p.latency_p99_ns = interval.value_at_percentile(99.0);
+  p.latency_max_ns = interval.max();
+  p.latency_hdr = encode_compressed(interval);
+  interval_prev_ = std::move(total);
+  interval_prev_issued_ = issued;
+  interval_prev_ns_ = now;
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  timeseries_.push_back(std::move(p));
+}
+
+EngineCounts Engine::counts() const {
+  EngineCounts c;
+  c.issued = issued_.load();
+  c.completed = completed_.load();
+  c.failed = failed_.load();
+  c.timed_out = timed_out_.load();
+  c.cancelled = cancelled_.load();
+  c.outstanding = c.issued - resolved_.load();
+  c.unknown_completions = unknown_.load();
+  c.cap_waits = cap_waits_.load();
+  c.tokens = tokens_.load();
+  return c;
+}
+
+std::vector<IntervalPoint> Engine::timeseries() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  return timeseries_;
+}
+
+std::map<std::string, int64_t> Engine::error_counts() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  return error_counts_;
+}
+
+std::vector<std::string> Engine::error_messages() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  return error_messages_;
+}
+
+std::string Engine::run_error() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  return run_error_;
+}
+
+}  // namespace loadgen

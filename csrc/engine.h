@@ -1,0 +1,269 @@
+#pragma once
+// The issue engine: a dedicated thread walks an arrival schedule and hands queries to a
+// system under test; completions arrive from any thread; three clocks per query feed
+// three HDR histograms. See DESIGN.md, "The one rule of measurement".
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hdr_histogram.h"
+#include "notifier.h"
+#include "schedule.h"
+#include "sharded_histogram.h"
+
+namespace loadgen {
+
+/// How queries are generated.
+enum class LoadMode {
+  kOpenLoop,    ///< at the times an ArrivalSchedule gives
+  kClosedLoop,  ///< `concurrency` queries in flight; the next when one completes
+};
+
+/// Where queries go.
+enum class SutKind {
+  kNull,        ///< completes each query at once, on the issue thread
+  kFixedDelay,  ///< completes each query `sut_delay_ns` after issue, from a completion thread
+  kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
+};
+
+/// Everything a run needs. Durations in ns, rates in queries per second.
+struct EngineSettings {
+  LoadMode load_mode = LoadMode::kOpenLoop;
+  ArrivalKind arrival = ArrivalKind::kPoisson;
+  double target_qps = 0.0;              ///< constant and poisson
+  std::vector<Stage> stages;            ///< stages
+  bool stages_poisson = false;          ///< stages: Poisson arrivals instead of even spacing
+  std::vector<int64_t> trace_offsets_ns;  ///< trace
+  int64_t concurrency = 0;              ///< closed loop: queries in flight (>= 1)
+  int64_t max_in_flight = 0;            ///< open loop: cap on outstanding queries (0: none)
+
+  int64_t min_duration_ns = 0;     ///< keep issuing until this long and...
+  int64_t min_query_count = 0;     ///< ...this many queries (both, when either is set)
+  int64_t max_duration_ns = 0;     ///< stop issuing at this offset (0: no limit)
+  int64_t max_query_count = 0;     ///< stop after this many queries (0: no limit)
+
+  int64_t samples_per_query = 1;
+  int64_t sample_count = 1;
+  SampleOrder sample_order = SampleOrder::kRandom;
+  uint64_t schedule_seed = 0;
+  uint64_t sample_seed = 0;
+
+  int64_t spin_ns = 100'000;       ///< spin this long before each scheduled time (0: sleep only)
+  std::vector<int> pin_cpus;       ///< CPUs for the issue thread (empty: not pinned)
+  int64_t timeout_ns = 0;          ///< per-query timeout from issue (0: none)
+  int64_t grace_ns = 10'000'000'000;  ///< how long to wait for outstanding queries at the end
+  int64_t interval_ns = 1'000'000'000;  ///< time-series interval (0: none)
+
+  int significant_figures = 3;
+  int64_t highest_trackable_ns = 3'600'000'000'000;  ///< histogram range top (1 h)
+  int64_t table_capacity = 0;  ///< in-flight table slots, a power of 2 (0: chosen)
+
+  SutKind sut = SutKind::kNull;
+  int64_t sut_delay_ns = 0;  ///< fixed-delay SUT
+  int64_t max_error_messages = 10;
+};
+
+/// Counts at the end of a run (or so far). issued == completed + failed + timed_out +
+/// cancelled + outstanding.
+struct EngineCounts {
+  int64_t issued = 0;
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t timed_out = 0;
+  int64_t cancelled = 0;
+  int64_t outstanding = 0;
+  int64_t unknown_completions = 0;  ///< complete()/fail() of an id not in flight (late, duplicate, bogus)
+  int64_t cap_waits = 0;            ///< queries that waited for the in-flight cap (or table space)
+  int64_t tokens = 0;               ///< output tokens reported at completion
+};
+
+/// One interval of the time series.
+struct IntervalPoint {
+  int64_t start_offset_ns = 0;  ///< from the run's start
+  int64_t length_ns = 0;
+  int64_t issued = 0;       ///< issued during the interval
+  int64_t completed = 0;    ///< completed during the interval
+  int64_t latency_p50_ns = 0;
+  int64_t latency_p99_ns = 0;
+  int64_t latency_max_ns = 0;
+  std::vector<uint8_t> latency_hdr;  ///< the interval's latency histogram, V2 compressed
+};
+
+/// An engine runs once. Thread-safety: every public method may be called from any
+/// thread; complete()/fail()/first_token() are wait-free apart from the first call on a
+/// thread (which registers its histogram shard) and fail()'s message bookkeeping.
+class Engine {
+ public:
+  /// Validates the settings; throws std::invalid_argument naming the field.
+  explicit Engine(EngineSettings settings);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Starts the issue thread (and the monitor and completion threads). Once.
+  void start();
+  /// Asks the run to end: no more queries are issued; outstanding ones get the grace
+  /// period, then are cancelled. Any thread, any time, idempotent.
+  void stop() noexcept;
+  /// Ends the run now: like stop() with no grace period.
+  void abort() noexcept;
+  /// Waits until the run has finished (every query resolved, threads joined) or
+  /// `timeout_ns` (< 0: forever) passes. Returns true when finished.
+  bool wait(int64_t timeout_ns);
+  bool finished() const noexcept { return finished_.load(std::memory_order_acquire); }
+  bool started() const noexcept { return started_; }
+
+  // --- queue SUT: the consumer side ---
+
+  /// Takes up to `max` queued queries: writes their ids and sample indices
+  /// (samples_per_query per query) and stamps them issued now. Waits up to `timeout_ns`
+  /// (< 0: forever), spinning the first `spin_ns`, when none is queued. Returns the
+  /// number taken, 0 on timeout, -1 when the run will hand out no more queries.
+  int64_t take_batch(int64_t* ids, int64_t* samples, int64_t max, int64_t timeout_ns,
+                     int64_t spin_ns);
+  /// An fd that becomes readable when queries are queued or the run ends; re-arm with
+  /// arm_eventfd() after take_batch() returned 0.
+  int eventfd();
+  void arm_eventfd() noexcept;
+
+  // --- completion, from any thread ---
+
+  /// Completes query `id` at `completed_ns` (0: now). `n_tokens` >= 0 records output
+  /// tokens (and time per output token after a first_token()). False when the id is
+  /// not in flight (late, duplicate or unknown); that is counted, never fatal.
+  bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1) noexcept {
+    return complete_internal(id, completed_ns, n_tokens, true);
+  }
+  /// complete() for n ids; `completed_ns` may be null (now) or hold one time per id.
+  int64_t complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept;
+  /// Fails query `id` with an error kind and message (the first few messages are kept).
+  bool fail(int64_t id, const std::string& kind, const std::string& message);
+  /// Records the first token of query `id` at `t_ns` (0: now); once per query.
+  bool first_token(int64_t id, int64_t t_ns = 0) noexcept;
+
+  // --- results ---
+
+  EngineCounts counts() const;
+  /// Merged snapshots (safe while running).
+  HdrHistogram latency() const { return latency_.snapshot(); }
+  HdrHistogram service_time() const { return service_.snapshot(); }
+  HdrHistogram issue_delay() const { return issue_delay_.snapshot(); }
+  HdrHistogram ttft() const { return ttft_.snapshot(); }
+  HdrHistogram tpot() const { return tpot_.snapshot(); }
+  std::vector<IntervalPoint> timeseries() const;
+  /// Error counts by kind, and the first messages as "kind: message".
+  std::map<std::string, int64_t> error_counts() const;
+  std::vector<std::string> error_messages() const;
+  /// now_ns() at the first scheduled time, at the end of issuing, and at the end.
+  int64_t start_ns() const noexcept { return start_ns_.load(); }
+  int64_t issue_end_ns() const noexcept { return issue_end_ns_.load(); }
+  int64_t end_ns() const noexcept { return end_ns_.load(); }
+  /// An error that ended the run early (e.g. pinning failed on the issue thread), or "".
+  std::string run_error() const;
+  const EngineSettings& settings() const noexcept { return s_; }
+  int64_t table_capacity() const noexcept { return static_cast<int64_t>(mask_ + 1); }
+
+ private:
+  // Slot states; the slot's state word is (id << 3) | state, so a stale id never matches.
+  enum : uint64_t { kFree = 0, kQueued = 1, kIssuing = 2, kIssued = 3, kClaimed = 4 };
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> state{kFree};
+    int64_t scheduled_ns = 0;
+    int64_t issued_ns = 0;
+    std::atomic<int64_t> first_token_ns{0};
+  };
+  static uint64_t word(int64_t id, uint64_t state) noexcept {
+    return (static_cast<uint64_t>(id) << 3) | state;
+  }
+  Slot& slot(int64_t id) noexcept { return slots_[static_cast<uint64_t>(id) & mask_]; }
+  // Claims `id` from one of the given states; true when this caller now owns it.
+  bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
+                         bool count_unknown) noexcept;
+  void release(int64_t id) noexcept;  // frees a claimed slot, wakes the issue thread
+  int64_t in_flight() const noexcept {
+    return issued_.load(std::memory_order_acquire) - resolved_.load(std::memory_order_acquire);
+  }
+
+  void issue_loop();
+  void monitor_loop();
+  void completion_loop();
+  bool should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept;
+  // Waits until in-flight < limit (or stop); false when stopped first.
+  bool wait_for_room(int64_t limit) noexcept;
+  void dispatch(int64_t id, int64_t scheduled_ns);
+  void reap_timeouts(int64_t now) noexcept;
+  void cancel_outstanding() noexcept;
+  void snapshot_interval(int64_t now);
+
+  EngineSettings s_;
+  std::unique_ptr<ArrivalSchedule> schedule_;
+  uint64_t mask_ = 0;
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<int64_t> samples_;  // table_capacity * samples_per_query
+  std::unique_ptr<std::atomic<int64_t>[]> ring_;  // queue SUT: ids, SPSC-ish
+  std::atomic<uint64_t> ring_head_{0};  // next to pop (consumers, under consumer_mutex_)
+  std::atomic<uint64_t> ring_tail_{0};  // next to push (issue thread)
+  std::mutex consumer_mutex_;
+
+  // Fixed-delay SUT: issue thread -> completion thread, in deadline order.
+  std::unique_ptr<std::atomic<int64_t>[]> delay_ring_;
+  std::atomic<uint64_t> delay_head_{0};
+  std::atomic<uint64_t> delay_tail_{0};
+
+  ShardedHistogram latency_;
+  ShardedHistogram service_;
+  ShardedHistogram issue_delay_;
+  ShardedHistogram ttft_;
+  ShardedHistogram tpot_;
+
+  std::atomic<int64_t> issued_{0};    // written by the issue thread only
+  std::atomic<int64_t> resolved_{0};  // completed + failed + timed out + cancelled
+  std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> failed_{0};
+  std::atomic<int64_t> timed_out_{0};
+  std::atomic<int64_t> cancelled_{0};
+  std::atomic<int64_t> unknown_{0};
+  std::atomic<int64_t> cap_waits_{0};
+  std::atomic<int64_t> tokens_{0};
+  std::atomic<int64_t> last_free_ns_{0};
+  int64_t reap_cursor_ = 1;  // monitor thread: oldest id that may still be in flight
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> abort_{false};
+  std::atomic<bool> issuing_done_{false};
+  std::atomic<bool> run_over_{false};  // every query resolved; threads about to exit
+  std::atomic<bool> closing_{false};   // cancelling: native SUTs stop completing
+  std::atomic<bool> finished_{false};  // threads joined
+  std::atomic<int64_t> start_ns_{0};
+  std::atomic<int64_t> issue_end_ns_{0};
+  std::atomic<int64_t> end_ns_{0};
+  bool started_ = false;
+
+  Notifier room_;      // in-flight dropped (issue thread waits on it)
+  Notifier queued_;    // queries queued / run over (consumers wait on it)
+  Notifier delayed_;   // fixed-delay queue has work
+  Notifier done_;      // run finished, or stop requested (monitor waits on it)
+
+  mutable std::mutex info_mutex_;
+  std::map<std::string, int64_t> error_counts_;
+  std::vector<std::string> error_messages_;
+  std::vector<IntervalPoint> timeseries_;
+  std::string run_error_;
+  HdrHistogram interval_prev_;
+  int64_t interval_prev_issued_ = 0;
+  int64_t interval_prev_completed_ = 0;
+  int64_t interval_prev_ns_ = 0;
+
+  std::thread issue_thread_;
+  std::thread monitor_thread_;
+  std::thread completion_thread_;
+  std::mutex join_mutex_;
+};
+
+}  // namespace loadgen

@@ -1,0 +1,85 @@
+#pragma once
+// Arrival schedules, generated lazily: each call yields the next arrival's offset from
+// the start of the run, so memory does not depend on run length. And the sample order
+// that decides which samples each query carries.
+
+#include <cstdint>
+#include <vector>
+
+#include "rng.h"
+
+namespace loadgen {
+
+/// One stage of a piecewise schedule: `duration_ns` long, the rate going from
+/// `start_qps` to `end_qps` (equal: a step; different: a linear ramp).
+struct Stage {
+  int64_t duration_ns = 0;
+  double start_qps = 0.0;
+  double end_qps = 0.0;
+};
+
+/// The open-loop arrival processes. (Closed loop is not a time schedule: the engine
+/// issues the next query when one completes.)
+enum class ArrivalKind { kConstant, kPoisson, kStages, kTrace, kOffline };
+
+/// A lazily generated sequence of arrival offsets (ns from the run's start),
+/// non-decreasing. Not thread-safe: owned by the issue thread.
+class ArrivalSchedule {
+ public:
+  /// Evenly spaced arrivals: the k-th at round(k * 1e9 / qps). qps > 0.
+  static ArrivalSchedule constant(double qps);
+  /// Poisson arrivals: exponential gaps with mean 1e9 / qps ns, from `seed`. qps > 0.
+  static ArrivalSchedule poisson(double qps, uint64_t seed);
+  /// Piecewise rate (steps and linear ramps); Poisson arrivals when `poisson`, else
+  /// evenly spaced in the integrated rate. Exhausted after the last stage.
+  static ArrivalSchedule stages(std::vector<Stage> stages, bool poisson, uint64_t seed);
+  /// Replays recorded offsets (ns, non-decreasing, >= 0). Exhausted after the last.
+  static ArrivalSchedule trace(std::vector<int64_t> offsets_ns);
+  /// Everything at once: every arrival at offset 0 (Offline).
+  static ArrivalSchedule offline();
+
+  /// Writes the next arrival offset; false once the schedule is exhausted.
+  bool next(int64_t* offset_ns) noexcept;
+  ArrivalKind kind() const noexcept { return kind_; }
+
+ private:
+  ArrivalSchedule(ArrivalKind kind, uint64_t seed) : kind_(kind), rng_(seed) {}
+  bool next_stage_arrival(int64_t* offset_ns) noexcept;
+
+  ArrivalKind kind_;
+  Rng rng_;
+  double period_ns_ = 0.0;  // constant
+  double mean_gap_ns_ = 0.0;  // poisson
+  double t_ns_ = 0.0;       // poisson: running time
+  uint64_t k_ = 0;          // constant: arrivals so far; trace: position
+  std::vector<Stage> stages_;
+  bool poisson_ = false;
+  size_t stage_ = 0;
+  double stage_start_ns_ = 0.0;
+  double tau_ns_ = 0.0;  // position within the stage
+  std::vector<int64_t> trace_;
+};
+
+/// How query samples are drawn from the sample set.
+enum class SampleOrder {
+  kSequential,  ///< 0, 1, ..., n-1, 0, 1, ...
+  kShuffled,    ///< a fresh seeded permutation of 0..n-1 for each pass
+  kRandom,      ///< independent uniform draws (with replacement), as MLPerf's performance mode
+};
+
+/// Draws sample indices in [0, sample_count). Not thread-safe: owned by the issue thread.
+class SampleSelector {
+ public:
+  /// sample_count >= 1. Throws std::invalid_argument otherwise.
+  SampleSelector(int64_t sample_count, SampleOrder order, uint64_t seed);
+  int64_t next() noexcept;
+
+ private:
+  int64_t count_;
+  SampleOrder order_;
+  Rng rng_;
+  int64_t position_ = 0;
+  std::vector<int64_t> permutation_;
+};
+
+}  // namespace loadgen

@@ -1,0 +1,110 @@
+"""Systems under test: the forms loadgen can drive, and how it recognises them.
+
+- native: :class:`NullSUT` (completes at once, on the issue thread) and
+  :class:`FixedDelaySUT` (completes a fixed time after issue, from a native thread);
+  for calibration and microbenchmarks, no Python per query;
+- a plain function ``f(sample_index)``: the query completes when it returns;
+- an ``async def`` function ``f(sample_index)``: run on an asyncio loop (uvloop when
+  installed); the query completes when the coroutine returns;
+- a batched SUT: an object with ``issue(batch)``; the :class:`Batch` carries numpy
+  arrays ``ids`` and ``sample_indices`` and is completed later, from any thread, with
+  ``batch.complete()`` or ``batch.complete_many(ids)``.
+
+An exception raised by a SUT fails that query (counted, message kept); it never ends
+the run or hangs it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+
+__all__ = ["Batch", "FixedDelaySUT", "NullSUT", "SUTForm", "classify_sut"]
+
+
+@dataclass(frozen=True)
+class NullSUT:
+    """Native SUT that completes every query the moment it is issued."""
+
+
+@dataclass(frozen=True)
+class FixedDelaySUT:
+    """Native SUT that completes every query ``delay_us`` microseconds after issue.
+
+    Args:
+        delay_us: the service time in microseconds (>= 0).
+    """
+
+    delay_us: float
+
+    def __post_init__(self) -> None:
+        if not (self.delay_us >= 0):
+            raise ValueError(f"FixedDelaySUT.delay_us must be >= 0, got {self.delay_us}")
+
+
+class Batch:
+    """Queries handed to a batched SUT's ``issue(batch)``.
+
+    Attributes:
+        ids: int64 array of query ids.
+        sample_indices: int64 array of sample indices, shape (len(ids),) when each query
+            has one sample, else (len(ids), samples_per_query).
+    """
+
+    __slots__ = ("ids", "sample_indices", "_engine")
+
+    def __init__(self, engine, ids: np.ndarray, sample_indices: np.ndarray) -> None:
+        self._engine = engine
+        self.ids = ids
+        self.sample_indices = sample_indices
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def complete(self, completed_ns: Optional[int] = None) -> int:
+        """Completes every query of the batch (now, or at ``completed_ns`` from
+        loadgen's clock, which is ``time.monotonic_ns()``). Any thread. Returns how
+        many were still in flight."""
+        return self._engine.complete_many(self.ids, completed_ns)
+
+    def complete_many(self, ids, completed_ns=None) -> int:
+        """Completes some queries, by id (any subset of this or another batch)."""
+        return self._engine.complete_many(np.ascontiguousarray(ids, dtype=np.int64), completed_ns)
+
+    def fail(self, ids=None, kind: str = "error", message: str = "") -> int:
+        """Fails the given queries (all of the batch by default) with an error kind."""
+        target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
+        return sum(bool(self._engine.fail(int(i), kind, message)) for i in target)
+
+
+#: What kind of SUT something is: "null", "fixed_delay", "function", "async", "batched".
+SUTForm = str
+
+
+def classify_sut(sut: Any) -> SUTForm:
+    """Tells which SUT form ``sut`` is.
+
+    Raises:
+        ValueError: ``sut`` is none of the supported forms; the message lists them.
+    """
+    if isinstance(sut, NullSUT):
+        return "null"
+    if isinstance(sut, FixedDelaySUT):
+        return "fixed_delay"
+    issue = getattr(sut, "issue", None)
+    if issue is not None and callable(issue):
+        return "batched"
+    if inspect.iscoroutinefunction(sut) or inspect.iscoroutinefunction(getattr(sut, "__call__", None)):
+        return "async"
+    if callable(sut):
+        return "function"
+    raise ValueError(
+        f"sut: {sut!r} is not a SUT; use loadgen.NullSUT(), loadgen.FixedDelaySUT(delay_us), "
+        "a function f(sample_index), an async function, or an object with issue(batch)"
+    )
+
+
+SUTLike = Union[NullSUT, FixedDelaySUT, Any]
