@@ -151,15 +151,18 @@ void bind_engine(py::module_& m) {
              const int64_t timeout_ns = seconds_to_ns(timeout_s);
              std::vector<int64_t> ids(static_cast<size_t>(max));
              std::vector<int64_t> samples(static_cast<size_t>(max * spq));
+             std::vector<int64_t> scheduled(static_cast<size_t>(max));
              int64_t n;
              {
                py::gil_scoped_release release;
-               n = e.take_batch(ids.data(), samples.data(), max, timeout_ns, spin_ns);
+               n = e.take_batch(ids.data(), samples.data(), scheduled.data(), max, timeout_ns,
+                                spin_ns);
              }
              if (n < 0) return py::none();
              Int64Array id_arr(n, ids.data());
              Int64Array sample_arr({n, spq}, samples.data());
-             return py::make_tuple(id_arr, sample_arr);
+             Int64Array scheduled_arr(n, scheduled.data());
+             return py::make_tuple(id_arr, sample_arr, scheduled_arr);
            },
            py::arg("max"), py::arg("timeout_s") = py::none(), py::arg("spin_ns") = 0)
       .def("eventfd", &Engine::eventfd)

@@ -312,8 +312,8 @@ void Engine::completion_loop() {
   }
 }
 
-int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t max, int64_t timeout_ns,
-                           int64_t spin_ns) {
+int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns, int64_t max,
+                           int64_t timeout_ns, int64_t spin_ns) {
   if (s_.sut != SutKind::kQueue) throw std::logic_error("take_batch needs the queue SUT");
   const int64_t spq = s_.samples_per_query;
   const int64_t start = now_ns();
@@ -343,6 +343,7 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t max, int64_t 
           const int64_t delay = now - sl.scheduled_ns;
           sl.state.store(word(id, kIssued), std::memory_order_release);
           issue_delay_.record(delay);
+          scheduled_ns[n] = now - delay;
           ids[n++] = id;
         }
         ring_head_.store(head, std::memory_order_release);

@@ -121,12 +121,13 @@ class Engine {
 
   // --- queue SUT: the consumer side ---
 
-  /// Takes up to `max` queued queries: writes their ids and sample indices
-  /// (samples_per_query per query) and stamps them issued now. Waits up to `timeout_ns`
-  /// (< 0: forever), spinning the first `spin_ns`, when none is queued. Returns the
-  /// number taken, 0 on timeout, -1 when the run will hand out no more queries.
-  int64_t take_batch(int64_t* ids, int64_t* samples, int64_t max, int64_t timeout_ns,
-                     int64_t spin_ns);
+  /// Takes up to `max` queued queries: writes their ids, sample indices
+  /// (samples_per_query per query) and scheduled times, and stamps them issued now.
+  /// Waits up to `timeout_ns` (< 0: forever), spinning the first `spin_ns`, when none is
+  /// queued. Returns the number taken, 0 on timeout, -1 when the run will hand out no
+  /// more queries.
+  int64_t take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns, int64_t max,
+                     int64_t timeout_ns, int64_t spin_ns);
   /// An fd that becomes readable when queries are queued or the run ends; re-arm with
   /// arm_eventfd() after take_batch() returned 0.
   int eventfd();

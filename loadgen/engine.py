@@ -435,7 +435,7 @@ class Engine:
         core, f = self._core, self.sut
         monotonic_ns = time.monotonic_ns
         single = self.settings.samples_per_query == 1
-        for ids, samples in self._batches():
+        for ids, samples, _ in self._batches():
             done: List[int] = []
             stamps: List[int] = []
             sample_list = samples[:, 0].tolist() if single else list(samples)
@@ -453,8 +453,8 @@ class Engine:
     def _drive_batched(self) -> None:
         core, sut = self._core, self.sut
         single = self.settings.samples_per_query == 1
-        for ids, samples in self._batches():
-            batch = Batch(core, ids, samples[:, 0] if single else samples)
+        for ids, samples, scheduled in self._batches():
+            batch = Batch(core, ids, samples[:, 0] if single else samples, scheduled)
             try:
                 sut.issue(batch)
             except Exception as e:
@@ -515,7 +515,7 @@ class _AsyncDriver:
             if got is None:
                 self.exhausted.set()
                 return
-            ids, samples = got
+            ids, samples, _ = got
             if not len(ids):
                 break
             sample_list = samples[:, 0].tolist() if single else list(samples)

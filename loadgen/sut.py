@@ -52,14 +52,18 @@ class Batch:
         ids: int64 array of query ids.
         sample_indices: int64 array of sample indices, shape (len(ids),) when each query
             has one sample, else (len(ids), samples_per_query).
+        scheduled_ns: int64 array: when each query was scheduled, on loadgen's clock
+            (``time.monotonic_ns()``); latency is measured from these times.
     """
 
-    __slots__ = ("ids", "sample_indices", "_engine")
+    __slots__ = ("ids", "sample_indices", "scheduled_ns", "_engine")
 
-    def __init__(self, engine, ids: np.ndarray, sample_indices: np.ndarray) -> None:
+    def __init__(self, engine, ids: np.ndarray, sample_indices: np.ndarray,
+                 scheduled_ns: np.ndarray) -> None:
         self._engine = engine
         self.ids = ids
         self.sample_indices = sample_indices
+        self.scheduled_ns = scheduled_ns
 
     def __len__(self) -> int:
         return len(self.ids)
