@@ -38,6 +38,24 @@ Int64Array take_offsets(loadgen::ArrivalSchedule& s, int64_t n) {
   return Int64Array(static_cast<py::ssize_t>(out.size()), out.data());
 }
 
+// One query without numpy: the fast path of serial Python SUTs. Tries once with the
+// GIL held (the common case when the next query is ready), then waits without it.
+py::object take_one(Engine& e, const py::object& timeout_s, int64_t spin_ns) {
+  if (e.settings().samples_per_query != 1) {
+    throw py::value_error("take_one needs samples_per_query == 1; use take_batch");
+  }
+  int64_t id = 0, sample = 0, scheduled = 0;
+  int64_t n = e.take_batch(&id, &sample, &scheduled, 1, 0, 0);
+  if (n == 0) {
+    const int64_t timeout_ns = seconds_to_ns(timeout_s);
+    py::gil_scoped_release release;
+    n = e.take_batch(&id, &sample, &scheduled, 1, timeout_ns, spin_ns);
+  }
+  if (n < 0) return py::none();
+  if (n == 0) return py::tuple();
+  return py::make_tuple(id, sample);
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
@@ -152,8 +170,9 @@ void bind_engine(py::module_& m) {
              std::vector<int64_t> ids(static_cast<size_t>(max));
              std::vector<int64_t> samples(static_cast<size_t>(max * spq));
              std::vector<int64_t> scheduled(static_cast<size_t>(max));
-             int64_t n;
-             {
+             // First without waiting, with the GIL held: at high rates a batch is ready.
+             int64_t n = e.take_batch(ids.data(), samples.data(), scheduled.data(), max, 0, 0);
+             if (n == 0) {
                py::gil_scoped_release release;
                n = e.take_batch(ids.data(), samples.data(), scheduled.data(), max, timeout_ns,
                                 spin_ns);
@@ -165,6 +184,23 @@ void bind_engine(py::module_& m) {
              return py::make_tuple(id_arr, sample_arr, scheduled_arr);
            },
            py::arg("max"), py::arg("timeout_s") = py::none(), py::arg("spin_ns") = 0)
+      .def("take_one",
+           [](Engine& e, const py::object& timeout_s, int64_t spin_ns) -> py::object {
+             return take_one(e, timeout_s, spin_ns);
+           },
+           py::arg("timeout_s") = py::none(), py::arg("spin_ns") = 0,
+           "One query as (id, sample index); () on timeout; None when the run hands out no "
+           "more. Needs samples_per_query == 1.")
+      .def("complete_take_one",
+           [](Engine& e, int64_t id, int64_t completed_ns, const py::object& timeout_s,
+              int64_t spin_ns) -> py::object {
+             e.complete(id, completed_ns);
+             return take_one(e, timeout_s, spin_ns);
+           },
+           py::arg("id"), py::arg("completed_ns") = 0, py::arg("timeout_s") = py::none(),
+           py::arg("spin_ns") = 0,
+           "complete(id) and take_one() in one call: the per-query path of a serial SUT.")
+      .def_property_readonly("inline_issue", &Engine::inline_issue)
       .def("eventfd", &Engine::eventfd)
       .def("arm_eventfd", &Engine::arm_eventfd)
       .def("complete", &Engine::complete, py::arg("id"), py::arg("completed_ns") = 0,

@@ -47,6 +47,7 @@ std::unique_ptr<ArrivalSchedule> make_schedule(const EngineSettings& s) {
 
 Engine::Engine(EngineSettings settings)
     : s_(std::move(settings)),
+      selector_(s_.sample_count, s_.sample_order, s_.sample_seed),
       latency_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
       service_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
       issue_delay_(1, std::max<int64_t>(s_.highest_trackable_ns, 2), s_.significant_figures),
@@ -85,7 +86,9 @@ Engine::Engine(EngineSettings settings)
   if (capacity == 0) {
     const uint64_t spq = static_cast<uint64_t>(s_.samples_per_query);
     if (s_.load_mode == LoadMode::kClosedLoop) {
-      capacity = pow2_at_least(static_cast<uint64_t>(s_.concurrency));
+      // Twice the concurrency, so that out-of-order completions rarely leave the next
+      // id's slot still occupied.
+      capacity = pow2_at_least(2 * static_cast<uint64_t>(s_.concurrency));
     } else if (s_.max_in_flight > 0) {
       capacity = pow2_at_least(static_cast<uint64_t>(s_.max_in_flight));
     } else {
@@ -100,6 +103,7 @@ Engine::Engine(EngineSettings settings)
   slots_.reset(new Slot[capacity]);
   samples_.assign(capacity * static_cast<uint64_t>(s_.samples_per_query), 0);
   if (s_.sut == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[capacity]());
+  inline_issue_ = s_.load_mode == LoadMode::kClosedLoop && s_.sut == SutKind::kQueue;
   if (s_.sut == SutKind::kFixedDelay) delay_ring_.reset(new std::atomic<int64_t>[capacity]());
 }
 
@@ -178,16 +182,28 @@ void Engine::issue_loop() {
     stop_.store(true);
   }
   set_min_timer_slack();
-  SampleSelector selector(s_.sample_count, s_.sample_order, s_.sample_seed);
   const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   const int64_t spq = s_.samples_per_query;
   const int64_t t0 = now_ns();
-  start_ns_.store(t0);
+  inline_prev_scheduled_ = t0;
+  start_ns_.store(t0, std::memory_order_release);
   done_.notify();  // the monitor waits for the start time
+  queued_.notify();  // inline consumers wait for it too
   int64_t count = 0;
   int64_t prev_scheduled = t0;
 
-  while (!stop_.load(std::memory_order_relaxed)) {
+  if (inline_issue_) {
+    // Consumers generate the queries; this thread only runs the end of the run.
+    while (!issuing_done_.load(std::memory_order_acquire) && !stop_.load()) {
+      const uint32_t e = done_.epoch();
+      if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
+      done_.wait(e, 10'000'000);
+    }
+    // Under the consumers' lock, so that no query is generated after this point.
+    std::lock_guard<std::mutex> lock(consumer_mutex_);
+    finish_issuing();
+  }
+  while (!inline_issue_ && !stop_.load(std::memory_order_relaxed)) {
     int64_t scheduled;
     bool waited = false;
     if (closed) {
@@ -228,16 +244,12 @@ void Engine::issue_loop() {
     sl.issued_ns = 0;
     sl.first_token_ns.store(0, std::memory_order_relaxed);
     int64_t* samples = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
-    for (int64_t k = 0; k < spq; ++k) samples[k] = selector.next();
+    for (int64_t k = 0; k < spq; ++k) samples[k] = selector_.next();
     prev_scheduled = scheduled;
     ++count;
     dispatch(id, scheduled);
   }
-
-  issue_end_ns_.store(now_ns());
-  issuing_done_.store(true, std::memory_order_release);
-  queued_.notify();
-  delayed_.notify();
+  finish_issuing();
 
   const int64_t grace_end = now_ns() + s_.grace_ns;
   while (in_flight() > 0 && !abort_.load()) {
@@ -255,6 +267,58 @@ void Engine::issue_loop() {
   run_over_.store(true, std::memory_order_release);
   done_.notify();
   queued_.notify();
+}
+
+void Engine::finish_issuing() noexcept {
+  int64_t zero = 0;
+  issue_end_ns_.compare_exchange_strong(zero, now_ns());
+  issuing_done_.store(true, std::memory_order_release);
+  queued_.notify();
+  delayed_.notify();
+  done_.notify();
+}
+
+int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* scheduled_ns,
+                                int64_t max) {
+  const int64_t t0 = start_ns_.load(std::memory_order_acquire);
+  if (t0 == 0 || issuing_done_.load(std::memory_order_relaxed)) return 0;
+  const int64_t spq = s_.samples_per_query;
+  int64_t n = 0;
+  while (n < max) {
+    if (stop_.load(std::memory_order_relaxed)) {
+      finish_issuing();
+      break;
+    }
+    if (in_flight() >= s_.concurrency) break;
+    const int64_t now = now_ns();
+    if (should_stop_issuing(inline_count_, now - t0)) {
+      finish_issuing();
+      break;
+    }
+    const int64_t id = inline_count_ + 1;
+    Slot& sl = slot(id);
+    if ((sl.state.load(std::memory_order_acquire) & 7) != kFree) break;  // wait for room
+    // Due when the slot freed up (the last completion), not when this thread got here.
+    const int64_t scheduled =
+        inline_count_ < s_.concurrency
+            ? t0
+            : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
+    sl.scheduled_ns = scheduled;
+    sl.issued_ns = now;
+    sl.first_token_ns.store(0, std::memory_order_relaxed);
+    int64_t* dst = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
+    for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
+    std::copy(dst, dst + spq, samples + n * spq);
+    sl.state.store(word(id, kIssued), std::memory_order_release);
+    issued_.store(id, std::memory_order_release);
+    issue_delay_.record(now - scheduled);
+    inline_prev_scheduled_ = scheduled;
+    inline_count_ = id;
+    ids[n] = id;
+    scheduled_ns[n] = scheduled;
+    ++n;
+  }
+  return n;
 }
 
 void Engine::dispatch(int64_t id, int64_t scheduled_ns) {
@@ -319,10 +383,15 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   const int64_t start = now_ns();
   const int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
   const int64_t spin_end = start + spin_ns;
+  Notifier& wake = inline_issue_ ? room_ : queued_;
   for (;;) {
-    const uint32_t e = queued_.epoch();
+    const uint32_t e = wake.epoch();
+    const uint32_t e_start = queued_.epoch();  // inline: the issue thread's start signal
     int64_t n = 0;
-    {
+    if (inline_issue_) {
+      std::lock_guard<std::mutex> lock(consumer_mutex_);
+      n = generate_inline(ids, samples, scheduled_ns, max);
+    } else {
       std::lock_guard<std::mutex> lock(consumer_mutex_);
       uint64_t head = ring_head_.load(std::memory_order_relaxed);
       const uint64_t tail = ring_tail_.load(std::memory_order_acquire);
@@ -360,7 +429,12 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
       cpu_relax();
       continue;
     }
-    queued_.wait(e, std::min<int64_t>(deadline - now, 50'000'000));
+    const int64_t sleep = std::min<int64_t>(deadline - now, 50'000'000);
+    if (inline_issue_ && start_ns_.load() == 0) {
+      queued_.wait(e_start, sleep);
+    } else {
+      wake.wait(e, sleep);
+    }
   }
 }
 

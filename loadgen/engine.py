@@ -431,8 +431,31 @@ class Engine:
             if len(got[0]):
                 yield got
 
+    def _drive_serial(self) -> None:
+        # One query at a time, completion and the next query in one native call: the
+        # whole per-query overhead is one Python call into the engine.
+        core, f = self._core, self.sut
+        spin_ns = int(self.settings.consumer_spin_us * 1e3)
+        take_one, complete_take_one = core.take_one, core.complete_take_one
+        nxt = take_one(0.1, spin_ns)
+        while nxt is not None:
+            if not nxt:  # timed out waiting; look again
+                nxt = take_one(0.1, spin_ns)
+                continue
+            qid, sample = nxt
+            try:
+                f(sample)
+            except Exception as e:  # a SUT error fails this query only
+                core.fail(qid, type(e).__name__, str(e))
+                nxt = take_one(0.1, spin_ns)
+                continue
+            nxt = complete_take_one(qid, 0, 0.1, spin_ns)
+
     def _drive_function(self) -> None:
         core, f = self._core, self.sut
+        if core.inline_issue and self.settings.samples_per_query == 1:
+            self._drive_serial()
+            return
         monotonic_ns = time.monotonic_ns
         single = self.settings.samples_per_query == 1
         for ids, samples, _ in self._batches():
@@ -547,6 +570,8 @@ class _AsyncDriver:
             self.done_ids.clear()
             self.done_ts.clear()
             self.core.complete_many(ids, ts)
+            if self.core.inline_issue and not self.exhausted.is_set():
+                self._on_ready()  # closed loop: the completions made room for more
 
 
 def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides: Any) -> RunResult:
