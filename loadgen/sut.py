@@ -78,6 +78,16 @@ class Batch:
         """Completes some queries, by id (any subset of this or another batch)."""
         return self._engine.complete_many(np.ascontiguousarray(ids, dtype=np.int64), completed_ns)
 
+    def complete_one(self, query_id: int, *, completed_ns: int = 0, n_tokens: int = -1) -> bool:
+        """Completes one query; ``n_tokens`` >= 0 records its output tokens (and, after
+        :meth:`first_token`, its time per output token). False if it was not in flight."""
+        return self._engine.complete(int(query_id), completed_ns, n_tokens)
+
+    def first_token(self, query_id: int, t_ns: int = 0) -> bool:
+        """Records when query ``query_id`` produced its first token (now by default):
+        time to first token is measured from its scheduled time. Once per query."""
+        return self._engine.first_token(int(query_id), t_ns)
+
     def fail(self, ids=None, kind: str = "error", message: str = "") -> int:
         """Fails the given queries (all of the batch by default) with an error kind."""
         target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
