@@ -74,7 +74,8 @@ void bind_engine(py::module_& m) {
   py::enum_<loadgen::SutKind>(m, "SutKind")
       .value("null", loadgen::SutKind::kNull)
       .value("fixed_delay", loadgen::SutKind::kFixedDelay)
-      .value("queue", loadgen::SutKind::kQueue);
+      .value("queue", loadgen::SutKind::kQueue)
+      .value("demo", loadgen::SutKind::kDemo);
   py::enum_<loadgen::SampleOrder>(m, "SampleOrder")
       .value("sequential", loadgen::SampleOrder::kSequential)
       .value("shuffled", loadgen::SampleOrder::kShuffled)
@@ -146,6 +147,12 @@ void bind_engine(py::module_& m) {
       .def_readwrite("table_capacity", &EngineSettings::table_capacity)
       .def_readwrite("sut", &EngineSettings::sut)
       .def_readwrite("sut_delay_ns", &EngineSettings::sut_delay_ns)
+      .def_readwrite("demo_workers", &EngineSettings::demo_workers)
+      .def_readwrite("demo_max_batch", &EngineSettings::demo_max_batch)
+      .def_readwrite("demo_service_ns", &EngineSettings::demo_service_ns)
+      .def_readwrite("demo_per_item_ns", &EngineSettings::demo_per_item_ns)
+      .def_readwrite("demo_sigma", &EngineSettings::demo_sigma)
+      .def_readwrite("sut_seed", &EngineSettings::sut_seed)
       .def_readwrite("max_error_messages", &EngineSettings::max_error_messages);
 
   py::class_<Engine>(m, "Engine")

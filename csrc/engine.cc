@@ -1,6 +1,9 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
+#include <queue>
 #include <stdexcept>
 
 #include "clock.h"
@@ -62,13 +65,21 @@ Engine::Engine(EngineSettings settings)
       {"max_in_flight", s_.max_in_flight},  {"spin", s_.spin_ns},
       {"timeout", s_.timeout_ns},           {"grace", s_.grace_ns},
       {"interval", s_.interval_ns},         {"sut_delay", s_.sut_delay_ns},
-      {"table_capacity", s_.table_capacity}, {"max_error_messages", s_.max_error_messages}};
+      {"table_capacity", s_.table_capacity}, {"max_error_messages", s_.max_error_messages},
+      {"demo_service", s_.demo_service_ns}, {"demo_per_item", s_.demo_per_item_ns}};
   for (const auto& [name, value] : non_negative) {
     require(value >= 0, std::string(name) + " must be >= 0, got " + std::to_string(value));
   }
   require(s_.samples_per_query >= 1,
           "samples_per_query must be >= 1, got " + std::to_string(s_.samples_per_query));
   require(s_.sample_count >= 1, "sample_count must be >= 1, got " + std::to_string(s_.sample_count));
+  if (s_.sut == SutKind::kDemo) {
+    require(s_.demo_workers >= 1 && s_.demo_workers <= 4096,
+            "demo_workers must be in 1..4096, got " + std::to_string(s_.demo_workers));
+    require(s_.demo_max_batch >= 1, "demo_max_batch must be >= 1, got " + std::to_string(s_.demo_max_batch));
+    require(std::isfinite(s_.demo_sigma) && s_.demo_sigma >= 0 && s_.demo_sigma <= 3,
+            "demo_sigma must be in 0..3, got " + std::to_string(s_.demo_sigma));
+  }
   if (s_.load_mode == LoadMode::kClosedLoop) {
     require(s_.concurrency >= 1, "concurrency must be >= 1, got " + std::to_string(s_.concurrency));
   }
@@ -104,7 +115,9 @@ Engine::Engine(EngineSettings settings)
   samples_.assign(capacity * static_cast<uint64_t>(s_.samples_per_query), 0);
   if (s_.sut == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[capacity]());
   inline_issue_ = s_.load_mode == LoadMode::kClosedLoop && s_.sut == SutKind::kQueue;
-  if (s_.sut == SutKind::kFixedDelay) delay_ring_.reset(new std::atomic<int64_t>[capacity]());
+  if (s_.sut == SutKind::kFixedDelay || s_.sut == SutKind::kDemo) {
+    delay_ring_.reset(new std::atomic<int64_t>[capacity]());
+  }
 }
 
 Engine::~Engine() {
@@ -118,6 +131,7 @@ void Engine::start() {
   issue_thread_ = std::thread([this] { issue_loop(); });
   monitor_thread_ = std::thread([this] { monitor_loop(); });
   if (s_.sut == SutKind::kFixedDelay) completion_thread_ = std::thread([this] { completion_loop(); });
+  if (s_.sut == SutKind::kDemo) completion_thread_ = std::thread([this] { demo_loop(); });
 }
 
 void Engine::stop() noexcept {
@@ -334,7 +348,8 @@ void Engine::dispatch(int64_t id, int64_t scheduled_ns) {
     case SutKind::kNull:
       complete_internal(id, now_ns(), -1, false);
       return;
-    case SutKind::kFixedDelay: {
+    case SutKind::kFixedDelay:
+    case SutKind::kDemo: {
       const uint64_t tail = delay_tail_.load(std::memory_order_relaxed);
       delay_ring_[tail & mask_].store(id, std::memory_order_relaxed);
       delay_tail_.store(tail + 1, std::memory_order_release);
@@ -373,6 +388,71 @@ void Engine::completion_loop() {
     complete_internal(id, now_ns(), -1, false);
     ++head;
     delay_head_.store(head, std::memory_order_release);
+  }
+}
+
+// The demo server, simulated on the completion thread: queries wait in arrival order;
+// whenever a worker is free it takes up to demo_max_batch of them; the batch completes
+// after a sampled service time. Completions are reported when they are due.
+void Engine::demo_loop() {
+  set_min_timer_slack();
+  Rng rng(s_.sut_seed);
+  auto service_ns = [&](int64_t batch) {
+    const double u1 = std::max(rng.uniform(), 1e-300);
+    const double u2 = rng.uniform();
+    const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double base = static_cast<double>(s_.demo_service_ns + s_.demo_per_item_ns * (batch - 1));
+    return static_cast<int64_t>(base * std::exp(s_.demo_sigma * normal));
+  };
+  struct Running {
+    int64_t due_ns;
+    std::vector<int64_t> ids;
+    bool operator>(const Running& o) const { return due_ns > o.due_ns; }
+  };
+  std::priority_queue<Running, std::vector<Running>, std::greater<Running>> running;
+  std::vector<int64_t> worker_free_ns(static_cast<size_t>(s_.demo_workers), 0);
+  std::deque<int64_t> waiting;
+  uint64_t head = 0;
+  for (;;) {
+    const uint32_t e = delayed_.epoch();
+    if (closing_.load(std::memory_order_acquire)) return;
+    const uint64_t tail = delay_tail_.load(std::memory_order_acquire);
+    for (; head != tail; ++head) waiting.push_back(delay_ring_[head & mask_].load(std::memory_order_relaxed));
+    delay_head_.store(head, std::memory_order_release);
+    int64_t now = now_ns();
+    while (!running.empty() && running.top().due_ns <= now) {
+      for (const int64_t id : running.top().ids) complete_internal(id, now, -1, false);
+      running.pop();
+      now = now_ns();
+    }
+    while (!waiting.empty()) {
+      auto w = std::min_element(worker_free_ns.begin(), worker_free_ns.end());
+      if (*w > now) break;
+      Running r;
+      const auto batch = std::min<int64_t>(s_.demo_max_batch, static_cast<int64_t>(waiting.size()));
+      for (int64_t k = 0; k < batch; ++k) {
+        r.ids.push_back(waiting.front());
+        waiting.pop_front();
+      }
+      r.due_ns = now + service_ns(batch);
+      *w = r.due_ns;
+      running.push(std::move(r));
+    }
+    if (issuing_done_.load(std::memory_order_acquire) && running.empty() && waiting.empty() &&
+        head == delay_tail_.load(std::memory_order_acquire)) {
+      return;
+    }
+    // Sleep until the next completion (spinning the last stretch) or a new arrival.
+    const int64_t next = running.empty() ? now + 10'000'000 : running.top().due_ns;
+    const int64_t until_spin = next - s_.spin_ns - now_ns();
+    if (until_spin > 0) {
+      delayed_.wait(e, until_spin);
+    } else {
+      while (now_ns() < next && head == delay_tail_.load(std::memory_order_acquire) &&
+             !closing_.load(std::memory_order_relaxed)) {
+        cpu_relax();
+      }
+    }
   }
 }
 

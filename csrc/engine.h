@@ -30,6 +30,7 @@ enum class SutKind {
   kNull,        ///< completes each query at once, on the issue thread
   kFixedDelay,  ///< completes each query `sut_delay_ns` after issue, from a completion thread
   kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
+  kDemo,        ///< a simulated batching inference server (see EngineSettings::demo_*)
 };
 
 /// Everything a run needs. Durations in ns, rates in queries per second.
@@ -66,6 +67,16 @@ struct EngineSettings {
 
   SutKind sut = SutKind::kNull;
   int64_t sut_delay_ns = 0;  ///< fixed-delay SUT
+  // The demo SUT: `demo_workers` workers; a free worker takes up to `demo_max_batch`
+  // waiting queries at once and serves them in demo_service_ns + demo_per_item_ns *
+  // (batch - 1), times a lognormal factor of median 1 and shape `demo_sigma`. Queueing
+  // and batching make its latency rise with load, as a real server's does.
+  int64_t demo_workers = 4;
+  int64_t demo_max_batch = 8;
+  int64_t demo_service_ns = 2'000'000;
+  int64_t demo_per_item_ns = 250'000;
+  double demo_sigma = 0.25;
+  uint64_t sut_seed = 0;
   int64_t max_error_messages = 10;
 };
 
@@ -202,6 +213,7 @@ class Engine {
   void finish_issuing() noexcept;
   void monitor_loop();
   void completion_loop();
+  void demo_loop();
   bool should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept;
   // Waits until in-flight < limit (or stop); false when stopped first.
   bool wait_for_room(int64_t limit) noexcept;

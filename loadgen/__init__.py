@@ -28,12 +28,13 @@ from loadgen.histogram import (
     RecordedBuckets,
 )
 
-from loadgen.sut import Batch, FixedDelaySUT, NullSUT
+from loadgen.sut import Batch, DemoSUT, FixedDelaySUT, NullSUT
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch",
+    "DemoSUT",
     "Engine",
     "EngineSettings",
     "FixedDelaySUT",

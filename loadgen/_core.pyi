@@ -104,6 +104,7 @@ class SutKind(enum.Enum):
     null = ...
     fixed_delay = ...
     queue = ...
+    demo = ...
 
 class SampleOrder(enum.Enum):
     sequential = ...
@@ -162,6 +163,12 @@ class EngineSettings:
     table_capacity: int
     sut: SutKind
     sut_delay_ns: int
+    demo_workers: int
+    demo_max_batch: int
+    demo_service_ns: int
+    demo_per_item_ns: int
+    demo_sigma: float
+    sut_seed: int
     max_error_messages: int
 
 class Engine:

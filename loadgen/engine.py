@@ -190,6 +190,14 @@ class EngineSettings:
         elif sut_form == "fixed_delay":
             s.sut = _core.SutKind.fixed_delay
             s.sut_delay_ns = _ns(sut.delay_us * 1e-6)
+        elif sut_form == "demo":
+            s.sut = _core.SutKind.demo
+            s.demo_workers = sut.workers
+            s.demo_max_batch = sut.max_batch
+            s.demo_service_ns = _ns(sut.service_us * 1e-6)
+            s.demo_per_item_ns = _ns(sut.per_item_us * 1e-6)
+            s.demo_sigma = float(sut.sigma)
+            s.sut_seed = sut.seed
         else:
             s.sut = _core.SutKind.queue
         return s
