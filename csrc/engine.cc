@@ -111,6 +111,7 @@ Engine::Engine(EngineSettings settings)
           "in-flight table of " + std::to_string(capacity) + " slots is too large (max " +
               std::to_string(kMaxTableCapacity) + "); lower concurrency or max_in_flight");
   mask_ = capacity - 1;
+  while ((uint64_t{1} << slot_bits_) < capacity) ++slot_bits_;
   slots_.reset(new Slot[capacity]);
   samples_.assign(capacity * static_cast<uint64_t>(s_.samples_per_query), 0);
   if (s_.sut == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[capacity]());
@@ -232,7 +233,10 @@ void Engine::issue_loop() {
     } else {
       int64_t offset;
       if (!schedule_->next(&offset)) break;
-      if (should_stop_issuing(count, offset)) break;
+      // Bounds follow the schedule (so the same seeds issue the same queries), except
+      // offline, where everything is due at 0 and only the clock can end the run.
+      const int64_t elapsed = s_.arrival == ArrivalKind::kOffline ? now_ns() - t0 : offset;
+      if (should_stop_issuing(count, elapsed)) break;
       scheduled = t0 + offset;
       if (!wait_until_ns(scheduled, s_.spin_ns, &stop_)) break;
       if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
@@ -241,19 +245,20 @@ void Engine::issue_loop() {
         if (!wait_for_room(s_.max_in_flight)) break;
       }
     }
-    const int64_t id = count + 1;
-    Slot& sl = slot(id);
-    if ((sl.state.load(std::memory_order_acquire) & 7) != kFree) {
-      // A query issued `capacity` queries ago is still outstanding: the table is the cap.
+    int64_t slot_index = find_free_slot();
+    if (slot_index < 0) {
+      // Every slot holds an outstanding query: the table is the cap.
       if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
-      while ((sl.state.load(std::memory_order_acquire) & 7) != kFree) {
+      while (slot_index < 0 && !stop_.load(std::memory_order_relaxed)) {
         const uint32_t e = room_.epoch();
-        if (stop_.load(std::memory_order_relaxed)) break;
-        if ((sl.state.load(std::memory_order_acquire) & 7) == kFree) break;
-        room_.wait(e, 10'000'000);
+        slot_index = find_free_slot();
+        if (slot_index < 0) room_.wait(e, 10'000'000);
       }
-      if (stop_.load(std::memory_order_relaxed)) break;
+      if (slot_index < 0) break;
     }
+    const int64_t seq = count + 1;
+    const int64_t id = make_id(seq, static_cast<uint64_t>(slot_index));
+    Slot& sl = slot(id);
     sl.scheduled_ns = scheduled;
     sl.issued_ns = 0;
     sl.first_token_ns.store(0, std::memory_order_relaxed);
@@ -261,7 +266,7 @@ void Engine::issue_loop() {
     for (int64_t k = 0; k < spq; ++k) samples[k] = selector_.next();
     prev_scheduled = scheduled;
     ++count;
-    dispatch(id, scheduled);
+    dispatch(id, seq, scheduled);
   }
   finish_issuing();
 
@@ -309,9 +314,11 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
       finish_issuing();
       break;
     }
-    const int64_t id = inline_count_ + 1;
+    const int64_t slot_index = find_free_slot();
+    if (slot_index < 0) break;  // wait for room
+    const int64_t seq = inline_count_ + 1;
+    const int64_t id = make_id(seq, static_cast<uint64_t>(slot_index));
     Slot& sl = slot(id);
-    if ((sl.state.load(std::memory_order_acquire) & 7) != kFree) break;  // wait for room
     // Due when the slot freed up (the last completion), not when this thread got here.
     const int64_t scheduled =
         inline_count_ < s_.concurrency
@@ -324,10 +331,11 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
     for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
     std::copy(dst, dst + spq, samples + n * spq);
     sl.state.store(word(id, kIssued), std::memory_order_release);
-    issued_.store(id, std::memory_order_release);
+    issued_.store(seq, std::memory_order_release);
     issue_delay_.record(now - scheduled);
+    track_timeout(id);
     inline_prev_scheduled_ = scheduled;
-    inline_count_ = id;
+    inline_count_ = seq;
     ids[n] = id;
     scheduled_ns[n] = scheduled;
     ++n;
@@ -335,13 +343,31 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
   return n;
 }
 
-void Engine::dispatch(int64_t id, int64_t scheduled_ns) {
+int64_t Engine::find_free_slot() noexcept {
+  for (uint64_t k = 0; k <= mask_; ++k) {
+    const uint64_t i = (free_cursor_ + k) & mask_;
+    if ((slots_[i].state.load(std::memory_order_acquire) & 7) == kFree) {
+      free_cursor_ = i + 1;
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+void Engine::track_timeout(int64_t id) {
+  if (s_.timeout_ns <= 0) return;
+  std::lock_guard<std::mutex> lock(timeout_mutex_);
+  timeout_queue_.push_back(id);
+}
+
+void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
   Slot& sl = slot(id);
+  track_timeout(id);
   if (s_.sut != SutKind::kQueue) {  // native SUTs receive the query right here
     const int64_t now = now_ns();
     sl.issued_ns = now;
     sl.state.store(word(id, kIssued), std::memory_order_release);
-    issued_.store(id, std::memory_order_release);
+    issued_.store(seq, std::memory_order_release);
     issue_delay_.record(now - scheduled_ns);
   }
   switch (s_.sut) {
@@ -358,7 +384,7 @@ void Engine::dispatch(int64_t id, int64_t scheduled_ns) {
     }
     case SutKind::kQueue: {
       sl.state.store(word(id, kQueued), std::memory_order_release);
-      issued_.store(id, std::memory_order_release);
+      issued_.store(seq, std::memory_order_release);
       const uint64_t tail = ring_tail_.load(std::memory_order_relaxed);
       ring_[tail & mask_].store(id, std::memory_order_relaxed);
       ring_tail_.store(tail + 1, std::memory_order_release);
@@ -529,7 +555,7 @@ void Engine::arm_eventfd() noexcept {
 
 bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
                                bool count_unknown) noexcept {
-  if (id <= 0) {
+  if (!valid_id(id)) {
     if (count_unknown) unknown_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -548,13 +574,14 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
     if (first > 0 && n_tokens > 1) tpot_.record((t - first) / (n_tokens - 1));
   }
   completed_.fetch_add(1, std::memory_order_relaxed);
-  last_free_ns_.store(t, std::memory_order_release);
-  release(id);
+  release(id, t);
   return true;
 }
 
-void Engine::release(int64_t id) noexcept {
+void Engine::release(int64_t id, int64_t t) noexcept {
   slot(id).state.store(word(id, kFree), std::memory_order_release);
+  // A closed loop's next query is due from when this one ended, however it ended.
+  last_free_ns_.store(t > 0 ? t : now_ns(), std::memory_order_release);
   resolved_.fetch_add(1, std::memory_order_acq_rel);
   room_.notify();
 }
@@ -566,7 +593,7 @@ int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, i
 }
 
 bool Engine::fail(int64_t id, const std::string& kind, const std::string& message) {
-  if (id <= 0) {
+  if (!valid_id(id)) {
     unknown_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -588,7 +615,7 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
 }
 
 bool Engine::first_token(int64_t id, int64_t t_ns) noexcept {
-  if (id <= 0) return false;
+  if (!valid_id(id)) return false;
   Slot& sl = slot(id);
   if (sl.state.load(std::memory_order_acquire) != word(id, kIssued)) return false;
   const int64_t t = t_ns > 0 ? t_ns : now_ns();
@@ -602,25 +629,24 @@ bool Engine::first_token(int64_t id, int64_t t_ns) noexcept {
 }
 
 void Engine::reap_timeouts(int64_t now) noexcept {
-  const int64_t last = issued_.load(std::memory_order_acquire);
-  while (reap_cursor_ <= last) {
-    const int64_t id = reap_cursor_;
+  std::lock_guard<std::mutex> lock(timeout_mutex_);
+  while (!timeout_queue_.empty()) {
+    const int64_t id = timeout_queue_.front();
     Slot& sl = slot(id);
     const uint64_t w = sl.state.load(std::memory_order_acquire);
-    const auto owner = static_cast<int64_t>(w >> 3);
     const uint64_t st = w & 7;
-    if (owner != id || st == kFree) {  // resolved (and perhaps reused)
-      ++reap_cursor_;
+    if (static_cast<int64_t>(w >> 3) != id || st == kFree) {  // resolved (perhaps reused)
+      timeout_queue_.pop_front();
       continue;
     }
     if (st == kIssuing || st == kClaimed) return;  // in transition; look again later
-    const int64_t since = st == kIssued ? sl.issued_ns : sl.scheduled_ns;
-    if (now - since < s_.timeout_ns) return;  // the oldest outstanding query is not due yet
+    // Deadlines are scheduled + timeout, so they come in queue order.
+    if (now - sl.scheduled_ns < s_.timeout_ns) return;
     uint64_t expect = w;
     if (sl.state.compare_exchange_strong(expect, word(id, kClaimed), std::memory_order_acq_rel)) {
       timed_out_.fetch_add(1, std::memory_order_relaxed);
-      release(id);
-      ++reap_cursor_;
+      release(id, now);
+      timeout_queue_.pop_front();
     }
   }
 }

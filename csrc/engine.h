@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,7 +58,7 @@ struct EngineSettings {
 
   int64_t spin_ns = 100'000;       ///< spin this long before each scheduled time (0: sleep only)
   std::vector<int> pin_cpus;       ///< CPUs for the issue thread (empty: not pinned)
-  int64_t timeout_ns = 0;          ///< per-query timeout from issue (0: none)
+  int64_t timeout_ns = 0;          ///< per-query timeout, from the scheduled time (0: none)
   int64_t grace_ns = 10'000'000'000;  ///< how long to wait for outstanding queries at the end
   int64_t interval_ns = 1'000'000'000;  ///< time-series interval (0: none)
 
@@ -197,11 +198,21 @@ class Engine {
   static uint64_t word(int64_t id, uint64_t state) noexcept {
     return (static_cast<uint64_t>(id) << 3) | state;
   }
+  // A query id is (sequence number << slot_bits_) | slot index: ids grow in issue order
+  // and name their slot, and any free slot can take the next query (a slow query does
+  // not hold up the ones after it). Ids fit in 61 bits, so the state word holds them.
+  static bool valid_id(int64_t id) noexcept { return id > 0 && (static_cast<uint64_t>(id) >> 61) == 0; }
+  int64_t make_id(int64_t seq, uint64_t slot_index) const noexcept {
+    return (seq << slot_bits_) | static_cast<int64_t>(slot_index);
+  }
   Slot& slot(int64_t id) noexcept { return slots_[static_cast<uint64_t>(id) & mask_]; }
+  // A free slot index, scanning round-robin from free_cursor_; -1 when none is free.
+  int64_t find_free_slot() noexcept;
   // Claims `id` from one of the given states; true when this caller now owns it.
   bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
                          bool count_unknown) noexcept;
-  void release(int64_t id) noexcept;  // frees a claimed slot, wakes the issue thread
+  // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
+  void release(int64_t id, int64_t t = 0) noexcept;
   int64_t in_flight() const noexcept {
     return issued_.load(std::memory_order_acquire) - resolved_.load(std::memory_order_acquire);
   }
@@ -217,7 +228,8 @@ class Engine {
   bool should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept;
   // Waits until in-flight < limit (or stop); false when stopped first.
   bool wait_for_room(int64_t limit) noexcept;
-  void dispatch(int64_t id, int64_t scheduled_ns);
+  void dispatch(int64_t id, int64_t seq, int64_t scheduled_ns);
+  void track_timeout(int64_t id);
   void reap_timeouts(int64_t now) noexcept;
   void cancel_outstanding() noexcept;
   void snapshot_interval(int64_t now);
@@ -229,6 +241,8 @@ class Engine {
   int64_t inline_count_ = 0;          // inline issuing: queries generated (consumer_mutex_)
   int64_t inline_prev_scheduled_ = 0;
   uint64_t mask_ = 0;
+  int slot_bits_ = 0;
+  uint64_t free_cursor_ = 0;  // owned by whichever thread issues
   std::unique_ptr<Slot[]> slots_;
   std::vector<int64_t> samples_;  // table_capacity * samples_per_query
   std::unique_ptr<std::atomic<int64_t>[]> ring_;  // queue SUT: ids, SPSC-ish
@@ -257,7 +271,9 @@ class Engine {
   std::atomic<int64_t> cap_waits_{0};
   std::atomic<int64_t> tokens_{0};
   std::atomic<int64_t> last_free_ns_{0};
-  int64_t reap_cursor_ = 1;  // monitor thread: oldest id that may still be in flight
+  // Timeouts: ids in issue order (= deadline order, as deadlines are scheduled + timeout).
+  std::mutex timeout_mutex_;
+  std::deque<int64_t> timeout_queue_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> abort_{false};

@@ -58,8 +58,8 @@ class EngineSettings:
         spin_us: the issue thread sleeps until this long before each scheduled time and
             spins the rest (0 = sleep only).
         pin_cpus: CPUs to pin the issue thread to (empty = not pinned).
-        timeout_ms: per-query timeout from issue (None = none); late queries count as
-            timed out.
+        timeout_ms: per-query timeout, measured like latency from the scheduled time
+            (None = none); a query not done by then counts as timed out.
         grace_s: how long to wait for outstanding queries after the last is issued;
             then they are cancelled.
         interval_s: time-series interval (0 = none).
