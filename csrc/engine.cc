@@ -164,11 +164,14 @@ bool Engine::wait(int64_t timeout_ns) {
   return true;
 }
 
-bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept {
+bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns,
+                                 int64_t last_elapsed_ns) const noexcept {
+  // Limits: the next query would break one. Minimums (MLPerf): the queries issued so
+  // far already meet both, so the query that crosses the minimum duration is issued.
   if (s_.max_query_count > 0 && count >= s_.max_query_count) return true;
   if (s_.max_duration_ns > 0 && elapsed_ns >= s_.max_duration_ns) return true;
   if (s_.min_duration_ns > 0 || s_.min_query_count > 0) {
-    return count >= s_.min_query_count && elapsed_ns >= s_.min_duration_ns;
+    return count >= s_.min_query_count && last_elapsed_ns >= s_.min_duration_ns;
   }
   return false;
 }
@@ -206,6 +209,7 @@ void Engine::issue_loop() {
   queued_.notify();  // inline consumers wait for it too
   int64_t count = 0;
   int64_t prev_scheduled = t0;
+  int64_t last_offset = -1;  // schedule offset of the last query issued
 
   if (inline_issue_) {
     // Consumers generate the queries; this thread only runs the end of the run.
@@ -222,7 +226,8 @@ void Engine::issue_loop() {
     int64_t scheduled;
     bool waited = false;
     if (closed) {
-      if (should_stop_issuing(count, now_ns() - t0)) break;
+      const int64_t elapsed = now_ns() - t0;
+      if (should_stop_issuing(count, elapsed, elapsed)) break;
       if (in_flight() >= s_.concurrency) {
         if (!wait_for_room(s_.concurrency)) break;
         // The next query was due when a slot freed up, not when this thread noticed.
@@ -236,7 +241,11 @@ void Engine::issue_loop() {
       // Bounds follow the schedule (so the same seeds issue the same queries), except
       // offline, where everything is due at 0 and only the clock can end the run.
       const int64_t elapsed = s_.arrival == ArrivalKind::kOffline ? now_ns() - t0 : offset;
-      if (should_stop_issuing(count, elapsed)) break;
+      if (should_stop_issuing(count, elapsed,
+                              s_.arrival == ArrivalKind::kOffline ? elapsed : last_offset)) {
+        break;
+      }
+      last_offset = offset;
       scheduled = t0 + offset;
       if (!wait_until_ns(scheduled, s_.spin_ns, &stop_)) break;
       if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
@@ -310,7 +319,7 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
     }
     if (in_flight() >= s_.concurrency) break;
     const int64_t now = now_ns();
-    if (should_stop_issuing(inline_count_, now - t0)) {
+    if (should_stop_issuing(inline_count_, now - t0, now - t0)) {
       finish_issuing();
       break;
     }

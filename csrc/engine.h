@@ -225,7 +225,7 @@ class Engine {
   void monitor_loop();
   void completion_loop();
   void demo_loop();
-  bool should_stop_issuing(int64_t count, int64_t elapsed_ns) const noexcept;
+  bool should_stop_issuing(int64_t count, int64_t elapsed_ns, int64_t last_elapsed_ns) const noexcept;
   // Waits until in-flight < limit (or stop); false when stopped first.
   bool wait_for_room(int64_t limit) noexcept;
   void dispatch(int64_t id, int64_t seq, int64_t scheduled_ns);

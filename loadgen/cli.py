@@ -1,21 +1,29 @@
 """The ``loadgen`` command line. Only :func:`main` turns errors into exit codes.
 
-Exit codes: 0 success, 1 the command ran but failed, 2 bad usage or input.
+Exit codes: 0 the run was valid (or the command succeeded), 1 it ran but was invalid or a
+--fail-if/--require threshold failed, 2 bad usage, options or input, 130 interrupted
+(Ctrl-C, or SIGTERM as when a pod is stopped).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import signal
 import sys
-from typing import List, Optional, Sequence
+import threading
+from typing import Any, Dict, List, Optional, Sequence
 
 from loadgen import __version__
 from loadgen.hdrlog import HistogramLogError, read_log
 from loadgen.histogram import DEFAULT_PERCENTILES, Histogram
+from loadgen.options import OPTION_SPECS, OptionError, resolve
+from loadgen.results import ThresholdError, load_result, parse_threshold, render_summary, write_outputs
 
 __all__ = ["main"]
 
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNITS_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -24,29 +32,183 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits by default; main decides
+    def error(self, message: str) -> None:  # argparse would exit; main decides
         raise _UsageError(f"{self.prog}: {message}")
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="loadgen", description="Load generator for ML inference.")
+    parser = _Parser(
+        prog="loadgen",
+        description="A load generator for machine-learning inference.",
+        epilog="Run 'loadgen run --help' for the benchmark options.",
+    )
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run", help="run one benchmark",
+        description="Runs one benchmark and prints a summary (VALID/INVALID first). Options "
+        "come from, in rising precedence: defaults, --config FILE (TOML, keys are the long "
+        "flag names), LOADGEN_<FLAG_NAME> environment variables, and these flags.",
+        argument_default=argparse.SUPPRESS,
+    )
+    for spec in OPTION_SPECS:
+        kwargs: Dict[str, Any] = {"dest": spec.name, "help": spec.help + f" [env {spec.env}]"}
+        if spec.convert.__name__ == "_bool":
+            kwargs["action"] = "store_const"
+            kwargs["const"] = True
+        else:
+            kwargs["metavar"] = spec.metavar or spec.name.upper()
+            if spec.repeatable:
+                kwargs["action"] = "append"
+        run.add_argument(spec.flag, **kwargs)
+
+    report = sub.add_parser("report", help="re-render the summary of a saved result.json",
+                            description="Prints the summary of saved results (a result.json "
+                            "or a folder holding one).")
+    report.add_argument("paths", nargs="+", metavar="RESULT", help="result.json files or folders")
+    report.add_argument("--json", action="store_true", help="print the result JSON instead")
+
     hlog = sub.add_parser(
-        "hlog",
-        help="summarize HdrHistogram interval logs (.hlog)",
-        description="Merge the intervals of one or more HdrHistogram interval logs, per "
-        "tag, and print count, min, mean, percentiles and max.",
+        "hlog", help="summarize HdrHistogram interval logs (.hlog)",
+        description="Merges the intervals of one or more HdrHistogram interval logs, per tag, "
+        "and prints count, min, mean, percentiles and max.",
     )
     hlog.add_argument("paths", nargs="+", metavar="FILE", help="interval log files")
     hlog.add_argument("--tag", help="only intervals with this tag ('' for untagged)")
-    hlog.add_argument(
-        "--unit", choices=sorted(_UNITS_NS), default="us",
-        help="unit to print values in; recorded values are taken as ns (default: us)",
-    )
+    hlog.add_argument("--unit", choices=sorted(_UNITS_NS), default="us",
+                      help="unit to print values in; recorded values are taken as ns (default: us)")
     hlog.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
+
+def _check_unknown(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Turns an unknown --flag into an error with a 'did you mean' suggestion."""
+    if not argv or argv[0] != "run":
+        return
+    known = {spec.flag for spec in OPTION_SPECS} | {"--help", "-h"}
+    for arg in argv[1:]:
+        if arg.startswith("--"):
+            flag = arg.split("=", 1)[0]
+            if flag not in known:
+                close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]}?" if close else "; see 'loadgen run --help'"
+                raise _UsageError(f"unknown option {flag}{hint}")
+
+
+# ---------------------------------------------------------------------------------- run
+
+class _Interrupts:
+    """SIGINT/SIGTERM handling for the duration of a run: the first signal asks the run
+    to stop (the result is still written); handlers are restored afterwards."""
+
+    def __init__(self) -> None:
+        self.signal: Optional[int] = None
+        self._old: Dict[int, Any] = {}
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up at once
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def _progress_printer(out) -> Any:
+    tty = out.isatty()
+
+    def show(p) -> None:
+        line = (f"{p.elapsed_s:7.1f} s  issued {p.issued:>10,}  completed {p.completed:>10,}  "
+                f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / 1e6:8.3f} ms")
+        if tty:
+            out.write("\r" + line)
+        else:
+            out.write(line + "\n")
+        out.flush()
+
+    return show, tty
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from loadgen.runner import prepare, run_benchmark
+
+    flags = {spec.name: getattr(args, spec.name) for spec in OPTION_SPECS if hasattr(args, spec.name)}
+    try:
+        options, given = resolve(flags)
+        for expr in list(options.fail_if) + list(options.require):
+            parse_threshold(expr)
+        prepare(options)  # every option and the SUT checked before anything runs
+    except (OptionError, ThresholdError, ValueError) as e:
+        raise _UsageError(str(e)) from None
+    quiet = options.quiet or options.json
+    show = None
+    tty = False
+    if not quiet:
+        show, tty = _progress_printer(sys.stdout)
+    with _Interrupts() as interrupts:
+        doc = run_benchmark(
+            options, given=given, on_progress=show,
+            progress_interval_s=0.5 if tty else 5.0,
+            stop_requested=lambda: interrupts.signal is not None,
+        )
+    if tty and show is not None:
+        sys.stdout.write("\n")
+    if options.output:
+        try:
+            paths = write_outputs(doc, options.output)
+        except OSError as e:
+            print(json.dumps(doc), file=sys.stderr)
+            raise _UsageError(f"--output: cannot write to {options.output}: {e.strerror or e} "
+                              "(the result JSON was printed on stderr instead)") from None
+    if options.json:
+        print(json.dumps(doc, indent=2))
+    elif not options.quiet:
+        sys.stdout.write(render_summary(doc))
+        if options.output:
+            print(f"wrote {', '.join(paths)}")
+    if interrupts.signal is not None:
+        return EXIT_INTERRUPTED
+    thresholds_ok = all(t["passed"] for t in doc["thresholds"])
+    return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from loadgen.results import _result_files
+
+    files = _result_files(args.paths)
+    if not files:
+        raise _UsageError(f"no result.json found in {', '.join(args.paths)}")
+    status = EXIT_OK
+    for path in files:
+        try:
+            doc = load_result(path)
+        except OSError as e:
+            raise _UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise _UsageError(str(e)) from None
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            if len(files) > 1:
+                print(f"== {path}")
+            try:
+                sys.stdout.write(render_summary(doc))
+            except (KeyError, TypeError) as e:
+                raise _UsageError(f"{path}: the result is missing {e}; is it complete?") from None
+        if not doc.get("valid", False):
+            status = EXIT_INVALID
+    return status
+
+
+# --------------------------------------------------------------------------------- hlog
 
 def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> dict:
     merged: dict = {}
@@ -86,32 +248,36 @@ def _cmd_hlog(args: argparse.Namespace) -> int:
     if not merged:
         print("no intervals found" + (f" with tag {args.tag!r}" if args.tag is not None else ""),
               file=sys.stderr)
-        return 1
+        return EXIT_INVALID
     scale = _UNITS_NS[args.unit]
     rows = {tag or "(untagged)": {"intervals": slot["intervals"], **_summarize(slot["histogram"], scale)}
             for tag, slot in sorted(merged.items())}
     if args.json:
         print(json.dumps({"unit": args.unit, "tags": rows}, indent=2))
-        return 0
+        return EXIT_OK
     columns = list(next(iter(rows.values())).keys())
     print(f"{'tag':<16}" + "".join(f"{c:>14}" for c in columns) + f"   ({args.unit})")
     for tag, row in rows.items():
         cells = [f"{row[c]:>14d}" if isinstance(row[c], int) else f"{row[c]:>14.3f}" for c in columns]
         print(f"{tag:<16}" + "".join(cells))
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the command line and returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     try:
+        _check_unknown(parser, argv)
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
-            return 2
-        return _cmd_hlog(args)
+            return EXIT_USAGE
+        handler = {"run": _cmd_run, "report": _cmd_report, "hlog": _cmd_hlog}[args.command]
+        return handler(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

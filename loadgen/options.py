@@ -1,0 +1,351 @@
+"""The options of ``loadgen run``: one typed structure, its defaults, and where values
+come from.
+
+Precedence, lowest first: defaults < config file (``--config``, TOML, keys equal the long
+flag names) < ``LOADGEN_<FLAG_NAME>`` environment variables < command-line flags. Every
+value is converted and checked the same way whatever its source, and an error names the
+option and the allowed range.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_stages", "parse_duration_s", "resolve"]
+
+
+class OptionError(ValueError):
+    """A bad option value; the message names the option (as a flag) and what is allowed."""
+
+
+# --------------------------------------------------------------------------- converters
+
+def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False):
+    def convert(v: Any) -> float:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a number, got {v!r}") from None
+        if not math.isfinite(x):
+            raise ValueError(f"must be finite, got {v!r}")
+        if lo is not None and (x < lo or (lo_open and x == lo)):
+            raise ValueError(f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
+        if hi is not None and x > hi:
+            raise ValueError(f"must be <= {hi:g}, got {v!r}")
+        return x
+    return convert
+
+
+def _int(lo: Optional[int] = None, hi: Optional[int] = None):
+    def convert(v: Any) -> int:
+        if isinstance(v, bool):
+            raise ValueError(f"must be an integer, got {v!r}")
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        try:
+            x = int(str(v).replace("_", "")) if not isinstance(v, int) else v
+        except ValueError:
+            raise ValueError(f"must be an integer, got {v!r}") from None
+        if lo is not None and x < lo:
+            raise ValueError(f"must be >= {lo}, got {v!r}")
+        if hi is not None and x > hi:
+            raise ValueError(f"must be <= {hi}, got {v!r}")
+        return x
+    return convert
+
+
+def _choice(*choices: str):
+    def convert(v: Any) -> str:
+        s = str(v)
+        if s not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}; got {v!r}")
+        return s
+    return convert
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"must be true or false, got {v!r}")
+
+
+def _str(v: Any) -> str:
+    return str(v)
+
+
+def _str_list(v: Any) -> List[str]:
+    if isinstance(v, (list, tuple)):
+        return [str(x) for x in v]
+    return [s.strip() for s in str(v).split(";") if s.strip()]
+
+
+def _cpu_list(v: Any) -> List[int]:
+    """'0,2-3' -> [0, 2, 3]."""
+    if isinstance(v, (list, tuple)):
+        items = [str(x) for x in v]
+    else:
+        items = [s for s in str(v).split(",") if s.strip()]
+    cpus: List[int] = []
+    for item in items:
+        item = item.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
+        if not m:
+            raise ValueError(f"must be CPU numbers like 0,2-3; got {v!r}")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if b < a:
+            raise ValueError(f"range {item} goes backwards")
+        cpus.extend(range(a, b + 1))
+    return cpus
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|ms|s|m|h)?\s*$")
+_DURATION_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration (like 10s, 500ms, 2m)")
+    return float(m.group(1)) * _DURATION_S[m.group(2)]
+
+
+def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
+    """Parses ``--stages``: 'DURATION:QPS' or 'DURATION:QPS1-QPS2' stages, comma separated.
+
+    'D:Q' holds Q for D (ramp 'step'), or ramps linearly from the previous stage's end
+    rate to Q over D (ramp 'linear'; the first stage starts from 0). 'D:A-B' always ramps
+    from A to B. Returns [(duration_s, start_qps, end_qps)].
+    """
+    if isinstance(text, (list, tuple)):
+        parts = [str(p) for p in text]
+    else:
+        parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ValueError("needs at least one stage, like 10s:100,30s:1000")
+    stages: List[Tuple[float, float, float]] = []
+    previous = 0.0
+    for i, part in enumerate(parts):
+        duration, sep, rate = part.strip().partition(":")
+        if not sep:
+            raise ValueError(f"stage {i + 1} {part!r} must be DURATION:QPS (like 10s:100)")
+        try:
+            d = parse_duration_s(duration)
+            if "-" in rate.strip().lstrip("-"):
+                a, b = (float(x) for x in rate.split("-", 1))
+            else:
+                b = float(rate)
+                a = previous if ramp == "linear" else b
+        except ValueError:
+            raise ValueError(f"stage {i + 1} {part!r} must be DURATION:QPS or DURATION:QPS-QPS") from None
+        if not d > 0:
+            raise ValueError(f"stage {i + 1} {part!r}: duration must be > 0")
+        if not (a >= 0 and b >= 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"stage {i + 1} {part!r}: rates must be finite and >= 0")
+        stages.append((d, a, b))
+        previous = b
+    if not any(a > 0 or b > 0 for _, a, b in stages):
+        raise ValueError("at least one stage needs a rate > 0")
+    return stages
+
+
+# ------------------------------------------------------------------------------ options
+
+SCENARIO_NAMES = (
+    "single-stream", "multi-stream", "server", "offline",
+    "constant", "poisson", "concurrency", "ramp", "trace",
+)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str           # attribute name; the flag is --name-with-dashes
+    convert: Callable[[Any], Any]
+    help: str
+    metavar: Optional[str] = None
+    repeatable: bool = False  # flag may be given several times (a list)
+    flag_only: bool = False   # never from config/env (e.g. --config itself)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "LOADGEN_" + self.name.upper()
+
+
+OPTION_SPECS: Tuple[OptionSpec, ...] = (
+    OptionSpec("scenario", _choice(*SCENARIO_NAMES), "what to run (default: server)", "NAME"),
+    OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
+               "null, sleep:<us>, or python:MODULE:ATTR (MODULE may be a file path) (default: demo)", "SUT"),
+    OptionSpec("target_qps", _float(0, lo_open=True), "arrival rate for server, constant, poisson; expected "
+               "rate for offline (default: 1000 for server/constant/poisson)", "QPS"),
+    OptionSpec("latency_bound_ms", _float(0, lo_open=True), "latency bound at --latency-percentile; required "
+               "for server (default 10), optional elsewhere", "MS"),
+    OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
+               "(default: 90 single-stream, 99 otherwise)", "P"),
+    OptionSpec("duration_s", _float(0, lo_open=True), "stop issuing after this long (default: 10 for all "
+               "but offline, ramp and trace)", "S"),
+    OptionSpec("query_count", _int(1), "stop after this many queries", "N"),
+    OptionSpec("min_duration_s", _float(0), "MLPerf scenarios: keep issuing at least this long (default 10)", "S"),
+    OptionSpec("min_query_count", _int(0), "MLPerf scenarios: keep issuing until this many queries (default 100)", "N"),
+    OptionSpec("samples_per_query", _int(1), "samples per query (default: 8 multi-stream, else 1)", "N"),
+    OptionSpec("sample_count", _int(1), "size of the sample set indices are drawn from (default 1024)", "N"),
+    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), "how samples are drawn (default random)"),
+    OptionSpec("concurrency", _int(1, 1 << 20), "concurrency scenario: queries in flight (default 1)", "N"),
+    OptionSpec("max_in_flight", _int(0), "constant/poisson/ramp/trace: cap on outstanding queries (0 = none)", "N"),
+    OptionSpec("stages", _str, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
+    OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
+               "from the previous stage's (linear) (default step)"),
+    OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing"),
+    OptionSpec("trace", _str, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
+    OptionSpec("trace_unit", _choice("ns", "us", "ms", "s"), "unit of a text trace (default ms)"),
+    OptionSpec("seed", _int(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default 0)", "N"),
+    OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
+    OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
+    OptionSpec("spin_us", _float(0, 1e6), "issue thread: spin this long before each scheduled time (default 100)", "US"),
+    OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
+    OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout (default: none)", "MS"),
+    OptionSpec("grace_s", _float(0), "wait this long for outstanding queries at the end (default 10)", "S"),
+    OptionSpec("interval_s", _float(0), "time-series interval (default 1; 0 = none)", "S"),
+    OptionSpec("significant_figures", _int(1, 5), "histogram precision in decimal digits (default 3)", "N"),
+    OptionSpec("max_error_rate", _float(0, 1), "invalid when (failed + timed out) / issued exceeds this (default 0)", "FRACTION"),
+    OptionSpec("max_issue_delay_ms", _float(0, lo_open=True), "invalid as generator overload when the p99 issue "
+               "delay exceeds this (default 1)", "MS"),
+    OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here", "DIR"),
+    OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
+    OptionSpec("quiet", _bool, "print nothing but errors"),
+    OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
+               "EXPR", repeatable=True),
+    OptionSpec("require", _str_list, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
+               "EXPR", repeatable=True),
+    OptionSpec("config", _str, "TOML file of options (keys are the long flag names)", "FILE", flag_only=True),
+)
+
+_SPEC_BY_NAME: Dict[str, OptionSpec] = {s.name: s for s in OPTION_SPECS}
+
+
+@dataclass
+class RunOptions:
+    """Every option of ``loadgen run``; None means "the scenario's default"."""
+
+    scenario: str = "server"
+    sut: str = "demo"
+    target_qps: Optional[float] = None
+    latency_bound_ms: Optional[float] = None
+    latency_percentile: Optional[float] = None
+    duration_s: Optional[float] = None
+    query_count: Optional[int] = None
+    min_duration_s: Optional[float] = None
+    min_query_count: Optional[int] = None
+    samples_per_query: Optional[int] = None
+    sample_count: int = 1024
+    sample_order: str = "random"
+    concurrency: int = 1
+    max_in_flight: int = 0
+    stages: Optional[str] = None
+    ramp: str = "step"
+    poisson_arrivals: bool = False
+    trace: Optional[str] = None
+    trace_unit: str = "ms"
+    seed: int = 0
+    schedule_seed: Optional[int] = None
+    sample_seed: Optional[int] = None
+    spin_us: float = 100.0
+    pin_cpus: List[int] = field(default_factory=list)
+    timeout_ms: Optional[float] = None
+    grace_s: float = 10.0
+    interval_s: float = 1.0
+    significant_figures: int = 3
+    max_error_rate: float = 0.0
+    max_issue_delay_ms: float = 1.0
+    output: Optional[str] = None
+    json: bool = False
+    quiet: bool = False
+    fail_if: List[str] = field(default_factory=list)
+    require: List[str] = field(default_factory=list)
+    config: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _convert(spec: OptionSpec, value: Any, source: str) -> Any:
+    try:
+        return spec.convert(value)
+    except ValueError as e:
+        raise OptionError(f"{spec.flag} ({source}): {e}") from None
+
+
+def _read_config(path: str) -> Dict[str, Any]:
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - older Pythons
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise OptionError(f"--config: cannot read {path}: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise OptionError(f"--config: {path} is not valid TOML: {e}") from None
+    out: Dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        spec = _SPEC_BY_NAME.get(name)
+        if spec is None or spec.flag_only:
+            import difflib
+
+            close = difflib.get_close_matches(name, [s.name for s in OPTION_SPECS], n=1)
+            hint = f"; did you mean {close[0].replace('_', '-')!r}?" if close else ""
+            raise OptionError(f"--config: {path}: unknown key {key!r}{hint}")
+        out[name] = _convert(spec, value, f"config {path}")
+    return out
+
+
+def resolve(
+    flags: Dict[str, Any], environ: Optional[Dict[str, str]] = None
+) -> Tuple[RunOptions, Dict[str, Any]]:
+    """Merges defaults < config file < environment < flags.
+
+    Args:
+        flags: option name -> raw value, for the flags actually given.
+        environ: the environment (default os.environ).
+
+    Returns:
+        The options, and the dict of values the user gave (with their sources merged).
+
+    Raises:
+        OptionError: a value is bad; the message names the flag and its source.
+    """
+    environ = os.environ if environ is None else environ
+    given: Dict[str, Any] = {}
+    config_path = flags.get("config") or environ.get("LOADGEN_CONFIG")
+    if config_path:
+        given.update(_read_config(str(config_path)))
+        given["config"] = str(config_path)
+    for spec in OPTION_SPECS:
+        if spec.flag_only or spec.env not in environ:
+            continue
+        given[spec.name] = _convert(spec, environ[spec.env], f"environment {spec.env}")
+    for name, raw in flags.items():
+        spec = _SPEC_BY_NAME[name]
+        if spec.repeatable and isinstance(raw, list):
+            value: Any = []
+            for item in raw:
+                value.extend(_convert(spec, item, "flag"))
+        else:
+            value = _convert(spec, raw, "flag")
+        given[name] = value
+    options = RunOptions(**given)
+    return options, given

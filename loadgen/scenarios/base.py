@@ -1,0 +1,158 @@
+"""What every scenario shares: option defaults, engine settings, and the validity rules
+that apply to any run."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+from loadgen.engine import EngineSettings, RunResult
+from loadgen.options import RunOptions
+
+__all__ = ["Scenario", "common_invalid_reasons"]
+
+
+class Scenario:
+    """A scenario. Subclasses set the class attributes and override what differs.
+
+    Attributes:
+        name: the ``--scenario`` value.
+        summary: one line on what it does and what its metric means.
+        mlperf: True for MLPerf's four (min duration/count and early stopping apply).
+        default_percentile: the metric's percentile when ``--latency-percentile`` is unset.
+        checks_overload: whether the generator-overload rule applies (not for offline,
+            where every query is due at t = 0 by design).
+    """
+
+    name = ""
+    summary = ""
+    mlperf = False
+    default_percentile = 99.0
+    checks_overload = True
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        """The options with this scenario's defaults filled in; raises ValueError naming
+        an option this scenario needs or cannot use."""
+        o = dataclasses.replace(opts)
+        if o.latency_percentile is None:
+            o.latency_percentile = self.default_percentile
+        if o.samples_per_query is None:
+            o.samples_per_query = 1
+        if o.schedule_seed is None:
+            o.schedule_seed = o.seed
+        if o.sample_seed is None:
+            o.sample_seed = (o.seed + 1) % 2**64
+        if self.mlperf:
+            if o.min_duration_s is None:
+                o.min_duration_s = 10.0
+            if o.min_query_count is None:
+                o.min_query_count = 100
+        else:
+            o.min_duration_s = o.min_duration_s or 0.0
+            o.min_query_count = o.min_query_count or 0
+        return o
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        """Engine settings for the effective options ``o``."""
+        raise NotImplementedError
+
+    def _base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
+        return EngineSettings(
+            samples_per_query=o.samples_per_query,
+            sample_count=o.sample_count,
+            sample_order=o.sample_order,
+            schedule_seed=o.schedule_seed,
+            sample_seed=o.sample_seed,
+            spin_us=o.spin_us,
+            pin_cpus=tuple(o.pin_cpus),
+            timeout_ms=o.timeout_ms,
+            grace_s=o.grace_s,
+            interval_s=o.interval_s,
+            significant_figures=o.significant_figures,
+            **kw,
+        )
+
+    def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
+        """The headline figure: {"name", "value", "unit"}."""
+        return {"name": "completed_qps", "value": result.completed_qps, "unit": "queries/s"}
+
+    def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
+        """Reasons specific to this scenario (the common ones are added by the caller)."""
+        return []
+
+    def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
+        return None
+
+    def measured_duration_s(self, result: RunResult) -> float:
+        """The duration the minimum-duration rule checks: how long queries were issued."""
+        return result.issue_duration_s
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
+                           interrupted: bool) -> List[str]:
+    """The rules every run is held to, as sentences."""
+    reasons: List[str] = []
+    c = result.counts
+    if interrupted:
+        reasons.append("the run was interrupted before it finished; its figures are partial")
+    resolved = c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"]
+    if resolved != c["issued"] or c.get("outstanding", 0):
+        reasons.append(
+            f"queries were lost: {c['issued']} issued but {resolved} accounted for "
+            f"(completed + failed + timed out + cancelled)"
+        )
+    if c["cancelled"] and not interrupted:
+        reasons.append(
+            f"{c['cancelled']} queries were still outstanding {o.grace_s:g} s after the last was "
+            f"issued and were cancelled; the SUT did not keep up (raise --grace-s to wait longer)"
+        )
+    if c["issued"]:
+        errors = c["failed"] + c["timed_out"]
+        rate = errors / c["issued"]
+        if errors and rate > o.max_error_rate:
+            reasons.append(
+                f"{c['failed']} queries failed and {c['timed_out']} timed out ({rate:.2%} of "
+                f"{c['issued']}), above the allowed {o.max_error_rate:.2%} (--max-error-rate)"
+            )
+    else:
+        reasons.append("no query was issued")
+    if scenario.mlperf:
+        measured = scenario.measured_duration_s(result)
+        if measured < o.min_duration_s and not interrupted:
+            reasons.append(
+                f"too short: the run measured {measured:.2f} s, less than the minimum "
+                f"{o.min_duration_s:g} s (--min-duration-s)"
+                + ("; raise --target-qps (the expected rate) so more samples are issued"
+                   if scenario.name == "offline" else "")
+            )
+        if c["issued"] < o.min_query_count:
+            reasons.append(
+                f"too few queries: {c['issued']} issued, fewer than the minimum "
+                f"{o.min_query_count} (--min-query-count)"
+            )
+    if o.latency_bound_ms is not None and result.latency.total_count:
+        value = result.latency.value_at_percentile(o.latency_percentile)
+        if value > o.latency_bound_ms * 1e6:
+            reasons.append(
+                f"latency bound missed: p{o.latency_percentile:g} latency is {_ms(value)}, "
+                f"above the bound of {o.latency_bound_ms:g} ms"
+            )
+    if scenario.checks_overload and result.issue_delay.total_count:
+        p99 = result.issue_delay.value_at_percentile(99)
+        if p99 > o.max_issue_delay_ms * 1e6:
+            why = (
+                f"{c['cap_waits']} queries waited for the in-flight cap (--max-in-flight), "
+                "so the SUT's backlog held the generator back"
+                if c.get("cap_waits")
+                else "the generator could not issue on schedule (CPU starved, or the SUT "
+                "adapter is too slow); latencies include that delay"
+            )
+            reasons.append(
+                f"generator overload: p99 issue delay is {_ms(p99)}, above "
+                f"{o.max_issue_delay_ms:g} ms (--max-issue-delay-ms): {why}"
+            )
+    return reasons

@@ -1,0 +1,149 @@
+"""MLPerf Inference's scenarios, with MLPerf's meaning: latency from the scheduled time,
+minimum duration and query count, and early stopping."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional
+
+from loadgen.early_stopping import percentile_estimate, server_early_stopping
+from loadgen.engine import EngineSettings, RunResult
+from loadgen.options import RunOptions
+from loadgen.scenarios.base import Scenario
+
+__all__ = ["MultiStream", "Offline", "Server", "SingleStream"]
+
+
+class _Mlperf(Scenario):
+    mlperf = True
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        if opts.duration_s is not None and opts.min_duration_s is None:
+            # "--duration-s 5" on an MLPerf scenario means its minimum duration.
+            opts = _replace(opts, min_duration_s=opts.duration_s, duration_s=None)
+        return super().effective(opts)
+
+
+def _replace(o: RunOptions, **kw: Any) -> RunOptions:
+    import dataclasses
+
+    return dataclasses.replace(o, **kw)
+
+
+class _Stream(_Mlperf):
+    """One query in flight; the next when it completes."""
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(
+            o, mode="closed", concurrency=1, min_duration_s=o.min_duration_s,
+            min_query_count=o.min_query_count, duration_s=o.duration_s, query_count=o.query_count,
+        )
+
+    def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
+        return {
+            "name": f"p{o.latency_percentile:g}_latency",
+            "value": result.latency.value_at_percentile(o.latency_percentile) / 1e6,
+            "unit": "ms",
+        }
+
+    def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
+        if not 0 < o.latency_percentile < 100:
+            return None
+        return percentile_estimate(result.latency, o.latency_percentile).as_dict()
+
+    def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
+        es = self.early_stopping(result, o)
+        if es is not None and not es["passed"]:
+            return [f"early stopping: {es['message']}"]
+        return []
+
+
+class SingleStream(_Stream):
+    name = "single-stream"
+    summary = ("one query of one sample in flight, the next when it completes; metric: the "
+               "90th-percentile latency (--latency-percentile)")
+    default_percentile = 90.0
+
+
+class MultiStream(_Stream):
+    name = "multi-stream"
+    summary = ("one query of N samples (--samples-per-query, default 8) in flight, the next when "
+               "it completes; metric: the 99th-percentile latency")
+    default_percentile = 99.0
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        if opts.samples_per_query is None:
+            opts = _replace(opts, samples_per_query=8)
+        return super().effective(opts)
+
+
+class Server(_Mlperf):
+    name = "server"
+    summary = ("Poisson arrivals at --target-qps; valid only if the latency at "
+               "--latency-percentile (99) is within --latency-bound-ms (10); metric: the QPS")
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if o.target_qps is None:
+            o.target_qps = 1000.0
+        if o.latency_bound_ms is None:
+            o.latency_bound_ms = 10.0
+        return o
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(
+            o, mode="poisson", target_qps=o.target_qps, min_duration_s=o.min_duration_s,
+            min_query_count=o.min_query_count, duration_s=o.duration_s, query_count=o.query_count,
+            max_in_flight=o.max_in_flight,
+        )
+
+    def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
+        scheduled = result.counts["issued"] / result.issue_duration_s if result.issue_duration_s > 0 else 0.0
+        return {"name": "scheduled_qps", "value": scheduled, "unit": "queries/s"}
+
+    def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
+        if not 0 < o.latency_percentile < 100:
+            return None
+        return server_early_stopping(
+            result.latency, result.counts["issued"], int(o.latency_bound_ms * 1e6), o.latency_percentile
+        ).as_dict()
+
+    def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
+        es = self.early_stopping(result, o)
+        if es is not None and not es["passed"]:
+            return [f"early stopping: {es['message']}"]
+        return []
+
+
+class Offline(_Mlperf):
+    name = "offline"
+    summary = ("all queries at once (--query-count x --samples-per-query samples; by default "
+               "enough for --min-duration-s at the expected --target-qps); metric: samples/s")
+    checks_overload = False  # every query is due at t = 0: issue delay is the backlog by design
+    default_expected_qps = 10_000.0
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if o.target_qps is None:
+            o.target_qps = self.default_expected_qps
+        if o.query_count is None:
+            samples = max(o.min_query_count, math.ceil(1.1 * o.min_duration_s * o.target_qps))
+            o.query_count = max(1, math.ceil(samples / o.samples_per_query))
+        return o
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        s = self._base_settings(o, mode="offline", query_count=o.query_count)
+        # Everything is issued at t = 0, so the grace period is the whole run: allow the
+        # expected duration three times over on top of --grace-s.
+        expected_s = o.query_count * o.samples_per_query / o.target_qps
+        s.grace_s = o.grace_s + 3 * expected_s
+        return s
+
+    def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
+        return {"name": "samples_per_s", "value": result.samples_per_s, "unit": "samples/s"}
+
+    def measured_duration_s(self, result: RunResult) -> float:
+        return result.duration_s
+
+    def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
+        return []

@@ -1,0 +1,118 @@
+"""The load patterns network users expect: open loop at a constant or Poisson rate (with an
+optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace replay."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.engine import EngineSettings, load_trace
+from loadgen.options import RunOptions, parse_stages
+from loadgen.scenarios.base import Scenario
+
+__all__ = ["Concurrency", "Constant", "Poisson", "Ramp", "Trace"]
+
+_DEFAULT_DURATION_S = 10.0
+
+
+class _Timed(Scenario):
+    """Runs for --duration-s (default 10 s) unless --query-count bounds it."""
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if o.duration_s is None and o.query_count is None:
+            o.duration_s = _DEFAULT_DURATION_S
+        return o
+
+    def _bounds(self, o: RunOptions) -> dict:
+        return {"duration_s": o.duration_s, "query_count": o.query_count}
+
+
+class Constant(_Timed):
+    name = "constant"
+    summary = ("open loop at a constant --target-qps (vegeta/wrk2 style), optional "
+               "--max-in-flight; metric: completed QPS, with latency percentiles")
+    mode = "constant"
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if o.target_qps is None:
+            o.target_qps = 1000.0
+        return o
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(o, mode=self.mode, target_qps=o.target_qps,
+                                   max_in_flight=o.max_in_flight, **self._bounds(o))
+
+
+class Poisson(Constant):
+    name = "poisson"
+    summary = ("Poisson arrivals at --target-qps, as server but without MLPerf's validity "
+               "rules; optional --max-in-flight; metric: completed QPS")
+    mode = "poisson"
+
+
+class Concurrency(_Timed):
+    name = "concurrency"
+    summary = ("closed loop with --concurrency N queries in flight (perf_analyzer style); "
+               "metric: completed QPS")
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(o, mode="closed", concurrency=o.concurrency, **self._bounds(o))
+
+
+class Ramp(Scenario):
+    name = "ramp"
+    summary = ("stages of rate over time (--stages 10s:100,30s:1000), stepped or linear "
+               "(--ramp); metric: completed QPS, with the time series per interval")
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if not o.stages:
+            raise ValueError("--stages is required for the ramp scenario (like 10s:100,30s:1000)")
+        try:
+            parse_stages(o.stages, o.ramp)
+        except ValueError as e:
+            raise ValueError(f"--stages: {e}") from None
+        return o
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(
+            o, mode="stages", stages=parse_stages(o.stages, o.ramp), stages_poisson=o.poisson_arrivals,
+            max_in_flight=o.max_in_flight, duration_s=o.duration_s, query_count=o.query_count,
+        )
+
+
+_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+class Trace(Scenario):
+    name = "trace"
+    summary = ("replays arrival offsets from --trace (one per line, in --trace-unit, or a .npy "
+               "of ns); metric: completed QPS")
+
+    def effective(self, opts: RunOptions) -> RunOptions:
+        o = super().effective(opts)
+        if not o.trace:
+            raise ValueError("--trace is required for the trace scenario (a file of arrival offsets)")
+        return o
+
+    def offsets_ns(self, o: RunOptions) -> np.ndarray:
+        path = str(o.trace)
+        if path.endswith(".npy"):
+            return load_trace(path)
+        try:
+            raw = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=1)
+        except OSError as e:
+            raise ValueError(f"--trace: cannot read {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise ValueError(f"--trace: {path} must hold one number per line ({e})") from None
+        try:
+            return load_trace(raw * _UNIT_NS[o.trace_unit])
+        except ValueError as e:
+            raise ValueError(f"--trace: {path}: {e}") from None
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        return self._base_settings(
+            o, mode="trace", trace_offsets_ns=self.offsets_ns(o), max_in_flight=o.max_in_flight,
+            duration_s=o.duration_s, query_count=o.query_count,
+        )
