@@ -28,6 +28,7 @@ from loadgen.histogram import (
     RecordedBuckets,
 )
 
+from loadgen.results import load_results
 from loadgen.sut import Batch, DemoSUT, FixedDelaySUT, NullSUT
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "FixedDelaySUT",
     "NullSUT",
     "RunResult",
+    "load_results",
     "load_trace",
     "run",
     "DEFAULT_HIGHEST_TRACKABLE_VALUE",
