@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 
@@ -150,11 +151,11 @@ bool Engine::wait(int64_t timeout_ns) {
   if (!started_) return true;
   const int64_t deadline = timeout_ns < 0 ? INT64_MAX : now_ns() + timeout_ns;
   for (;;) {
-    const uint32_t e = done_.epoch();
+    Notifier::Ticket e(done_);
     if (run_over_.load(std::memory_order_acquire)) break;
     const int64_t now = now_ns();
     if (now >= deadline) return false;
-    done_.wait(e, std::min<int64_t>(deadline - now, 50'000'000));
+    e.wait(std::min<int64_t>(deadline - now, 50'000'000));
   }
   std::lock_guard<std::mutex> lock(join_mutex_);
   for (std::thread* t : {&issue_thread_, &monitor_thread_, &completion_thread_}) {
@@ -179,15 +180,22 @@ bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns,
 bool Engine::wait_for_room(int64_t limit) noexcept {
   // Spin briefly (a completion is often microseconds away), then sleep on the futex.
   const int64_t spin_until = now_ns() + std::min<int64_t>(s_.spin_ns, 200'000);
-  for (;;) {
+  for (bool sleeping = false;;) {
+    // A ticket only once spinning is over: while one is held, every completion pays a
+    // wake-up system call.
+    std::optional<Notifier::Ticket> ticket;
+    if (sleeping) ticket.emplace(room_);
     if (stop_.load(std::memory_order_relaxed)) return false;
-    const uint32_t e = room_.epoch();
     if (in_flight() < limit) return true;
-    if (now_ns() < spin_until) {
-      cpu_relax();
+    if (!sleeping) {
+      if (now_ns() < spin_until) {
+        cpu_relax();
+      } else {
+        sleeping = true;
+      }
       continue;
     }
-    room_.wait(e, 10'000'000);
+    ticket->wait(10'000'000);
   }
 }
 
@@ -214,9 +222,9 @@ void Engine::issue_loop() {
   if (inline_issue_) {
     // Consumers generate the queries; this thread only runs the end of the run.
     while (!issuing_done_.load(std::memory_order_acquire) && !stop_.load()) {
-      const uint32_t e = done_.epoch();
+      Notifier::Ticket e(done_);
       if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
-      done_.wait(e, 10'000'000);
+      e.wait(10'000'000);
     }
     // Under the consumers' lock, so that no query is generated after this point.
     std::lock_guard<std::mutex> lock(consumer_mutex_);
@@ -259,9 +267,9 @@ void Engine::issue_loop() {
       // Every slot holds an outstanding query: the table is the cap.
       if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
       while (slot_index < 0 && !stop_.load(std::memory_order_relaxed)) {
-        const uint32_t e = room_.epoch();
+        Notifier::Ticket e(room_);
         slot_index = find_free_slot();
-        if (slot_index < 0) room_.wait(e, 10'000'000);
+        if (slot_index < 0) e.wait(10'000'000);
       }
       if (slot_index < 0) break;
     }
@@ -279,13 +287,13 @@ void Engine::issue_loop() {
   }
   finish_issuing();
 
+  // Polled, not woken per completion: at the end of an offline run a million queries
+  // may complete during the grace period, and each wake-up would cost a system call.
   const int64_t grace_end = now_ns() + s_.grace_ns;
   while (in_flight() > 0 && !abort_.load()) {
-    const uint32_t e = room_.epoch();
-    if (in_flight() == 0) break;
     const int64_t now = now_ns();
     if (now >= grace_end) break;
-    room_.wait(e, std::min<int64_t>(grace_end - now, 10'000'000));
+    wait_until_ns(std::min<int64_t>(grace_end, now + 1'000'000), 0, &abort_);
   }
   closing_.store(true);
   cancel_outstanding();
@@ -407,14 +415,13 @@ void Engine::completion_loop() {
   set_min_timer_slack();
   uint64_t head = 0;
   for (;;) {
-    const uint32_t e = delayed_.epoch();
     if (closing_.load(std::memory_order_acquire)) return;
     if (head == delay_tail_.load(std::memory_order_acquire)) {
-      if (issuing_done_.load(std::memory_order_acquire) &&
-          head == delay_tail_.load(std::memory_order_acquire) && in_flight() == 0) {
-        return;
-      }
-      delayed_.wait(e, 10'000'000);
+      Notifier::Ticket ticket(delayed_);
+      if (head != delay_tail_.load(std::memory_order_acquire)) continue;
+      if (issuing_done_.load(std::memory_order_acquire) && in_flight() == 0) return;
+      if (closing_.load(std::memory_order_acquire)) return;
+      ticket.wait(10'000'000);
       continue;
     }
     const int64_t id = delay_ring_[head & mask_].load(std::memory_order_relaxed);
@@ -449,7 +456,6 @@ void Engine::demo_loop() {
   std::deque<int64_t> waiting;
   uint64_t head = 0;
   for (;;) {
-    const uint32_t e = delayed_.epoch();
     if (closing_.load(std::memory_order_acquire)) return;
     const uint64_t tail = delay_tail_.load(std::memory_order_acquire);
     for (; head != tail; ++head) waiting.push_back(delay_ring_[head & mask_].load(std::memory_order_relaxed));
@@ -481,7 +487,10 @@ void Engine::demo_loop() {
     const int64_t next = running.empty() ? now + 10'000'000 : running.top().due_ns;
     const int64_t until_spin = next - s_.spin_ns - now_ns();
     if (until_spin > 0) {
-      delayed_.wait(e, until_spin);
+      Notifier::Ticket ticket(delayed_);
+      if (head == delay_tail_.load(std::memory_order_acquire) && !closing_.load()) {
+        ticket.wait(until_spin);
+      }
     } else {
       while (now_ns() < next && head == delay_tail_.load(std::memory_order_acquire) &&
              !closing_.load(std::memory_order_relaxed)) {
@@ -498,10 +507,12 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   const int64_t start = now_ns();
   const int64_t deadline = timeout_ns < 0 ? INT64_MAX : start + timeout_ns;
   const int64_t spin_end = start + spin_ns;
-  Notifier& wake = inline_issue_ ? room_ : queued_;
-  for (;;) {
-    const uint32_t e = wake.epoch();
-    const uint32_t e_start = queued_.epoch();  // inline: the issue thread's start signal
+  for (bool sleeping = false;;) {
+    // Spin first; take a ticket (then re-check) only to sleep, since while one is held
+    // every queued query (or, inline, every completion) pays a wake-up system call.
+    // Inline consumers wait for completions, or for the issue thread's start signal.
+    std::optional<Notifier::Ticket> ticket;
+    if (sleeping) ticket.emplace(inline_issue_ && start_ns_.load() != 0 ? room_ : queued_);
     int64_t n = 0;
     if (inline_issue_) {
       std::lock_guard<std::mutex> lock(consumer_mutex_);
@@ -540,16 +551,15 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
     }
     const int64_t now = now_ns();
     if (now >= deadline) return 0;
-    if (now < spin_end) {
-      cpu_relax();
+    if (!sleeping) {
+      if (now < spin_end) {
+        cpu_relax();
+      } else {
+        sleeping = true;
+      }
       continue;
     }
-    const int64_t sleep = std::min<int64_t>(deadline - now, 50'000'000);
-    if (inline_issue_ && start_ns_.load() == 0) {
-      queued_.wait(e_start, sleep);
-    } else {
-      wake.wait(e, sleep);
-    }
+    ticket->wait(std::min<int64_t>(deadline - now, 50'000'000));
   }
 }
 
@@ -683,9 +693,9 @@ void Engine::cancel_outstanding() noexcept {
 
 void Engine::monitor_loop() {
   for (;;) {  // wait for the start time
-    const uint32_t e = done_.epoch();
+    Notifier::Ticket e(done_);
     if (start_ns_.load() != 0 || run_over_.load()) break;
-    done_.wait(e, 10'000'000);
+    e.wait(10'000'000);
   }
   interval_prev_ns_ = start_ns_.load();
   int64_t next_snapshot = s_.interval_ns > 0 ? interval_prev_ns_ + s_.interval_ns : INT64_MAX;
@@ -694,7 +704,7 @@ void Engine::monitor_loop() {
                                  : INT64_MAX;
   int64_t next_reap = s_.timeout_ns > 0 ? interval_prev_ns_ + reap_every : INT64_MAX;
   for (;;) {
-    const uint32_t e = done_.epoch();
+    Notifier::Ticket e(done_);
     if (run_over_.load(std::memory_order_acquire)) break;
     const int64_t now = now_ns();
     if (now >= next_reap) {
@@ -707,7 +717,7 @@ void Engine::monitor_loop() {
       if (next_snapshot <= now) next_snapshot = now + s_.interval_ns;
     }
     const int64_t sleep = std::min({next_reap, next_snapshot, now + 100'000'000}) - now;
-    done_.wait(e, std::max<int64_t>(sleep, 0));
+    e.wait(std::max<int64_t>(sleep, 0));
   }
   if (s_.interval_ns > 0) snapshot_interval(end_ns_.load());
 }

@@ -15,25 +15,24 @@ Notifier::~Notifier() {
   if (fd >= 0) close(fd);
 }
 
-void Notifier::wait(uint32_t seen, int64_t timeout_ns) noexcept {
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
-  if (epoch_.load(std::memory_order_seq_cst) == seen) {
-    timespec ts{};
-    timespec* tsp = nullptr;
-    if (timeout_ns >= 0) {
-      ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
-      ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
-      tsp = &ts;
-    }
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&epoch_), FUTEX_WAIT_PRIVATE, seen, tsp,
-            nullptr, 0);
+void Notifier::sleep(uint32_t seen, int64_t timeout_ns) noexcept {
+  if (epoch_.load(std::memory_order_seq_cst) != seen) return;
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
+    ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
+    tsp = &ts;
   }
-  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&epoch_), FUTEX_WAIT_PRIVATE, seen, tsp, nullptr, 0);
 }
 
 void Notifier::notify() noexcept {
-  epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) > 0) {
+  // Pairs with the seq_cst increment in Ticket: either a would-be waiter's count is seen
+  // here, or that waiter's condition check sees what the notifier published before this.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_relaxed) > 0) {
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT_MAX,
             nullptr, nullptr, 0);
   }

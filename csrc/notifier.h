@@ -8,8 +8,10 @@
 
 namespace loadgen {
 
-/// Waiters call wait(epoch()) after re-checking their condition; notify() wakes them.
-/// Thread-safe.
+/// A waiter takes a Ticket, checks its condition, and if it must wait calls
+/// ticket.wait(); notify() wakes every ticket holder. A notifier with no ticket holders
+/// costs notify() one fence and one load (no shared write), which keeps the hot paths
+/// that notify on every query cheap. Thread-safe.
 class Notifier {
  public:
   Notifier() = default;
@@ -17,12 +19,27 @@ class Notifier {
   Notifier(const Notifier&) = delete;
   Notifier& operator=(const Notifier&) = delete;
 
-  /// The current epoch, to be read before checking the condition.
-  uint32_t epoch() const noexcept { return epoch_.load(std::memory_order_seq_cst); }
-  /// Sleeps until notify() moves the epoch past `seen`, or `timeout_ns` (< 0: forever)
-  /// passes. Spurious returns are possible; callers re-check their condition.
-  void wait(uint32_t seen, int64_t timeout_ns) noexcept;
-  /// Wakes every waiter (and signals the eventfd, when armed). Cheap when nobody waits.
+  /// Registers the caller as a would-be waiter (until destroyed). Take it *before*
+  /// checking the condition: a notify() after that point is never missed.
+  class Ticket {
+   public:
+    explicit Ticket(Notifier& n) noexcept : n_(n) {
+      n_.waiters_.fetch_add(1, std::memory_order_seq_cst);
+      seen_ = n_.epoch_.load(std::memory_order_seq_cst);
+    }
+    ~Ticket() { n_.waiters_.fetch_sub(1, std::memory_order_relaxed); }
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    /// Sleeps until a notify() after the ticket was taken, or `timeout_ns` (< 0:
+    /// forever). Spurious returns are possible; callers re-check their condition.
+    void wait(int64_t timeout_ns) noexcept { n_.sleep(seen_, timeout_ns); }
+
+   private:
+    Notifier& n_;
+    uint32_t seen_;
+  };
+
+  /// Wakes every ticket holder (and signals the eventfd, when armed).
   void notify() noexcept;
 
   /// Creates (once) and returns a non-blocking eventfd that becomes readable on notify()
@@ -34,6 +51,8 @@ class Notifier {
   void drain_eventfd() noexcept;
 
  private:
+  void sleep(uint32_t seen, int64_t timeout_ns) noexcept;
+
   std::atomic<uint32_t> epoch_{0};
   std::atomic<int32_t> waiters_{0};
   std::atomic<bool> armed_{false};
