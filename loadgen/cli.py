@@ -145,7 +145,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         options, given = resolve(flags)
         for expr in list(options.fail_if) + list(options.require):
             parse_threshold(expr)
-        prepare(options)  # every option and the SUT checked before anything runs
+        prepared = prepare(options)  # every option and the SUT checked before anything runs
     except (OptionError, ThresholdError, ValueError) as e:
         raise _UsageError(str(e)) from None
     quiet = options.quiet or options.json
@@ -157,7 +157,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         doc = run_benchmark(
             options, given=given, on_progress=show,
             progress_interval_s=0.5 if tty else 5.0,
-            stop_requested=lambda: interrupts.signal is not None,
+            stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
         )
     if tty and show is not None:
         sys.stdout.write("\n")

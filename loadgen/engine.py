@@ -131,6 +131,17 @@ class EngineSettings:
             raise ValueError(f"timeout_ms must be > 0 (or None); got {self.timeout_ms}")
         if not 1 <= self.significant_figures <= 5:
             raise ValueError(f"significant_figures must be in 1..5; got {self.significant_figures}")
+        if self.pin_cpus:
+            try:
+                allowed = sorted(os.sched_getaffinity(0))
+            except AttributeError:  # pragma: no cover - not Linux
+                allowed = list(range(os.cpu_count() or 1))
+            bad = [c for c in self.pin_cpus if c not in allowed]
+            if bad:
+                raise ValueError(
+                    f"pin_cpus: CPU {bad[0]} is not available to this process "
+                    f"(allowed: {','.join(map(str, allowed))})"
+                )
         for name in ("schedule_seed", "sample_seed"):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < 2**64:
@@ -358,7 +369,13 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
         if self._driver is not None:
-            self._driver.join()
+            # The run is over. A Python SUT call may still be running on the driver
+            # thread; after stop() or abort() it gets a second to return, since Python
+            # code cannot be interrupted from outside (the thread is a daemon).
+            if self._stopped:
+                self._driver.join(1.0)
+            else:
+                self._driver.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._driver_error is not None:
             raise self._driver_error
         error = self._core.run_error
@@ -384,7 +401,7 @@ class Engine:
         self.abort()
         self._core.wait(None)
         if self._driver is not None:
-            self._driver.join()
+            self._driver.join(1.0)  # see wait(): a stuck SUT call cannot be interrupted
 
     # ----------------------------------------------------------------- results
 

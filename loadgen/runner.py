@@ -50,6 +50,7 @@ def run_benchmark(
     on_progress: Optional[Callable[[Progress], None]] = None,
     progress_interval_s: float = 1.0,
     stop_requested: Optional[Callable[[], bool]] = None,
+    prepared: Optional[tuple] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -60,8 +61,10 @@ def run_benchmark(
         stop_requested: polled a few times a second; when it returns True the run is
             stopped (outstanding queries get up to a second, then are cancelled) and the
             document is marked interrupted and invalid.
+        prepared: what :func:`prepare` returned for these options, so that the SUT is
+            not loaded twice.
     """
-    scenario, effective, settings, sut = prepare(options)
+    scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     engine = Engine(settings, sut)
     started_wall = time.time()
     interrupted = False

@@ -118,7 +118,8 @@ class Server(_Mlperf):
 class Offline(_Mlperf):
     name = "offline"
     summary = ("all queries at once (--query-count x --samples-per-query samples; by default "
-               "enough for --min-duration-s at the expected --target-qps); metric: samples/s")
+               "1.1 x --min-duration-s x the expected --target-qps samples, and at least "
+               "--min-query-count queries); metric: samples/s")
     checks_overload = False  # every query is due at t = 0: issue delay is the backlog by design
     default_expected_qps = 10_000.0
 
@@ -127,8 +128,10 @@ class Offline(_Mlperf):
         if o.target_qps is None:
             o.target_qps = self.default_expected_qps
         if o.query_count is None:
-            samples = max(o.min_query_count, math.ceil(1.1 * o.min_duration_s * o.target_qps))
-            o.query_count = max(1, math.ceil(samples / o.samples_per_query))
+            # Rounded first, so that 1.1 * 1 s * 100/s is 110 samples, not 111.
+            samples = math.ceil(round(1.1 * o.min_duration_s * o.target_qps, 6))
+            queries = math.ceil(samples / o.samples_per_query)
+            o.query_count = max(1, o.min_query_count, queries)
         return o
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
