@@ -1002,17 +1002,23 @@ def test_negative_fixed_delay_is_rejected():
         loadgen.FixedDelaySUT(-1)
 
 
-def test_pin_cpus_with_an_unusable_cpu_surfaces_from_the_run():
+def test_pin_cpus_with_an_unusable_cpu_is_refused_before_and_during_the_run():
     assert 4096 not in _core.allowed_cpus()
     s = settings(mode="constant", target_qps=100, query_count=10, pin_cpus=[4096])
-    with loadgen.Engine(s, loadgen.NullSUT()) as eng:
-        eng.start()
-        with pytest.raises(ValueError, match="pin_cpus"):
-            eng.wait(10)
-        assert eng.counts()["issued"] == 0
-        assert_counts_add_up(eng.counts())
+    # The Python layer refuses it up front, naming the field...
+    with pytest.raises(ValueError, match="pin_cpus: CPU 4096"):
+        loadgen.Engine(s, loadgen.NullSUT())
     with pytest.raises(ValueError, match="pin_cpus"):
         loadgen.run(s)
+    # ...and the native engine, given it anyway, ends the run with the error recorded
+    # and nothing issued.
+    core_settings = settings(mode="constant", target_qps=100, query_count=10).to_core("null", None)
+    core_settings.pin_cpus = [4096]
+    eng = _core.Engine(core_settings)
+    eng.start()
+    assert eng.wait(10)
+    assert "pin_cpus" in eng.run_error
+    assert eng.counts()["issued"] == 0
 
 
 def test_pin_cpus_to_an_allowed_cpu_runs():
