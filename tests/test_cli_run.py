@@ -55,23 +55,11 @@ def clean_env(**extra: str) -> dict:
     return env
 
 
-def _transient_import_failure(proc) -> bool:
-    # Another developer may be rebuilding the extension in place.
-    return proc.returncode != 0 and "Traceback" in proc.stderr and (
-        "loadgen._core" in proc.stderr or "native extension" in proc.stderr
-    )
-
-
 def run_cli(*args, timeout=60, env=None, cwd=None):
     """Runs `python -m loadgen ARGS` to the end (bounded by `timeout`)."""
     cmd = [sys.executable, "-m", "loadgen", *map(str, args)]
-    for attempt in range(5):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env=env if env is not None else clean_env(), cwd=cwd)
-        if not _transient_import_failure(proc):
-            return proc
-        time.sleep(2 + 2 * attempt)
-    return proc
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else clean_env(), cwd=cwd)
 
 
 def run_json(*args, expect=None, **kw):
