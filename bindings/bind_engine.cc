@@ -145,6 +145,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("significant_figures", &EngineSettings::significant_figures)
       .def_readwrite("highest_trackable_ns", &EngineSettings::highest_trackable_ns)
       .def_readwrite("table_capacity", &EngineSettings::table_capacity)
+      .def_readwrite("inline_dispatch", &EngineSettings::inline_dispatch)
       .def_readwrite("sut", &EngineSettings::sut)
       .def_readwrite("sut_delay_ns", &EngineSettings::sut_delay_ns)
       .def_readwrite("demo_workers", &EngineSettings::demo_workers)

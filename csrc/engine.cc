@@ -116,7 +116,10 @@ Engine::Engine(EngineSettings settings)
   slots_.reset(new Slot[capacity]);
   samples_.assign(capacity * static_cast<uint64_t>(s_.samples_per_query), 0);
   if (s_.sut == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[capacity]());
-  inline_issue_ = s_.load_mode == LoadMode::kClosedLoop && s_.sut == SutKind::kQueue;
+  require(!s_.inline_dispatch || s_.sut == SutKind::kQueue,
+          "inline_dispatch needs a Python (queue) SUT; native SUTs are issued from the issue thread");
+  inline_issue_ = s_.sut == SutKind::kQueue &&
+                  (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch);
   if (s_.sut == SutKind::kFixedDelay || s_.sut == SutKind::kDemo) {
     delay_ring_.reset(new std::atomic<int64_t>[capacity]());
   }
@@ -314,47 +317,97 @@ void Engine::finish_issuing() noexcept {
   done_.notify();
 }
 
+int64_t Engine::issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
+                             int64_t* samples_out) {
+  const int64_t spq = s_.samples_per_query;
+  const int64_t id = make_id(seq, static_cast<uint64_t>(slot_index));
+  Slot& sl = slot(id);
+  sl.scheduled_ns = scheduled;
+  sl.issued_ns = now;
+  sl.first_token_ns.store(0, std::memory_order_relaxed);
+  int64_t* dst = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
+  for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
+  std::copy(dst, dst + spq, samples_out);
+  sl.state.store(word(id, kIssued), std::memory_order_release);
+  issued_.store(seq, std::memory_order_release);
+  issue_delay_.record(now - scheduled);
+  track_timeout(id);
+  inline_count_ = seq;
+  return id;
+}
+
+bool Engine::inline_next_arrival(int64_t t0, int64_t* scheduled_ns) {
+  if (!inline_pending_) {
+    if (!schedule_->next(&inline_pending_offset_)) {
+      finish_issuing();
+      return false;
+    }
+    inline_pending_ = true;
+  }
+  const bool offline = s_.arrival == ArrivalKind::kOffline;
+  const int64_t elapsed = offline ? now_ns() - t0 : inline_pending_offset_;
+  if (should_stop_issuing(inline_count_, elapsed, offline ? elapsed : inline_last_offset_)) {
+    finish_issuing();
+    return false;
+  }
+  *scheduled_ns = t0 + inline_pending_offset_;
+  return true;
+}
+
 int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* scheduled_ns,
                                 int64_t max) {
   const int64_t t0 = start_ns_.load(std::memory_order_acquire);
   if (t0 == 0 || issuing_done_.load(std::memory_order_relaxed)) return 0;
   const int64_t spq = s_.samples_per_query;
+  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   int64_t n = 0;
   while (n < max) {
     if (stop_.load(std::memory_order_relaxed)) {
       finish_issuing();
       break;
     }
-    if (in_flight() >= s_.concurrency) break;
     const int64_t now = now_ns();
-    if (should_stop_issuing(inline_count_, now - t0, now - t0)) {
-      finish_issuing();
-      break;
+    int64_t scheduled;
+    if (closed) {
+      if (in_flight() >= s_.concurrency) break;
+      if (should_stop_issuing(inline_count_, now - t0, now - t0)) {
+        finish_issuing();
+        break;
+      }
+      // Due when the slot freed up (the last completion), not when this thread got here.
+      scheduled = inline_count_ < s_.concurrency
+                      ? t0
+                      : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
+    } else {
+      if (!inline_next_arrival(t0, &scheduled)) break;
+      if (scheduled > now) {  // not due yet: the caller waits for it
+        inline_next_due_ns_.store(scheduled, std::memory_order_relaxed);
+        break;
+      }
+      if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
+        if (!inline_cap_counted_) cap_waits_.fetch_add(1, std::memory_order_relaxed);
+        inline_cap_counted_ = true;
+        inline_next_due_ns_.store(0, std::memory_order_relaxed);
+        break;
+      }
     }
     const int64_t slot_index = find_free_slot();
-    if (slot_index < 0) break;  // wait for room
-    const int64_t seq = inline_count_ + 1;
-    const int64_t id = make_id(seq, static_cast<uint64_t>(slot_index));
-    Slot& sl = slot(id);
-    // Due when the slot freed up (the last completion), not when this thread got here.
-    const int64_t scheduled =
-        inline_count_ < s_.concurrency
-            ? t0
-            : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
-    sl.scheduled_ns = scheduled;
-    sl.issued_ns = now;
-    sl.first_token_ns.store(0, std::memory_order_relaxed);
-    int64_t* dst = &samples_[(static_cast<uint64_t>(id) & mask_) * static_cast<uint64_t>(spq)];
-    for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
-    std::copy(dst, dst + spq, samples + n * spq);
-    sl.state.store(word(id, kIssued), std::memory_order_release);
-    issued_.store(seq, std::memory_order_release);
-    issue_delay_.record(now - scheduled);
-    track_timeout(id);
-    inline_prev_scheduled_ = scheduled;
-    inline_count_ = seq;
-    ids[n] = id;
+    if (slot_index < 0) {  // the table is full: wait for room
+      if (!closed) {
+        if (!inline_cap_counted_) cap_waits_.fetch_add(1, std::memory_order_relaxed);
+        inline_cap_counted_ = true;
+        inline_next_due_ns_.store(0, std::memory_order_relaxed);
+      }
+      break;
+    }
+    ids[n] = issue_inline(inline_count_ + 1, slot_index, scheduled, now, samples + n * spq);
     scheduled_ns[n] = scheduled;
+    inline_prev_scheduled_ = scheduled;
+    if (!closed) {
+      inline_last_offset_ = inline_pending_offset_;
+      inline_pending_ = false;
+      inline_cap_counted_ = false;
+    }
     ++n;
   }
   return n;
@@ -551,6 +604,13 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
     }
     const int64_t now = now_ns();
     if (now >= deadline) return 0;
+    if (inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && start_ns_.load() != 0) {
+      const int64_t due = inline_next_due_ns_.load(std::memory_order_relaxed);
+      if (due > 0) {  // the next query is due at a known time: sleep, then spin, to it
+        wait_until_ns(std::min(due, deadline), s_.spin_ns, &stop_);
+        continue;
+      }
+    }
     if (!sleeping) {
       if (now < spin_end) {
         cpu_relax();

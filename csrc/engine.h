@@ -66,6 +66,12 @@ struct EngineSettings {
   int64_t highest_trackable_ns = 3'600'000'000'000;  ///< histogram range top (1 h)
   int64_t table_capacity = 0;  ///< in-flight table slots, a power of 2 (0: chosen)
 
+  /// Open loop with the queue SUT: the consumer thread itself waits for each scheduled
+  /// time and issues what is due (no issue thread hand-off: one busy thread instead of
+  /// two, and no cross-thread wake-up in the latency). Closed loop with the queue SUT
+  /// always works this way.
+  bool inline_dispatch = false;
+
   SutKind sut = SutKind::kNull;
   int64_t sut_delay_ns = 0;  ///< fixed-delay SUT
   // The demo SUT: `demo_workers` workers; a free worker takes up to `demo_max_batch`
@@ -221,6 +227,11 @@ class Engine {
   // Closed loop, queue SUT: generates up to `max` queries on the caller's thread
   // (consumer_mutex_ held). Marks issuing done when a bound is reached.
   int64_t generate_inline(int64_t* ids, int64_t* samples, int64_t* scheduled_ns, int64_t max);
+  // The next arrival for inline open loop; false (and issuing finished) at the end.
+  bool inline_next_arrival(int64_t t0, int64_t* scheduled_ns);
+  // Claims a free slot for query `seq` and fills it as issued now (consumer thread).
+  int64_t issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
+                       int64_t* samples_out);
   void finish_issuing() noexcept;
   void monitor_loop();
   void completion_loop();
@@ -240,6 +251,12 @@ class Engine {
   bool inline_issue_ = false;
   int64_t inline_count_ = 0;          // inline issuing: queries generated (consumer_mutex_)
   int64_t inline_prev_scheduled_ = 0;
+  // Inline open loop (consumer_mutex_): the next arrival, drawn but not yet due.
+  bool inline_pending_ = false;
+  int64_t inline_pending_offset_ = 0;
+  int64_t inline_last_offset_ = -1;
+  bool inline_cap_counted_ = false;
+  std::atomic<int64_t> inline_next_due_ns_{0};  // 0: waiting for room, not for time
   uint64_t mask_ = 0;
   int slot_bits_ = 0;
   uint64_t free_cursor_ = 0;  // owned by whichever thread issues

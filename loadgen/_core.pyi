@@ -161,6 +161,7 @@ class EngineSettings:
     significant_figures: int
     highest_trackable_ns: int
     table_capacity: int
+    inline_dispatch: bool
     sut: SutKind
     sut_delay_ns: int
     demo_workers: int

@@ -67,6 +67,12 @@ class EngineSettings:
         batch_max: most queries handed to a Python SUT in one batch.
         consumer_spin_us: how long the Python dispatcher spins before sleeping when
             no query is queued (lower latency at low rates; costs a core).
+        inline_dispatch: open loop with a function or batched Python SUT: the dispatcher
+            thread itself waits for each scheduled time and issues what is due, instead
+            of a separate issue thread handing queries over. One busy thread instead of
+            two and no cross-thread wake-up: steadier tail latency on small or shared
+            machines; the schedule is not watched while the SUT runs (lateness shows as
+            issue delay). Closed loop with a Python SUT always works this way.
     """
 
     mode: str = "poisson"
@@ -93,6 +99,7 @@ class EngineSettings:
     significant_figures: int = 3
     batch_max: int = 4096
     consumer_spin_us: float = 50.0
+    inline_dispatch: bool = False
 
     def validate(self) -> None:
         """Checks every field; raises ValueError naming the first bad one."""
@@ -196,6 +203,11 @@ class EngineSettings:
         s.grace_ns = _ns(self.grace_s)
         s.interval_ns = _ns(self.interval_s)
         s.significant_figures = self.significant_figures
+        if self.inline_dispatch and sut_form not in ("function", "batched"):
+            raise ValueError(
+                f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"
+            )
+        s.inline_dispatch = bool(self.inline_dispatch)
         if sut_form == "null":
             s.sut = _core.SutKind.null
         elif sut_form == "fixed_delay":

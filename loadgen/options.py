@@ -215,6 +215,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
     OptionSpec("spin_us", _float(0, 1e6), "issue thread: spin this long before each scheduled time (default 100)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
+    OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
+               "(one busy thread, no hand-off; steadier tails on small machines)"),
     OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout (default: none)", "MS"),
     OptionSpec("grace_s", _float(0), "wait this long for outstanding queries at the end (default 10)", "S"),
     OptionSpec("interval_s", _float(0), "time-series interval (default 1; 0 = none)", "S"),
@@ -263,6 +265,7 @@ class RunOptions:
     sample_seed: Optional[int] = None
     spin_us: float = 100.0
     pin_cpus: List[int] = field(default_factory=list)
+    inline_dispatch: bool = False
     timeout_ms: Optional[float] = None
     grace_s: float = 10.0
     interval_s: float = 1.0

@@ -1034,3 +1034,87 @@ def test_an_engine_runs_once():
         assert eng.wait(10)
         with pytest.raises(RuntimeError):
             eng._core.start()
+
+
+# ------------------------------------------------------------ inline dispatch
+
+
+def test_inline_dispatch_replays_a_trace_at_its_offsets_on_the_consumer_thread():
+    offsets = np.array([0, 1, 1, 5, 20, 50, 51, 100], dtype=np.int64) * MS
+    sut = Recorder()
+    result, eng = run_engine(settings(mode="trace", trace_offsets_ns=offsets, inline_dispatch=True), sut)
+    ids, _, scheduled, seen = sut.by_id()
+    assert_counts_add_up(result.counts)
+    assert result.counts["completed"] == len(offsets)
+    np.testing.assert_array_equal(scheduled - eng._core.start_ns, offsets)
+    assert (seen >= scheduled).all()  # never early; lateness allowed
+    assert eng._core.inline_issue
+
+
+def test_inline_dispatch_holds_the_in_flight_cap_and_counts_the_waits():
+    class Slow:
+        """Completes each query 5 ms later from a timer thread, tracking its in-flight."""
+
+        def __init__(self):
+            self.lock = threading.Lock()
+            self.out = 0
+            self.max_out = 0
+            self.timers = []
+
+        def issue(self, batch):
+            with self.lock:
+                self.out += len(batch)
+                self.max_out = max(self.max_out, self.out)
+
+            def done(b=batch):
+                with self.lock:
+                    self.out -= len(b)
+                b.complete()
+
+            t = threading.Timer(0.005, done)
+            self.timers.append(t)
+            t.start()
+
+    sut = Slow()
+    # 2000 qps into 3 slots of 5 ms each (at most ~600 qps): the cap must bind.
+    s = settings(mode="constant", target_qps=2000, query_count=60, max_in_flight=3,
+                 inline_dispatch=True, grace_s=5.0)
+    result, _ = run_engine(s, sut)
+    for t in sut.timers:
+        t.join(5)
+    assert_counts_add_up(result.counts)
+    assert result.counts["completed"] == 60
+    assert sut.max_out <= 3
+    assert result.counts["cap_waits"] > 0
+    # Waiting for the cap is latency: p50 latency is well above the 5 ms service time.
+    assert result.latency.value_at_percentile(50) > 2 * result.service_time.value_at_percentile(50)
+
+
+def test_inline_dispatch_function_sut_and_stop_end_cleanly():
+    calls = []
+    eng = loadgen.Engine(settings(mode="poisson", target_qps=5000, duration_s=30,
+                                  inline_dispatch=True), calls.append)
+    with eng:
+        eng.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        eng.stop()
+        assert eng.wait(10)
+        assert time.monotonic() - t0 < 3.0  # stops promptly, not after 30 s
+        result = eng.result()
+    assert_counts_add_up(result.counts)
+    assert result.counts["completed"] == len(calls) > 100
+
+
+@pytest.mark.parametrize("sut", [loadgen.NullSUT(), loadgen.FixedDelaySUT(10)], ids=["null", "sleep"])
+def test_inline_dispatch_needs_a_python_sut(sut):
+    with pytest.raises(ValueError, match="inline_dispatch"):
+        loadgen.Engine(settings(mode="constant", target_qps=100, query_count=5, inline_dispatch=True), sut)
+
+
+def test_inline_dispatch_is_refused_for_async_suts():
+    async def f(sample):
+        return None
+
+    with pytest.raises(ValueError, match="inline_dispatch"):
+        loadgen.Engine(settings(mode="constant", target_qps=100, query_count=5, inline_dispatch=True), f)

@@ -69,6 +69,7 @@ class Scenario:
             grace_s=o.grace_s,
             interval_s=o.interval_s,
             significant_figures=o.significant_figures,
+            inline_dispatch=o.inline_dispatch,
             **kw,
         )
 
