@@ -381,7 +381,7 @@ def _run_child(scenario: str, settings: Dict[str, Any], *, sut: str = "instant",
             proc = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--child", spec_path],
                 cwd=tmp, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
             )
             status = None
             rusage = None

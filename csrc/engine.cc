@@ -267,12 +267,13 @@ void Engine::issue_loop() {
     }
     int64_t slot_index = find_free_slot();
     if (slot_index < 0) {
-      // Every slot holds an outstanding query: the table is the cap.
+      // Every slot holds an outstanding query: the table is the cap. Poll rather than
+      // sleep on the notifier: a full table means a deep backlog, and a waiting ticket
+      // would cost every one of those completions a wake-up system call.
       if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
       while (slot_index < 0 && !stop_.load(std::memory_order_relaxed)) {
-        Notifier::Ticket e(room_);
+        wait_until_ns(now_ns() + 20'000, 0, &stop_);
         slot_index = find_free_slot();
-        if (slot_index < 0) e.wait(10'000'000);
       }
       if (slot_index < 0) break;
     }
