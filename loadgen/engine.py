@@ -13,14 +13,14 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, fields
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from loadgen import _core
 from loadgen.histogram import Histogram
-from loadgen.sut import Batch, FixedDelaySUT, classify_sut
+from loadgen.sut import Batch, classify_sut
 
 __all__ = ["EngineSettings", "RunResult", "Engine", "run", "load_trace"]
 

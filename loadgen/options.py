@@ -217,7 +217,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),
-    OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout (default: none)", "MS"),
+    OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout, measured like latency from the "
+               "scheduled time (default: none)", "MS"),
     OptionSpec("grace_s", _float(0), "wait this long for outstanding queries at the end (default 10)", "S"),
     OptionSpec("interval_s", _float(0), "time-series interval (default 1; 0 = none)", "S"),
     OptionSpec("significant_figures", _int(1, 5), "histogram precision in decimal digits (default 3)", "N"),

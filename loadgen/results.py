@@ -9,7 +9,6 @@ interval log, the CSV row and the pandas view are all rendered from it.
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import io
 import json
 import os
@@ -17,9 +16,9 @@ import platform
 import re
 import sys
 import tempfile
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Sequence, Union
 
-from loadgen.histogram import DEFAULT_PERCENTILES, Histogram
+from loadgen.histogram import Histogram
 
 __all__ = [
     "SCHEMA",

@@ -8,7 +8,6 @@ from collections import Counter
 from fractions import Fraction
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
