@@ -56,7 +56,7 @@ latency for an instant SUT; only with the native SUTs (issue_delay case) is it t
 issue thread alone. MLPerf's early-stopping test is not applied. At these query counts (>= 5,000 per
 probe) it amounts to the p99 rule.
 
-The search is geometric bisection (``geometric_max_valid``). It follows the same rules
+The search is geometric bisection (``mlperf_peer.geometric_max_valid``), the same one
 as ``mlperf_peer.server_max_valid_qps``: the bracket [lo, hi] itself is never probed,
 each probe runs at sqrt(a*b), and the search stops at b/a <= 1+rel_precision, at
 max_probes, or at a time budget. If no probe was valid, lo is probed at the end.
@@ -316,57 +316,6 @@ def _spawn_child(spec: Dict[str, Any], timeout_s: float) -> Dict[str, Any]:
     return res
 
 
-def geometric_max_valid(probe: Callable[[float], Tuple[bool, Dict[str, Any]]], lo: float,
-                        hi: float, rel_precision: float = 0.05, max_probes: int = 12,
-                        max_total_s: float = 240.0) -> Dict[str, Any]:
-    """Highest rate whose probe is valid, by geometric bisection.
-
-    Follows the same rules as mlperf_peer.server_max_valid_qps. The bracket [lo, hi] is
-    not probed itself. Each probe runs at sqrt(a*b): a valid result raises a, an invalid
-    one lowers b. The search stops when b/a <= 1+rel_precision, after max_probes probes,
-    or when the next probe would probably overrun max_total_s (judged by the slowest
-    probe so far). If no probe was valid, lo is probed once more. ``probe(q)`` returns
-    (valid, record).
-    """
-    t_start = time.perf_counter()
-    a, b = float(lo), float(hi)
-    probes: List[Dict[str, Any]] = []
-    best: Optional[float] = None
-    worst: Optional[float] = None
-    slowest = 0.0
-
-    def one(q: float) -> bool:
-        nonlocal best, worst, slowest
-        t = time.perf_counter()
-        ok, rec = probe(q)
-        dt = time.perf_counter() - t
-        slowest = max(slowest, dt)
-        rec = dict(rec)
-        rec.update({"qps": q, "valid": bool(ok), "wall_s": dt})
-        probes.append(rec)
-        if ok and (best is None or q > best):
-            best = q
-        if not ok and (worst is None or q < worst):
-            worst = q
-        return bool(ok)
-
-    while b / a > 1 + rel_precision and len(probes) < max_probes:
-        if probes and time.perf_counter() - t_start + slowest > max_total_s:
-            break
-        q = math.sqrt(a * b)
-        if one(q):
-            a = q
-        else:
-            b = q
-    if best is None and not any(p["qps"] == float(lo) for p in probes):
-        one(float(lo))
-    return {"max_valid_qps": best, "min_invalid_qps": worst, "bracket": [a, b],
-            "converged": b / a <= 1 + rel_precision, "rel_precision": rel_precision,
-            "lo": lo, "hi": hi, "probes": probes, "n_probes": len(probes),
-            "total_s": time.perf_counter() - t_start,
-            "hit_top": best is not None and worst is None}
-
-
 def loadgen_server_validity(r: Dict[str, Any], target_qps: float, bound_ms: float,
                             duration_s: float) -> Tuple[bool, List[str]]:
     """MLPerf-style validity of one loadgen Server run, plus the checks listed in the
@@ -571,8 +520,8 @@ class Bench:
         def probe(q: float):
             return self.lg_server_probe(sut, bound_ms, seed, q, inline=inline)
 
-        return geometric_max_valid(probe, self.lg_lo, self.lg_hi, self.srv_rel,
-                                   self.srv_max_probes, self.srv_max_total_s)
+        return self.peer.geometric_max_valid(probe, self.lg_lo, self.lg_hi, self.srv_rel,
+                                             self.srv_max_probes, self.srv_max_total_s)
 
     def peer_server_search(self, bound_ms: float) -> Dict[str, Any]:
         lo = 1000.0 if bound_ms >= 10 else (300.0 if self.quick else 200.0)

@@ -530,27 +530,20 @@ def server_run(target_qps: float, duration_s: float, latency_bound_ms: float,
     return out
 
 
-def server_max_valid_qps(latency_bound_ms: float, duration_s: float = 5, lo: float = 1000,
-                         hi: float = 400000, rel_precision: float = 0.05,
-                         max_probes: int = 12, max_total_s: float = 240,
-                         sut: str = "instant", batch: bool = False) -> Dict[str, Any]:
-    """Highest target QPS whose Server run is VALID, by geometric bisection.
+def geometric_max_valid(probe, lo: float, hi: float, rel_precision: float = 0.05,
+                        max_probes: int = 12, max_total_s: float = 240.0) -> Dict[str, Any]:
+    """Highest rate whose probe is valid, by geometric bisection (shared by both sides
+    of bench/bench_engine.py, so the peer and loadgen are searched the same way).
 
-    The search bracket starts as [lo, hi] (neither probed); each probe is server_run at
-    sqrt(a*b); VALID raises a, INVALID (or a failed child) lowers b. Stops when
-    b/a <= 1+rel_precision, after max_probes probes, or when the next probe would
-    likely overrun max_total_s (estimated from the slowest probe so far). If no probe
-    was VALID, lo itself is probed once more (beyond max_probes) so the answer says
-    whether even lo passes. Validity is assumed monotonic in QPS, which fails at the low
-    end: a Server run with too few queries (below ~460 for p99 with zero over-bound
-    queries, more with some) is INVALID by early stopping alone, so keep
-    lo * duration_s well above that.
+    The bracket [lo, hi] is not probed itself; each probe runs at sqrt(a*b); a valid
+    result raises a, an invalid one lowers b. Stops when b/a <= 1+rel_precision, after
+    max_probes probes, or when the next probe would probably overrun max_total_s
+    (judged by the slowest probe so far). If no probe was valid, lo is probed once more
+    (beyond max_probes) so the answer says whether even lo passes. ``probe(q)`` returns
+    (valid, record); each record gains qps, valid and wall_s.
 
-    Returns max_valid_qps (highest VALID target probed, or None), min_invalid_qps
-    (lowest INVALID target probed, or None), bracket [a, b] (search bracket at the end),
-    converged (b/a <= 1+rel_precision), probes (list of {qps, valid, result, p99_ns,
-    completed_qps, query_count, perf_constraints_met, early_stopping_met,
-    min_duration_met, wall_s, error}), n_probes, total_s.
+    Returns max_valid_qps, min_invalid_qps (or None), bracket [a, b], converged,
+    rel_precision, lo, hi, probes, n_probes, total_s and hit_top (every probe valid).
     """
     t_start = time.perf_counter()
     a, b = float(lo), float(hi)
@@ -559,51 +552,68 @@ def server_max_valid_qps(latency_bound_ms: float, duration_s: float = 5, lo: flo
     worst: Optional[float] = None
     slowest = 0.0
 
-    def probe(q: float) -> bool:
+    def one(q: float) -> bool:
         nonlocal best, worst, slowest
         t = time.perf_counter()
-        r = server_run(q, duration_s, latency_bound_ms, sut=sut, batch=batch)
+        ok, rec = probe(q)
         dt = time.perf_counter() - t
         slowest = max(slowest, dt)
-        ok = bool(r["ok"] and r["valid"])
-        probes.append({
-            "qps": q, "valid": ok, "result": r.get("result"), "p99_ns": r.get("p99_ns"),
-            "completed_qps": r.get("completed_qps"), "query_count": r.get("query_count"),
-            "perf_constraints_met": r.get("perf_constraints_met"),
-            "early_stopping_met": r.get("early_stopping_met"),
-            "min_duration_met": r.get("min_duration_met"),
-            "wall_s": dt, "error": r.get("error"),
-        })
+        rec = dict(rec)
+        rec.update({"qps": q, "valid": bool(ok), "wall_s": dt})
+        probes.append(rec)
         if ok and (best is None or q > best):
             best = q
         if not ok and (worst is None or q < worst):
             worst = q
-        return ok
+        return bool(ok)
 
     while b / a > 1 + rel_precision and len(probes) < max_probes:
-        elapsed = time.perf_counter() - t_start
-        if probes and elapsed + slowest > max_total_s:
+        if probes and time.perf_counter() - t_start + slowest > max_total_s:
             break
         q = math.sqrt(a * b)
-        if probe(q):
+        if one(q):
             a = q
         else:
             b = q
     converged = b / a <= 1 + rel_precision
     if best is None and not any(p["qps"] == float(lo) for p in probes):
-        probe(float(lo))
-    return {
-        "latency_bound_ms": latency_bound_ms,
-        "duration_s": duration_s,
-        "max_valid_qps": best,
-        "min_invalid_qps": worst,
-        "bracket": [a, b],
-        "converged": converged,
-        "rel_precision": rel_precision,
-        "probes": probes,
-        "n_probes": len(probes),
-        "total_s": time.perf_counter() - t_start,
-    }
+        one(float(lo))
+    return {"max_valid_qps": best, "min_invalid_qps": worst, "bracket": [a, b],
+            "converged": converged, "rel_precision": rel_precision,
+            "lo": lo, "hi": hi, "probes": probes, "n_probes": len(probes),
+            "total_s": time.perf_counter() - t_start,
+            "hit_top": best is not None and worst is None}
+
+
+def server_max_valid_qps(latency_bound_ms: float, duration_s: float = 5, lo: float = 1000,
+                         hi: float = 400000, rel_precision: float = 0.05,
+                         max_probes: int = 12, max_total_s: float = 240,
+                         sut: str = "instant", batch: bool = False) -> Dict[str, Any]:
+    """Highest target QPS whose Server run is VALID, by geometric_max_valid over
+    server_run (a failed child counts as INVALID).
+
+    Validity is assumed monotonic in QPS, which fails at the low end: a Server run with
+    too few queries (below ~460 for p99 with zero over-bound queries, more with some) is
+    INVALID by early stopping alone, so keep lo * duration_s well above that.
+
+    Returns geometric_max_valid's keys plus latency_bound_ms and duration_s; each probe
+    holds qps, valid, result, p99_ns, completed_qps, query_count, perf_constraints_met,
+    early_stopping_met, min_duration_met, wall_s and error.
+    """
+    def probe(q: float):
+        r = server_run(q, duration_s, latency_bound_ms, sut=sut, batch=batch)
+        ok = bool(r["ok"] and r["valid"])
+        return ok, {
+            "result": r.get("result"), "p99_ns": r.get("p99_ns"),
+            "completed_qps": r.get("completed_qps"), "query_count": r.get("query_count"),
+            "perf_constraints_met": r.get("perf_constraints_met"),
+            "early_stopping_met": r.get("early_stopping_met"),
+            "min_duration_met": r.get("min_duration_met"), "error": r.get("error"),
+        }
+
+    out = geometric_max_valid(probe, lo, hi, rel_precision, max_probes, max_total_s)
+    out.update({"latency_bound_ms": latency_bound_ms, "duration_s": duration_s})
+    return out
 
 
 def offline_run(sample_count: int, duration_s: float, batched: bool = True,
