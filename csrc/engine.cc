@@ -122,6 +122,7 @@ Engine::Engine(EngineSettings settings)
                   (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch);
   if (s_.sut == SutKind::kFixedDelay || s_.sut == SutKind::kDemo) {
     delay_ring_.reset(new std::atomic<int64_t>[capacity]());
+    delay_due_.reset(new std::atomic<int64_t>[capacity]());
   }
 }
 
@@ -180,7 +181,7 @@ bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns,
   return false;
 }
 
-bool Engine::wait_for_room(int64_t limit) noexcept {
+bool Engine::wait_for_room(int64_t limit, int64_t deadline_ns) noexcept {
   // Spin briefly (a completion is often microseconds away), then sleep on the futex.
   const int64_t spin_until = now_ns() + std::min<int64_t>(s_.spin_ns, 200'000);
   for (bool sleeping = false;;) {
@@ -190,6 +191,7 @@ bool Engine::wait_for_room(int64_t limit) noexcept {
     if (sleeping) ticket.emplace(room_);
     if (stop_.load(std::memory_order_relaxed)) return false;
     if (in_flight() < limit) return true;
+    if (now_ns() >= deadline_ns) return false;  // the run's time is up while waiting
     if (!sleeping) {
       if (now_ns() < spin_until) {
         cpu_relax();
@@ -221,6 +223,8 @@ void Engine::issue_loop() {
   int64_t count = 0;
   int64_t prev_scheduled = t0;
   int64_t last_offset = -1;  // schedule offset of the last query issued
+  // Waiting for room (cap or table) must not outlast a duration limit.
+  const int64_t run_deadline = s_.max_duration_ns > 0 ? t0 + s_.max_duration_ns : INT64_MAX;
 
   if (inline_issue_) {
     // Consumers generate the queries; this thread only runs the end of the run.
@@ -240,7 +244,7 @@ void Engine::issue_loop() {
       const int64_t elapsed = now_ns() - t0;
       if (should_stop_issuing(count, elapsed, elapsed)) break;
       if (in_flight() >= s_.concurrency) {
-        if (!wait_for_room(s_.concurrency)) break;
+        if (!wait_for_room(s_.concurrency, run_deadline)) break;
         // The next query was due when a slot freed up, not when this thread noticed.
         scheduled = std::max(prev_scheduled, last_free_ns_.load(std::memory_order_acquire));
       } else {
@@ -262,7 +266,7 @@ void Engine::issue_loop() {
       if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
         waited = true;
         cap_waits_.fetch_add(1, std::memory_order_relaxed);
-        if (!wait_for_room(s_.max_in_flight)) break;
+        if (!wait_for_room(s_.max_in_flight, run_deadline)) break;
       }
     }
     int64_t slot_index = find_free_slot();
@@ -271,7 +275,7 @@ void Engine::issue_loop() {
       // sleep on the notifier: a full table means a deep backlog, and a waiting ticket
       // would cost every one of those completions a wake-up system call.
       if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
-      while (slot_index < 0 && !stop_.load(std::memory_order_relaxed)) {
+      while (slot_index < 0 && !stop_.load(std::memory_order_relaxed) && now_ns() < run_deadline) {
         wait_until_ns(now_ns() + 20'000, 0, &stop_);
         slot_index = find_free_slot();
       }
@@ -293,7 +297,7 @@ void Engine::issue_loop() {
 
   // Polled, not woken per completion: at the end of an offline run a million queries
   // may complete during the grace period, and each wake-up would cost a system call.
-  const int64_t grace_end = now_ns() + s_.grace_ns;
+  const int64_t grace_end = s_.grace_ns > INT64_MAX / 2 ? INT64_MAX : now_ns() + s_.grace_ns;
   while (in_flight() > 0 && !abort_.load()) {
     const int64_t now = now_ns();
     if (now >= grace_end) break;
@@ -385,6 +389,12 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
         inline_next_due_ns_.store(scheduled, std::memory_order_relaxed);
         break;
       }
+      if (s_.max_duration_ns > 0 && now - t0 >= s_.max_duration_ns &&
+          (in_flight() >= (s_.max_in_flight > 0 ? s_.max_in_flight : INT64_MAX) ||
+           find_free_slot() < 0)) {
+        finish_issuing();  // the run's time is up while waiting for room
+        break;
+      }
       if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
         if (!inline_cap_counted_) cap_waits_.fetch_add(1, std::memory_order_relaxed);
         inline_cap_counted_ = true;
@@ -433,13 +443,14 @@ void Engine::track_timeout(int64_t id) {
 
 void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
   Slot& sl = slot(id);
-  track_timeout(id);
+  int64_t issued_at = 0;
   if (s_.sut != SutKind::kQueue) {  // native SUTs receive the query right here
-    const int64_t now = now_ns();
-    sl.issued_ns = now;
+    issued_at = now_ns();
+    sl.issued_ns = issued_at;
     sl.state.store(word(id, kIssued), std::memory_order_release);
+    track_timeout(id);  // after the state store: the reaper must see this id in the slot
     issued_.store(seq, std::memory_order_release);
-    issue_delay_.record(now - scheduled_ns);
+    issue_delay_.record(issued_at - scheduled_ns);
   }
   switch (s_.sut) {
     case SutKind::kNull:
@@ -449,12 +460,14 @@ void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
     case SutKind::kDemo: {
       const uint64_t tail = delay_tail_.load(std::memory_order_relaxed);
       delay_ring_[tail & mask_].store(id, std::memory_order_relaxed);
+      delay_due_[tail & mask_].store(issued_at + s_.sut_delay_ns, std::memory_order_relaxed);
       delay_tail_.store(tail + 1, std::memory_order_release);
       delayed_.notify();
       return;
     }
     case SutKind::kQueue: {
       sl.state.store(word(id, kQueued), std::memory_order_release);
+      track_timeout(id);
       issued_.store(seq, std::memory_order_release);
       const uint64_t tail = ring_tail_.load(std::memory_order_relaxed);
       ring_[tail & mask_].store(id, std::memory_order_relaxed);
@@ -479,7 +492,8 @@ void Engine::completion_loop() {
       continue;
     }
     const int64_t id = delay_ring_[head & mask_].load(std::memory_order_relaxed);
-    const int64_t due = slot(id).issued_ns + s_.sut_delay_ns;
+    // From the ring, not the slot: a timed-out query's slot may already be reused.
+    const int64_t due = delay_due_[head & mask_].load(std::memory_order_relaxed);
     if (!wait_until_ns(due, s_.spin_ns, &closing_)) return;
     complete_internal(id, now_ns(), -1, false);
     ++head;
@@ -498,7 +512,8 @@ void Engine::demo_loop() {
     const double u2 = rng.uniform();
     const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     const double base = static_cast<double>(s_.demo_service_ns + s_.demo_per_item_ns * (batch - 1));
-    return static_cast<int64_t>(base * std::exp(s_.demo_sigma * normal));
+    const double ns = base * std::exp(s_.demo_sigma * normal);
+    return ns < 3.6e12 ? static_cast<int64_t>(ns) : int64_t{3'600'000'000'000};  // at most an hour
   };
   struct Running {
     int64_t due_ns;
@@ -629,8 +644,13 @@ int Engine::eventfd() { return queued_.eventfd(); }
 void Engine::arm_eventfd() noexcept {
   queued_.drain_eventfd();
   queued_.arm_eventfd();
-  // Anything queued (or the end) after the last take_batch must not be missed.
-  if (ring_head_.load() != ring_tail_.load() || issuing_done_.load()) queued_.notify();
+  // Anything queued (or the end) after the last take_batch must not be missed; inline,
+  // neither may the start of the run or room for the next query.
+  const bool inline_ready = inline_issue_ && start_ns_.load() != 0 &&
+                            in_flight() < (s_.load_mode == LoadMode::kClosedLoop ? s_.concurrency : 1);
+  if (ring_head_.load() != ring_tail_.load() || issuing_done_.load() || inline_ready) {
+    queued_.notify();
+  }
 }
 
 bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
@@ -664,6 +684,8 @@ void Engine::release(int64_t id, int64_t t) noexcept {
   last_free_ns_.store(t > 0 ? t : now_ns(), std::memory_order_release);
   resolved_.fetch_add(1, std::memory_order_acq_rel);
   room_.notify();
+  // Inline, room is work for the consumer: an async consumer waits on the eventfd.
+  if (inline_issue_) queued_.notify();
 }
 
 int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept {
@@ -683,14 +705,12 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
     return false;
   }
   failed_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(info_mutex_);
-    ++error_counts_[kind];
-    if (static_cast<int64_t>(error_messages_.size()) < s_.max_error_messages) {
-      error_messages_.push_back(kind + ": " + message);
-    }
+  release(id);  // before the bookkeeping, which allocates and could throw
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  ++error_counts_[kind];
+  if (static_cast<int64_t>(error_messages_.size()) < s_.max_error_messages) {
+    error_messages_.push_back(kind + ": " + message);
   }
-  release(id);
   return true;
 }
 
@@ -702,8 +722,13 @@ bool Engine::first_token(int64_t id, int64_t t_ns) noexcept {
   int64_t expect = 0;
   if (!sl.first_token_ns.compare_exchange_strong(expect, t, std::memory_order_relaxed)) return false;
   const int64_t scheduled = sl.scheduled_ns;
-  // The slot cannot be reused before this query resolves; re-check that it has not.
-  if (sl.state.load(std::memory_order_acquire) != word(id, kIssued)) return false;
+  // The query may have resolved (and its slot been reused) since the check above:
+  // then undo the stamp, which would otherwise belong to the slot's next query.
+  if (sl.state.load(std::memory_order_acquire) != word(id, kIssued)) {
+    int64_t mine = t;
+    sl.first_token_ns.compare_exchange_strong(mine, 0, std::memory_order_relaxed);
+    return false;
+  }
   ttft_.record(t - scheduled);
   return true;
 }

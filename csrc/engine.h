@@ -238,7 +238,7 @@ class Engine {
   void demo_loop();
   bool should_stop_issuing(int64_t count, int64_t elapsed_ns, int64_t last_elapsed_ns) const noexcept;
   // Waits until in-flight < limit (or stop); false when stopped first.
-  bool wait_for_room(int64_t limit) noexcept;
+  bool wait_for_room(int64_t limit, int64_t deadline_ns) noexcept;
   void dispatch(int64_t id, int64_t seq, int64_t scheduled_ns);
   void track_timeout(int64_t id);
   void reap_timeouts(int64_t now) noexcept;
@@ -269,6 +269,7 @@ class Engine {
 
   // Fixed-delay SUT: issue thread -> completion thread, in deadline order.
   std::unique_ptr<std::atomic<int64_t>[]> delay_ring_;
+  std::unique_ptr<std::atomic<int64_t>[]> delay_due_;  // when each ring entry is due
   std::atomic<uint64_t> delay_head_{0};
   std::atomic<uint64_t> delay_tail_{0};
 

@@ -382,12 +382,11 @@ class Engine:
                 return False
         if self._driver is not None:
             # The run is over. A Python SUT call may still be running on the driver
-            # thread; after stop() or abort() it gets a second to return, since Python
-            # code cannot be interrupted from outside (the thread is a daemon).
-            if self._stopped:
-                self._driver.join(1.0)
-            else:
-                self._driver.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            # thread; it gets a second to return, since Python code cannot be
+            # interrupted from outside (the thread is a daemon).
+            # Every query is resolved by now, so the driver is only finishing a call
+            # whose query already timed out or was cancelled.
+            self._driver.join(1.0)
         if self._driver_error is not None:
             raise self._driver_error
         error = self._core.run_error

@@ -1118,3 +1118,68 @@ def test_inline_dispatch_is_refused_for_async_suts():
 
     with pytest.raises(ValueError, match="inline_dispatch"):
         loadgen.Engine(settings(mode="constant", target_qps=100, query_count=5, inline_dispatch=True), f)
+
+
+# ------------------------------------------------- regressions from a code review
+
+
+def test_closed_loop_async_sut_keeps_going_after_a_failure():
+    # Inline closed loop is driven by completions; a failure frees a slot too, and the
+    # async driver must hear of it (it waits on the engine's eventfd).
+    calls = [0]
+
+    async def f(sample):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("third call fails")
+
+    s = settings(mode="closed", concurrency=1, duration_s=0.3)
+    result, _ = run_engine(s, f, wait_s=10)
+    c = result.counts
+    assert_counts_add_up(c)
+    assert c["failed"] == 1
+    assert c["completed"] > 10  # the loop went on after the failure
+
+
+def test_duration_limit_ends_a_run_stuck_waiting_for_the_cap():
+    class Never:
+        def issue(self, batch):
+            pass  # never completes
+
+    s = settings(mode="constant", target_qps=1000, duration_s=0.3, max_in_flight=2, grace_s=0.2)
+    t0 = time.monotonic()
+    result, _ = run_engine(s, Never(), wait_s=10)
+    # Ends at ~0.3 s + 0.2 s grace; 3 s is far above that and far below a hang.
+    assert time.monotonic() - t0 < 3.0
+    c = result.counts
+    assert_counts_add_up(c)
+    assert c["issued"] == 2 and c["cancelled"] == 2
+
+
+def test_wait_does_not_hang_on_a_sut_call_that_outlives_its_timeout():
+    def slow(sample):
+        time.sleep(3.0)
+
+    s = settings(mode="constant", target_qps=1000, query_count=3, timeout_ms=50, grace_s=0.2)
+    t0 = time.monotonic()
+    with loadgen.Engine(s, slow) as eng:
+        eng.start()
+        assert eng.wait(10)
+        elapsed = time.monotonic() - t0
+        result = eng.result()
+    # The native run ends after ~0.1 s (every query timed out); wait() gives the stuck
+    # call a second, not its whole 3 s.
+    assert elapsed < 2.5
+    assert result.counts["timed_out"] >= 1
+    assert_counts_add_up(result.counts)
+
+
+def test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time():
+    # Timed-out queries free their slots; the completion thread must take due times
+    # from its own queue, not from a slot that may have been reused.
+    s = settings(mode="constant", target_qps=2000, query_count=400, timeout_ms=2, grace_s=1.0)
+    result, _ = run_engine(s, loadgen.FixedDelaySUT(5000))
+    c = result.counts
+    assert_counts_add_up(c)
+    assert c["timed_out"] == 400  # 5 ms service against a 2 ms timeout
+    assert c["unknown_completions"] == 0
