@@ -682,10 +682,11 @@ void Engine::release(int64_t id, int64_t t) noexcept {
   slot(id).state.store(word(id, kFree), std::memory_order_release);
   // A closed loop's next query is due from when this one ended, however it ended.
   last_free_ns_.store(t > 0 ? t : now_ns(), std::memory_order_release);
-  resolved_.fetch_add(1, std::memory_order_acq_rel);
+  resolved_.fetch_add(1, std::memory_order_seq_cst);
   room_.notify();
-  // Inline, room is work for the consumer: an async consumer waits on the eventfd.
-  if (inline_issue_) queued_.notify();
+  // Inline, room is work for the consumer: an async consumer waits on the eventfd
+  // (synchronous inline consumers sleep on room_, notified above).
+  if (inline_issue_) queued_.notify_eventfd();
 }
 
 int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept {

@@ -36,7 +36,11 @@ void Notifier::notify() noexcept {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT_MAX,
             nullptr, nullptr, 0);
   }
-  if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false)) {
+  notify_eventfd();
+}
+
+void Notifier::notify_eventfd() noexcept {
+  if (armed_.load(std::memory_order_seq_cst) && armed_.exchange(false)) {
     const int fd = efd_.load();
     if (fd >= 0) {
       const uint64_t one = 1;

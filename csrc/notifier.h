@@ -41,6 +41,9 @@ class Notifier {
 
   /// Wakes every ticket holder (and signals the eventfd, when armed).
   void notify() noexcept;
+  /// Signals the eventfd if it is armed, and nothing else (no fence: the caller's own
+  /// seq_cst read-modify-write orders it against arm_eventfd()'s re-check).
+  void notify_eventfd() noexcept;
 
   /// Creates (once) and returns a non-blocking eventfd that becomes readable on notify()
   /// after arm_eventfd(). Returns -1 when eventfds are unavailable.
