@@ -275,8 +275,19 @@ void Engine::issue_loop() {
       // sleep on the notifier: a full table means a deep backlog, and a waiting ticket
       // would cost every one of those completions a wake-up system call.
       if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
+      const int64_t capacity = static_cast<int64_t>(mask_ + 1);
+      const int64_t spin_until = now_ns() + 200'000;
       while (slot_index < 0 && !stop_.load(std::memory_order_relaxed) && now_ns() < run_deadline) {
-        wait_until_ns(now_ns() + 20'000, 0, &stop_);
+        // Watch the in-flight count (one load), not the table (a full scan), and spin
+        // briefly before sleeping: in a deep backlog slots free up continuously.
+        if (in_flight() >= capacity) {
+          if (now_ns() < spin_until) {
+            cpu_relax();
+          } else {
+            wait_until_ns(now_ns() + 20'000, 0, &stop_);
+          }
+          continue;
+        }
         slot_index = find_free_slot();
       }
       if (slot_index < 0) break;
