@@ -5,10 +5,20 @@ from __future__ import annotations
 try:
     from loadgen import _core  # noqa: F401
 except ImportError as exc:  # pragma: no cover - only seen in an unbuilt source tree
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(_here, _os.pardir, "setup.py")):
+        _hint = (
+            f"This is the unbuilt source tree ({_here}), imported because Python puts the "
+            "current directory first: build it in place with `pip install -e .` (or "
+            "`python setup.py build_ext --inplace`), or run from another directory to use "
+            "an installed loadgen."
+        )
+    else:
+        _hint = "Reinstall loadgen for this Python (`pip install --force-reinstall loadgen`)."
     raise ImportError(
-        "loadgen's native extension (loadgen._core) is not built or does not match this "
-        "Python. Install the package with `pip install .` from the source tree (or "
-        "`python setup.py build_ext --inplace` for a development checkout). "
+        f"loadgen's native extension (loadgen._core) is not available. {_hint} "
         f"Original error: {exc}"
     ) from exc
 
