@@ -508,7 +508,6 @@ void Engine::completion_loop() {
     if (!wait_until_ns(due, s_.spin_ns, &closing_)) return;
     complete_internal(id, now_ns(), -1, false);
     ++head;
-    delay_head_.store(head, std::memory_order_release);
   }
 }
 
@@ -539,7 +538,6 @@ void Engine::demo_loop() {
     if (closing_.load(std::memory_order_acquire)) return;
     const uint64_t tail = delay_tail_.load(std::memory_order_acquire);
     for (; head != tail; ++head) waiting.push_back(delay_ring_[head & mask_].load(std::memory_order_relaxed));
-    delay_head_.store(head, std::memory_order_release);
     int64_t now = now_ns();
     while (!running.empty() && running.top().due_ns <= now) {
       for (const int64_t id : running.top().ids) complete_internal(id, now, -1, false);

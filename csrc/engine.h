@@ -270,7 +270,6 @@ class Engine {
   // Fixed-delay SUT: issue thread -> completion thread, in deadline order.
   std::unique_ptr<std::atomic<int64_t>[]> delay_ring_;
   std::unique_ptr<std::atomic<int64_t>[]> delay_due_;  // when each ring entry is due
-  std::atomic<uint64_t> delay_head_{0};
   std::atomic<uint64_t> delay_tail_{0};
 
   ShardedHistogram latency_;
