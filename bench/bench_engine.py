@@ -89,6 +89,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from mlperf_peer import read_status_kb  # bench/ is this script's folder, first on sys.path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULT_MARK = "BENCH_ENGINE_RESULT "
@@ -115,17 +117,6 @@ class InstantBatchSUT:
 
     def issue(self, batch):
         batch.complete()
-
-
-def _status_kb(field: str) -> Optional[int]:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def _import_loadgen(attempts: int = 12, pause_s: float = 5.0):
@@ -160,7 +151,7 @@ def _child_main(spec_arg: str) -> int:
     t0 = time.perf_counter()
     lg = _import_loadgen()
     import_s = time.perf_counter() - t0
-    rss_before_kb = _status_kb("VmRSS")
+    rss_before_kb = read_status_kb("VmRSS")
     kind = spec.get("sut", "null")
     if kind == "null":
         sut = lg.NullSUT()
@@ -200,7 +191,7 @@ def _child_main(spec_arg: str) -> int:
         "import_s": import_s,
         "rss_before_run_kb": rss_before_kb,
         "maxrss_kb": ru.ru_maxrss,
-        "vm_hwm_kb": _status_kb("VmHWM"),
+        "vm_hwm_kb": read_status_kb("VmHWM"),
         "loadgen_version": getattr(lg, "__version__", "?"),
         "core_mtime": (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(core_file)))
                        if core_file else None),

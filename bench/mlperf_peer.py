@@ -192,7 +192,8 @@ def _percentiles(detail: Dict[str, Any]) -> Dict[str, Any]:
 # ------------------------------------------------------------------------ child side
 
 
-def _read_status_kb(field: str) -> Optional[int]:
+def read_status_kb(field: str) -> Optional[int]:
+    """A field of /proc/self/status in kB (VmRSS, VmHWM), or None."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -211,7 +212,7 @@ def _child_main(spec_path: str) -> int:
     import mlperf_loadgen as lg  # noqa: WPS433 (import in child only)
 
     import_s = time.perf_counter() - t_import
-    rss_before_kb = _read_status_kb("VmRSS")
+    rss_before_kb = read_status_kb("VmRSS")
 
     counters = {
         "issue_calls": 0,
@@ -227,23 +228,22 @@ def _child_main(spec_path: str) -> int:
     QSC = lg.QuerySamplesComplete
 
     worker = None
+    def count(query_samples):
+        counters["issue_calls"] += 1
+        n = len(query_samples)
+        counters["samples_issued"] += n
+        if n > counters["max_samples_per_issue"]:
+            counters["max_samples_per_issue"] = n
+
     if sut_kind == "instant":
         if per_sample:
             def issue_cb(query_samples):
-                counters["issue_calls"] += 1
-                n = len(query_samples)
-                counters["samples_issued"] += n
-                if n > counters["max_samples_per_issue"]:
-                    counters["max_samples_per_issue"] = n
+                count(query_samples)
                 for qs in query_samples:
                     QSC([QSR(qs.id, 0, 0)])
         else:
             def issue_cb(query_samples):
-                counters["issue_calls"] += 1
-                n = len(query_samples)
-                counters["samples_issued"] += n
-                if n > counters["max_samples_per_issue"]:
-                    counters["max_samples_per_issue"] = n
+                count(query_samples)
                 QSC([QSR(qs.id, 0, 0) for qs in query_samples])
     elif sut_kind == "thread":
         # A harness-style SUT: issue_query only enqueues; one worker thread completes
@@ -255,11 +255,7 @@ def _child_main(spec_path: str) -> int:
         q: "queue.SimpleQueue" = queue.SimpleQueue()
 
         def issue_cb(query_samples):
-            counters["issue_calls"] += 1
-            n = len(query_samples)
-            counters["samples_issued"] += n
-            if n > counters["max_samples_per_issue"]:
-                counters["max_samples_per_issue"] = n
+            count(query_samples)
             q.put([qs.id for qs in query_samples])
 
         def work():
@@ -321,8 +317,8 @@ def _child_main(spec_path: str) -> int:
     )
     test_wall_s = time.perf_counter() - t0
     cpu1 = os.times()
-    hwm_kb = _read_status_kb("VmHWM")
-    rss_after_kb = _read_status_kb("VmRSS")
+    hwm_kb = read_status_kb("VmHWM")
+    rss_after_kb = read_status_kb("VmRSS")
     if worker is not None:
         q.put(None)
         worker.join(timeout=5)
