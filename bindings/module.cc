@@ -5,9 +5,11 @@ namespace py = pybind11;
 
 void bind_engine(py::module_& m);
 void bind_histogram(py::module_& m);
+void bind_mlperf(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "loadgen's native core. Import loadgen, not this module.";
   bind_histogram(m);
   bind_engine(m);
+  bind_mlperf(m);
 }

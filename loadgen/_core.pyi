@@ -218,3 +218,83 @@ class Engine:
     def end_ns(self) -> int: ...
     @property
     def run_error(self) -> str: ...
+
+# --- loadgen.mlperf -------------------------------------------------------------------
+
+class QuerySample:
+    id: int
+    index: int
+    def __init__(self, id: int = 0, index: int = 0) -> None: ...
+
+class QuerySampleResponse:
+    id: int
+    data: int
+    size: int
+    n_tokens: int
+    def __init__(self, id: int = 0, data: int = 0, size: int = 0, n_tokens: int = 0) -> None: ...
+
+class MlperfRun:
+    def __init__(
+        self,
+        *,
+        scenario: int,
+        accuracy: bool,
+        loaded_samples: List[int],
+        sample_distribution_end: int,
+        samples_per_query: int,
+        target_duration_ns: int,
+        min_query_count: int,
+        max_query_count: int,
+        max_duration_ns: int,
+        max_async_queries: int,
+        target_qps: float,
+        performance_issue_unique: bool = False,
+        performance_issue_same: bool = False,
+        performance_issue_same_index: int = 0,
+        sample_concatenate_permutation: bool = False,
+        sample_index_rng_seed: int = 0,
+        schedule_rng_seed: int = 0,
+        coalesce: bool = False,
+        spin_ns: int = 0,
+        table_capacity: int = 131072,
+        significant_figures: int = 3,
+    ) -> None: ...
+    def issue_all(self, issue: Any, fast: bool = False) -> None: ...
+    def wait_all(self, timeout_s: float = -1.0) -> bool: ...
+    def complete(self, responses: Any) -> int: ...
+    def complete_ids(self, ids: List[int]) -> int: ...
+    def first_token(self, responses: Any) -> int: ...
+    def stop(self) -> None: ...
+    def drain_generator(self) -> None: ...
+    @property
+    def generated_query_count(self) -> int: ...
+    @property
+    def generated_samples_per_query(self) -> int: ...
+    @property
+    def generated_query_duration_ns(self) -> int: ...
+    @property
+    def sample_bits(self) -> int: ...
+    def counts(self) -> Dict[str, Any]: ...
+    def sample_latency(self) -> HdrHistogram: ...
+    def query_latency(self) -> HdrHistogram: ...
+    def issue_delay(self) -> HdrHistogram: ...
+    def first_token_latency(self) -> HdrHistogram: ...
+    def time_per_output_token(self) -> HdrHistogram: ...
+
+def mlperf_loadable_sets(
+    *, total_sample_count: int, qsl_total_count: int, set_size: int, padding: int, qsl_rng_seed: int
+) -> List[List[int]]: ...
+def mlperf_generate(
+    *,
+    scenario: int,
+    accuracy: bool,
+    loaded_samples: List[int],
+    sample_distribution_end: int,
+    samples_per_query: int,
+    target_duration_ns: int,
+    min_query_count: int,
+    target_qps: float,
+    sample_index_rng_seed: int,
+    schedule_rng_seed: int,
+    limit: int = -1,
+) -> List[Tuple[int, List[int]]]: ...
