@@ -3,11 +3,13 @@
 #include <pybind11/stl.h>
 
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "clock.h"
 #include "mlperf_run.h"
+#include "mlperf_types.h"
 #include "py_histogram.h"
 
 namespace py = pybind11;
@@ -21,26 +23,27 @@ using loadgen_bindings::PyHistogram;
 
 namespace {
 
-struct QuerySample {
-  uint64_t id = 0;
-  uint64_t index = 0;
-};
-
-struct QuerySampleResponse {
-  uint64_t id = 0;
-  uintptr_t data = 0;
-  uint64_t size = 0;
-  int64_t n_tokens = 0;
-};
-
 // Calls the SUT's issue_query with the GIL, turning a Python exception into a stop
 // whose exception the caller re-raises after the loop.
 class PySink : public loadgen::mlperf::IssueSink {
  public:
   PySink(py::object issue, bool fast) : issue_(std::move(issue)), fast_(fast) {}
 
+  ~PySink() override { hold(); }
+
+  // The GIL: held while the loop runs behind schedule, let go while it waits.
+  void hold() {
+    if (saved_ != nullptr) {
+      PyEval_RestoreThread(saved_);
+      saved_ = nullptr;
+    }
+  }
+  void before_wait() override {
+    if (saved_ == nullptr) saved_ = PyEval_SaveThread();
+  }
+
   bool issue(const uint64_t* ids, const int64_t* indices, size_t n) override {
-    py::gil_scoped_acquire gil;
+    hold();
     try {
       if (fast_) {
         py::list id_list(n);
@@ -53,8 +56,9 @@ class PySink : public loadgen::mlperf::IssueSink {
       } else {
         py::list samples(n);
         for (size_t i = 0; i < n; ++i) {
-          py::object s = py::cast(QuerySample{ids[i], static_cast<uint64_t>(indices[i])});
-          PyList_SET_ITEM(samples.ptr(), static_cast<Py_ssize_t>(i), s.release().ptr());
+          PyObject* s = loadgen_bindings::new_query_sample(ids[i], static_cast<unsigned long long>(indices[i]));
+          if (s == nullptr) throw py::error_already_set();
+          PyList_SET_ITEM(samples.ptr(), static_cast<Py_ssize_t>(i), s);
         }
         issue_(samples);
       }
@@ -66,12 +70,15 @@ class PySink : public loadgen::mlperf::IssueSink {
   }
 
   bool keep_waiting() override {
-    py::gil_scoped_acquire gil;
+    const bool was_waiting = saved_ != nullptr;
+    hold();
+    bool ok = true;
     if (PyErr_CheckSignals() != 0) {
       error_ = std::make_unique<py::error_already_set>();
-      return false;
+      ok = false;
     }
-    return true;
+    if (was_waiting) before_wait();
+    return ok;
   }
 
   void rethrow() {
@@ -84,31 +91,150 @@ class PySink : public loadgen::mlperf::IssueSink {
  private:
   py::object issue_;
   bool fast_;
+  PyThreadState* saved_ = nullptr;
   std::unique_ptr<py::error_already_set> error_;
 };
+
+void read_items(PyObject** items, Py_ssize_t n, std::vector<uint64_t>* ids, std::vector<int64_t>* tokens,
+                bool* any_tokens);
 
 // ids (and tokens) from a sequence of QuerySampleResponse, under the GIL.
 void read_responses(const py::handle& responses, std::vector<uint64_t>* ids, std::vector<int64_t>* tokens,
                     bool* any_tokens) {
-  const py::sequence seq = py::reinterpret_borrow<py::sequence>(responses);
-  const size_t n = static_cast<size_t>(py::len(seq));
-  ids->resize(n);
-  tokens->resize(n);
+  if (PyList_CheckExact(responses.ptr()) || PyTuple_CheckExact(responses.ptr())) {
+    // Lists and tuples are read in place (no new reference to a "fast sequence").
+    PyObject* seq = responses.ptr();
+    const bool list = PyList_CheckExact(seq);
+    const Py_ssize_t n = list ? PyList_GET_SIZE(seq) : PyTuple_GET_SIZE(seq);
+    PyObject** items = list ? reinterpret_cast<PyListObject*>(seq)->ob_item : &PyTuple_GET_ITEM(seq, 0);
+    read_items(items, n, ids, tokens, any_tokens);
+    return;
+  }
+  py::object fast = py::reinterpret_steal<py::object>(
+      PySequence_Fast(responses.ptr(), "QuerySamplesComplete expects a sequence of QuerySampleResponse"));
+  if (!fast) throw py::error_already_set();
+  read_items(PySequence_Fast_ITEMS(fast.ptr()), PySequence_Fast_GET_SIZE(fast.ptr()), ids, tokens, any_tokens);
+}
+
+void read_items(PyObject** items, Py_ssize_t n, std::vector<uint64_t>* ids, std::vector<int64_t>* tokens,
+                bool* any_tokens) {
+  ids->resize(static_cast<size_t>(n));
+  tokens->resize(static_cast<size_t>(n));
   *any_tokens = false;
-  for (size_t i = 0; i < n; ++i) {
-    py::handle item = seq[i];
-    const QuerySampleResponse* r = nullptr;
-    try {
-      r = &item.cast<const QuerySampleResponse&>();
-    } catch (py::cast_error&) {
-      throw py::type_error("QuerySamplesComplete expects QuerySampleResponse objects, got " +
-                           std::string(py::str(py::type::handle_of(item).attr("__name__"))));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = items[i];
+    if (!loadgen_bindings::is_query_sample_response(item)) {
+      throw py::type_error(std::string("QuerySamplesComplete expects QuerySampleResponse objects, got ") +
+                           Py_TYPE(item)->tp_name);
     }
-    (*ids)[i] = r->id;
-    (*tokens)[i] = r->n_tokens;
+    const auto* r = reinterpret_cast<const loadgen_bindings::QuerySampleResponseObject*>(item);
+    (*ids)[static_cast<size_t>(i)] = r->id;
+    (*tokens)[static_cast<size_t>(i)] = r->n_tokens;
     if (r->n_tokens != 0) *any_tokens = true;
   }
 }
+
+// The run that QuerySamplesComplete and FirstTokenComplete feed. MLPerf's API names no
+// run in those calls, so one is active per process; it is only read and written with
+// the GIL held, which orders it against the calls.
+struct ActiveRun {
+  std::shared_ptr<MlperfRun> run;
+  py::object complete_hook;     // accuracy runs: hook(responses, response_cb) after completing
+  py::object first_token_hook;  // likewise for first tokens
+  int64_t late = 0;             // completions with no run active
+};
+ActiveRun& active() {
+  static ActiveRun* a = new ActiveRun();  // never destroyed: outlives interpreter teardown
+  return *a;
+}
+
+// QuerySamplesComplete (kFirstToken false) and FirstTokenComplete, as plain vectorcall
+// functions: they run once per completion batch of every harness, and pybind11's
+// general dispatcher would cost more than the work itself.
+template <bool kFirstToken>
+PyObject* complete_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const int64_t t = now_ns();
+  PyObject* responses = nargs > 0 ? args[0] : nullptr;
+  PyObject* response_cb = nargs > 1 ? args[1] : Py_None;
+  const char* name = kFirstToken ? "FirstTokenComplete" : "QuerySamplesComplete";
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most 2 arguments (%zd given)", name, nargs);
+    return nullptr;
+  }
+  if (kwnames != nullptr) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+      PyObject* value = args[nargs + k];
+      if (PyUnicode_CompareWithASCIIString(key, "responses") == 0 && responses == nullptr) {
+        responses = value;
+      } else if (PyUnicode_CompareWithASCIIString(key, "response_cb") == 0 && nargs < 2) {
+        response_cb = value;
+      } else {
+        PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", name, key);
+        return nullptr;
+      }
+    }
+  }
+  if (responses == nullptr) {
+    PyErr_Format(PyExc_TypeError, "%s() missing required argument 'responses'", name);
+    return nullptr;
+  }
+  try {
+    thread_local std::vector<uint64_t> ids;
+    thread_local std::vector<int64_t> tokens;
+    bool any_tokens = false;
+    read_responses(py::handle(responses), &ids, &tokens, &any_tokens);
+    ActiveRun& a = active();
+    if (!a.run) {
+      a.late += static_cast<int64_t>(ids.size());
+      Py_RETURN_NONE;
+    }
+    auto finish = [&, run = a.run] {
+      if (kFirstToken) {
+        run->first_token(ids.data(), ids.size(), t);
+      } else {
+        run->complete(ids.data(), ids.size(), t, any_tokens ? tokens.data() : nullptr);
+      }
+    };
+    // Accuracy runs log the response bytes before the samples count as done, so the end
+    // of the run (which waits for every sample) also waits for the last log entry.
+    const py::object hook = kFirstToken ? a.first_token_hook : a.complete_hook;
+    if (hook && !hook.is_none()) {
+      try {
+        hook(py::handle(responses), py::handle(response_cb));
+      } catch (...) {
+        finish();
+        throw;
+      }
+    }
+    finish();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kCompleteDefs[] = {
+    {"mlperf_samples_complete", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(complete_call<false>)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "mlperf_samples_complete(responses, response_cb=None)\n\nReports finished samples. Callable from any "
+     "thread, inside issue_query or later.\n\nArgs:\n    responses: QuerySampleResponse objects (id from the "
+     "QuerySample; data and size\n        address the output bytes, read at once in accuracy runs; n_tokens for "
+     "token runs).\n    response_cb: accuracy runs: called with each response before its bytes are read."},
+    {"mlperf_first_token_complete",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(complete_call<true>)), METH_FASTCALL | METH_KEYWORDS,
+     "mlperf_first_token_complete(responses, response_cb=None)\n\nReports the first output token of samples "
+     "(token-latency runs). Any thread.\n\nArgs:\n    responses: QuerySampleResponse objects for the samples "
+     "whose first token is out.\n    response_cb: accuracy runs: called with each response before its bytes are "
+     "read."},
+    {nullptr, nullptr, 0, nullptr}};
 
 Scenario to_scenario(int v) {
   if (v < 0 || v > 3) throw std::invalid_argument("scenario must be 0..3, got " + std::to_string(v));
@@ -136,37 +262,13 @@ GeneratorSettings generator_settings(int scenario, bool accuracy, std::vector<in
 }  // namespace
 
 void bind_mlperf(py::module_& m) {
-  py::class_<QuerySample>(m, "QuerySample", "One sample of a query: its id (for the response) and QSL index.")
-      .def(py::init<>())
-      .def(py::init([](uint64_t id, uint64_t index) { return QuerySample{id, index}; }), py::arg("id"),
-           py::arg("index"))
-      .def_readwrite("id", &QuerySample::id)
-      .def_readwrite("index", &QuerySample::index)
-      .def("__repr__", [](const QuerySample& s) {
-        return "QuerySample(id=" + std::to_string(s.id) + ", index=" + std::to_string(s.index) + ")";
-      })
-      .def(py::pickle([](const QuerySample& s) { return py::make_tuple(s.id, s.index); },
-                      [](py::tuple t) { return QuerySample{t[0].cast<uint64_t>(), t[1].cast<uint64_t>()}; }));
+  if (!loadgen_bindings::ready_query_sample_types()) throw py::error_already_set();
+  m.add_object("QuerySample", py::reinterpret_borrow<py::object>(
+                                  reinterpret_cast<PyObject*>(&loadgen_bindings::QuerySampleType)));
+  m.add_object("QuerySampleResponse", py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+                                          &loadgen_bindings::QuerySampleResponseType)));
 
-  py::class_<QuerySampleResponse>(m, "QuerySampleResponse",
-                                  "A finished sample: its id, and the address and size of its output.")
-      .def(py::init<>())
-      .def(py::init([](uint64_t id, uintptr_t data, uint64_t size) { return QuerySampleResponse{id, data, size, 0}; }),
-           py::arg("id"), py::arg("data"), py::arg("size"))
-      .def(py::init([](uint64_t id, uintptr_t data, uint64_t size, int64_t n_tokens) {
-             return QuerySampleResponse{id, data, size, n_tokens};
-           }),
-           py::arg("id"), py::arg("data"), py::arg("size"), py::arg("n_tokens"))
-      .def_readwrite("id", &QuerySampleResponse::id)
-      .def_readwrite("data", &QuerySampleResponse::data)
-      .def_readwrite("size", &QuerySampleResponse::size)
-      .def_readwrite("n_tokens", &QuerySampleResponse::n_tokens)
-      .def("__repr__", [](const QuerySampleResponse& r) {
-        return "QuerySampleResponse(id=" + std::to_string(r.id) + ", data=" + std::to_string(r.data) +
-               ", size=" + std::to_string(r.size) + ", n_tokens=" + std::to_string(r.n_tokens) + ")";
-      });
-
-  py::class_<MlperfRun>(m, "MlperfRun", "One MLPerf-style issue loop (see loadgen.mlperf).")
+  py::class_<MlperfRun, std::shared_ptr<MlperfRun>>(m, "MlperfRun", "One MLPerf-style issue loop (see loadgen.mlperf).")
       .def(py::init([](int scenario, bool accuracy, std::vector<int64_t> loaded_samples,
                        int64_t sample_distribution_end, int64_t samples_per_query, int64_t target_duration_ns,
                        int64_t min_query_count, int64_t max_query_count, int64_t max_duration_ns,
@@ -195,7 +297,7 @@ void bind_mlperf(py::module_& m) {
              r.spin_ns = spin_ns;
              r.table_capacity = table_capacity;
              r.significant_figures = significant_figures;
-             return new MlperfRun(r, std::move(g));
+             return std::make_shared<MlperfRun>(r, std::move(g));
            }),
            py::kw_only(), py::arg("scenario"), py::arg("accuracy"), py::arg("loaded_samples"),
            py::arg("sample_distribution_end"), py::arg("samples_per_query"), py::arg("target_duration_ns"),
@@ -209,10 +311,13 @@ void bind_mlperf(py::module_& m) {
           "issue_all",
           [](MlperfRun& run, py::object issue, bool fast) {
             PySink sink(std::move(issue), fast);
-            {
-              py::gil_scoped_release release;
+            try {
               run.issue_all(sink);
+            } catch (...) {
+              sink.hold();
+              throw;
             }
+            sink.hold();
             sink.rethrow();
           },
           py::arg("issue"), py::arg("fast") = false,
@@ -304,6 +409,23 @@ void bind_mlperf(py::module_& m) {
       .def("first_token_latency", [](const MlperfRun& r) { return PyHistogram(r.first_token_latency()); })
       .def("time_per_output_token", [](const MlperfRun& r) { return PyHistogram(r.time_per_output_token()); });
 
+  m.def(
+      "mlperf_set_active",
+      [](std::shared_ptr<MlperfRun> run, py::object complete_hook, py::object first_token_hook) {
+        ActiveRun& a = active();
+        a.run = std::move(run);
+        a.complete_hook = std::move(complete_hook);
+        a.first_token_hook = std::move(first_token_hook);
+      },
+      py::arg("run").none(true), py::arg("complete_hook") = py::none(), py::arg("first_token_hook") = py::none(),
+      "Makes `run` the one QuerySamplesComplete feeds (None: no run).");
+  m.def("mlperf_late_completions", [] { return active().late; },
+        "Completions that arrived while no run was active.");
+  for (PyMethodDef* def = kCompleteDefs; def->ml_name != nullptr; ++def) {
+    py::object fn = py::reinterpret_steal<py::object>(PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr()));
+    if (!fn) throw py::error_already_set();
+    m.add_object(def->ml_name, fn);
+  }
   m.def("mlperf_loadable_sets", &loadgen::mlperf::loadable_sets, py::kw_only(), py::arg("total_sample_count"),
         py::arg("qsl_total_count"), py::arg("set_size"), py::arg("padding"), py::arg("qsl_rng_seed"),
         "MLPerf's loadable QSL sets for the given seed.");

@@ -240,90 +240,53 @@ def DestroyQDL(*args: Any, **kwargs: Any) -> None:
 # ------------------------------------------------------------------- the active run
 
 
-class _Active:
-    """What completions need while a run is on: the native run and, in accuracy
-    mode, each sample's sequence id and QSL index."""
+class _Accuracy:
+    """Accuracy runs: each sample's sequence id and QSL index, and the hooks that log
+    the response bytes after the native run has counted the completion."""
 
-    def __init__(
-        self, run: Any, accuracy: report.AccuracyLog | None, use_tokens: bool
-    ) -> None:
-        self.run = run
-        self.accuracy = accuracy
-        self.use_tokens = use_tokens
+    def __init__(self, log: report.AccuracyLog) -> None:
+        self.log = log
         self.samples: dict[int, tuple[int, int]] = {}  # id -> (seq_id, qsl index)
         self.first_tokens: dict[int, bytes] = {}
 
-
-_active: _Active | None = None
-_late_completions = 0
-_start_lock = threading.Lock()
-
-
-def QuerySamplesComplete(
-    responses: Sequence[Any], response_cb: Callable[[Any], Any] | None = None
-) -> None:
-    """Reports finished samples. Callable from any thread, inside issue_cb or later.
-
-    Args:
-        responses: QuerySampleResponse objects (id from the QuerySample; data and size
-            address the output bytes, read at once in accuracy mode; n_tokens for token
-            runs).
-        response_cb: accuracy mode: called with each response before its bytes are read
-            (to copy device memory to the host, for example).
-    """
-    global _late_completions
-    active = _active
-    if active is None:
-        _late_completions += len(responses)
-        return
-    active.run.complete(responses)
-    log = active.accuracy
-    if log is not None:
+    def on_complete(
+        self, responses: Sequence[Any], response_cb: Callable[[Any], Any] | None
+    ) -> None:
         for response in responses:
             if response_cb is not None:
                 response_cb(response)
-            seq_qsl = active.samples.get(response.id)
+            seq_qsl = self.samples.get(response.id)
             if seq_qsl is None:
                 continue
-            data = (
-                ctypes.string_at(response.data, response.size)
-                if response.size and response.data
-                else b""
-            )
-            log.add(
+            self.log.add(
                 seq_qsl[0],
                 seq_qsl[1],
-                data,
+                _read_bytes(response),
                 token_count=response.n_tokens,
-                token_data=active.first_tokens.pop(response.id, None),
+                token_data=self.first_tokens.pop(response.id, None),
             )
 
-
-def FirstTokenComplete(
-    responses: Sequence[Any], response_cb: Callable[[Any], Any] | None = None
-) -> None:
-    """Reports the first output token of samples (token-latency runs). Any thread.
-
-    Args:
-        responses: QuerySampleResponse objects for the samples whose first token is out.
-        response_cb: accuracy mode: called with each response before its bytes are read.
-    """
-    global _late_completions
-    active = _active
-    if active is None:
-        _late_completions += len(responses)
-        return
-    active.run.first_token(responses)
-    if active.accuracy is not None and active.accuracy.needs_first_token:
+    def on_first_token(
+        self, responses: Sequence[Any], response_cb: Callable[[Any], Any] | None
+    ) -> None:
+        if not self.log.needs_first_token:
+            return
         for response in responses:
             if response_cb is not None:
                 response_cb(response)
-            data = (
-                ctypes.string_at(response.data, response.size)
-                if response.size and response.data
-                else b""
-            )
-            active.first_tokens[response.id] = data
+            self.first_tokens[response.id] = _read_bytes(response)
+
+
+def _read_bytes(response: Any) -> bytes:
+    if response.size and response.data:
+        return ctypes.string_at(response.data, response.size)
+    return b""
+
+
+# MLPerf's completion calls name no run: they feed the one StartTest is running, natively.
+QuerySamplesComplete = _core.mlperf_samples_complete
+FirstTokenComplete = _core.mlperf_first_token_complete
+_start_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------- running once
@@ -367,7 +330,6 @@ class _Test:
         log_power: bool = True,
     ) -> RunFigures:
         """Issues one run over the loaded set and waits for its samples."""
-        global _active
         scenario = int(eff.scenario)
         target_qps = float(eff.target_qps)
         if not target_qps > 0 or not math.isfinite(target_qps):
@@ -399,17 +361,21 @@ class _Test:
             table_capacity=int(options.table_capacity),
         )
         use_tokens = bool(eff.use_token_latencies)
-        active = _Active(run, self.accuracy_log if accuracy else None, use_tokens)
-        issue = self._numbering_issue(active) if accuracy else self.sut.issue
+        issue = self.sut.issue
+        if accuracy:
+            acc = _Accuracy(self.accuracy_log)
+            issue = self._numbering_issue(acc)
+            _core.mlperf_set_active(run, acc.on_complete, acc.on_first_token)
+        else:
+            _core.mlperf_set_active(run)
         wall_start_ns = time.time_ns()
-        _active = active
         try:
             run.issue_all(issue, fast=self.sut.fast and not accuracy)
             self.sut.flush()
             complete = run.wait_all(options.completion_timeout_s)
         finally:
             # Completions after this point are late: counted, never applied to a later run.
-            _active = None
+            _core.mlperf_set_active(None)
         if not accuracy:
             self.next_seq_id += run.counts()["samples_issued"]
         counts = run.counts()
@@ -492,16 +458,21 @@ class _Test:
             unknown_completions=counts["unknown_completions"],
         )
 
-    def _numbering_issue(self, active: _Active) -> Callable:
+    def _numbering_issue(self, acc: _Accuracy) -> Callable:
         """Accuracy mode: remembers each sample's sequence id and QSL index, then issues."""
         sut = self.sut
-        samples = active.samples
+        samples = acc.samples
 
         def issue(query_samples: list) -> None:
             for s in query_samples:
                 samples[s.id] = (self.next_seq_id, s.index)
                 self.next_seq_id += 1
-            sut.issue(query_samples)
+            if sut.fast:
+                sut.issue(
+                    [s.id for s in query_samples], [s.index for s in query_samples]
+                )
+            else:
+                sut.issue(query_samples)
 
         return issue
 
@@ -777,7 +748,8 @@ def StartTestWithLogSettings(
 
     Raises:
         NotImplementedError: for a setting this module does not support (named).
-        ValueError: for a bad handle or settings that cannot run.
+        TypeError: for a handle that is not live, or settings of the wrong type.
+        ValueError: for settings that cannot run.
     """
     sut_obj = _lookup(sut, _SUT, "SUT")
     qsl_obj = _lookup(qsl, _QSL, "QSL")
