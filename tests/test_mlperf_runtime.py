@@ -656,6 +656,11 @@ def test_exception_in_issue_query_propagates(tmp_path, scenario):
     assert "ERROR" in summary and summary.endswith("See detailed log.\n")
     assert json.loads((tmp_path / "mlperf_log_accuracy.json").read_text()) == []
     assert any(e["key"] == "num_errors" for e in detail)
+    # What was measured before the error is reported, never as VALID.
+    assert "Result is : INVALID" in summary
+    validity = [e["value"] for e in detail if e["key"] == "result_validity"]
+    assert validity == ["INVALID"]
+    assert any("interrupted" in str(e["value"]) for e in errors), errors
     assert_logs_closed(tmp_path)
     # The module is usable again afterwards.
     again = run_test(ours, tmp_path / "again", make_settings(ours, "SingleStream", min_duration_ms=50,

@@ -84,6 +84,9 @@ class Options:
 
 options = Options()
 
+# After an interruption, how long outstanding samples may still complete (seconds).
+_INTERRUPT_GRACE_S = 1.0
+
 # --------------------------------------------------------------------------- handles
 
 _handles: dict[int, Any] = {}
@@ -369,10 +372,18 @@ class _Test:
         else:
             _core.mlperf_set_active(run)
         wall_start_ns = time.time_ns()
+        error: BaseException | None = None
         try:
-            run.issue_all(issue, fast=self.sut.fast and not accuracy)
-            self.sut.flush()
-            complete = run.wait_all(options.completion_timeout_s)
+            try:
+                run.issue_all(issue, fast=self.sut.fast and not accuracy)
+            except BaseException as exc:  # noqa: BLE001 - Ctrl-C or issue_query's error, re-raised below
+                error = exc
+            if error is None:
+                self.sut.flush()
+                complete = run.wait_all(options.completion_timeout_s)
+            else:
+                # What was measured is kept: outstanding samples get a short grace.
+                complete = run.wait_all(_INTERRUPT_GRACE_S)
         finally:
             # Completions after this point are late: counted, never applied to a later run.
             _core.mlperf_set_active(None)
@@ -425,7 +436,7 @@ class _Test:
             active_ns = max(counts["max_completion_ns"] - start, 0)
             self.detail.log_power(wall_start_ns, active_ns)
         multi = scenario == int(TestScenario.MultiStream)
-        return RunFigures(
+        fig = RunFigures(
             sample_latency=Histogram._wrap(run.sample_latency()),
             sample_latency_sum_ns=counts["latency_sum_ns"],
             query_latency=Histogram._wrap(run.query_latency()) if multi else None,
@@ -436,7 +447,9 @@ class _Test:
             max_latency_s=counts["max_latency_ns"] / 1e9,
             final_query_scheduled_s=counts["final_scheduled_offset_ns"] / 1e9,
             final_query_issued_s=max(counts["final_issued_ns"] - start, 0) / 1e9,
-            final_query_all_samples_done_s=max(counts["final_done_ns"] - start, 0)
+            final_query_all_samples_done_s=max(
+                (counts["final_done_ns"] or counts["max_completion_ns"]) - start, 0
+            )
             / 1e9,
             issue_delay=Histogram._wrap(run.issue_delay()),
             first_token_latency=Histogram._wrap(run.first_token_latency())
@@ -457,6 +470,17 @@ class _Test:
             end_ns=counts["max_completion_ns"],
             unknown_completions=counts["unknown_completions"],
         )
+        if error is not None:
+            fig.extra["interrupted"] = f"{type(error).__name__}: {error}"
+            self.detail.error(
+                "error_runtime",
+                f"the run was interrupted by {type(error).__name__}: {error}; "
+                f"{counts['samples_completed']} samples completed before it",
+            )
+            if not accuracy:
+                self.report(eff, fig)
+            raise error
+        return fig
 
     def _numbering_issue(self, acc: _Accuracy) -> Callable:
         """Accuracy mode: remembers each sample's sequence id and QSL index, then issues."""
@@ -479,6 +503,11 @@ class _Test:
     def report(self, eff: EffectiveSettings, fig: RunFigures) -> report.Evaluation:
         """Writes the summary and the detail result lines of a performance run."""
         ev = report.evaluate(eff, fig)
+        if "interrupted" in fig.extra:
+            ev.valid = False
+            ev.recommendations.append(
+                f"The run was interrupted ({fig.extra['interrupted']})."
+            )
         self.reported = True
         report.write_summary(self.summary_fh, eff, fig, ev, self.sut.name)
         if self.copy_summary:
