@@ -426,6 +426,26 @@ void bind_mlperf(py::module_& m) {
     if (!fn) throw py::error_already_set();
     m.add_object(def->ml_name, fn);
   }
+  py::class_<loadgen::mlperf::Mt19937>(m, "MlperfMt19937",
+                                       "std::mt19937 with MLPerf's uniform real draws (accuracy log sampling).")
+      .def(py::init([](uint64_t seed) { return loadgen::mlperf::Mt19937(static_cast<uint_fast32_t>(seed)); }),
+           py::arg("seed") = 5489)
+      .def(
+          "uniform_reals",
+          [](loadgen::mlperf::Mt19937& g, int64_t n) {
+            if (n < 0) throw py::value_error("n must be >= 0");
+            std::vector<double> out(static_cast<size_t>(n));
+            for (auto& x : out) x = loadgen::mlperf::uniform_real(g, 0.0, 1.0);
+            return out;
+          },
+          py::arg("n"), "The next n draws of uniform_real_distribution<double>(0, 1).")
+      .def(
+          "skip_reals",
+          [](loadgen::mlperf::Mt19937& g, int64_t n) {
+            if (n < 0) throw py::value_error("n must be >= 0");
+            g.discard(static_cast<unsigned long long>(n) * 2);  // two engine draws per real
+          },
+          py::arg("n"), "Advances past n uniform real draws.");
   m.def("mlperf_loadable_sets", &loadgen::mlperf::loadable_sets, py::kw_only(), py::arg("total_sample_count"),
         py::arg("qsl_total_count"), py::arg("set_size"), py::arg("padding"), py::arg("qsl_rng_seed"),
         "MLPerf's loadable QSL sets for the given seed.");

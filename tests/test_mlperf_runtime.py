@@ -603,8 +603,6 @@ def test_bad_handles(tmp_path):
     "where, name, value",
     [
         ("log", "enable_trace", True),
-        ("test", "accuracy_log_probability", 0.5),
-        ("test", "accuracy_log_sampling_target", 10),
         ("test", "server_num_issue_query_threads", 2),
     ],
 )

@@ -256,11 +256,11 @@ class _Accuracy:
         self, responses: Sequence[Any], response_cb: Callable[[Any], Any] | None
     ) -> None:
         for response in responses:
+            seq_qsl = self.samples.pop(response.id, None)
+            if seq_qsl is None:
+                continue  # not logged (sampled logging left it out)
             if response_cb is not None:
                 response_cb(response)
-            seq_qsl = self.samples.get(response.id)
-            if seq_qsl is None:
-                continue
             self.log.add(
                 seq_qsl[0],
                 seq_qsl[1],
@@ -275,6 +275,8 @@ class _Accuracy:
         if not self.log.needs_first_token:
             return
         for response in responses:
+            if response.id not in self.samples:
+                continue
             if response_cb is not None:
                 response_cb(response)
             self.first_tokens[response.id] = _read_bytes(response)
@@ -314,6 +316,8 @@ class _Test:
         self.accuracy_log = accuracy_log
         self.copy_summary = copy_summary
         self.next_seq_id = 0  # MLPerf numbers samples across the whole test
+        # ...and draws each one's accuracy-log value from one default-seeded stream.
+        self.acc_rng = _core.MlperfMt19937()
         self.reported = False
 
     def load(self, indices: list) -> None:
@@ -365,9 +369,12 @@ class _Test:
         )
         use_tokens = bool(eff.use_token_latencies)
         issue = self.sut.issue
-        if accuracy:
+        seq_start = self.next_seq_id
+        log_probability = 1.0 if accuracy else _log_probability(eff)
+        logging = log_probability > 0
+        if logging:
             acc = _Accuracy(self.accuracy_log)
-            issue = self._numbering_issue(acc)
+            issue = self._numbering_issue(acc, eff, log_probability, accuracy)
             _core.mlperf_set_active(run, acc.on_complete, acc.on_first_token)
         else:
             _core.mlperf_set_active(run)
@@ -387,9 +394,17 @@ class _Test:
         finally:
             # Completions after this point are late: counted, never applied to a later run.
             _core.mlperf_set_active(None)
-        if not accuracy:
-            self.next_seq_id += run.counts()["samples_issued"]
         counts = run.counts()
+        run.drain_generator()
+        # MLPerf numbers every generated sample, issued or not, and draws each one's
+        # accuracy-log value as it is generated: account for the ones never issued.
+        generated = counts["samples_issued"]
+        if not accuracy:
+            generated = run.generated_query_count * run.generated_samples_per_query
+        unnumbered = seq_start + generated - self.next_seq_id
+        if unnumbered > 0:
+            self.next_seq_id += unnumbered
+            self.acc_rng.skip_reals(unnumbered)
         if not complete:
             missing = counts["samples_issued"] - counts["samples_completed"]
             self.detail.error(
@@ -397,7 +412,6 @@ class _Test:
                 f"{missing} issued samples were not completed within "
                 f"{options.completion_timeout_s} s; they are left out of the results",
             )
-        run.drain_generator()
         self.detail.log_generated_queries(
             run.generated_query_count,
             run.generated_samples_per_query,
@@ -482,14 +496,26 @@ class _Test:
             raise error
         return fig
 
-    def _numbering_issue(self, acc: _Accuracy) -> Callable:
-        """Accuracy mode: remembers each sample's sequence id and QSL index, then issues."""
+    def _numbering_issue(
+        self, acc: _Accuracy, eff: EffectiveSettings, probability: float, accuracy: bool
+    ) -> Callable:
+        """Numbers each issued sample as MLPerf does and picks the ones whose response
+        is logged: all of them in accuracy runs, else those whose accuracy-log value
+        (shifted by a per-run offset drawn from accuracy_log_rng_seed) is at most
+        ``probability`` (MLPerf's sampled logging, as its compliance audits use)."""
         sut = self.sut
         samples = acc.samples
+        rng = self.acc_rng
+        offset = _core.MlperfMt19937(int(eff.accuracy_log_rng_seed)).uniform_reals(1)[0]
 
         def issue(query_samples: list) -> None:
-            for s in query_samples:
-                samples[s.id] = (self.next_seq_id, s.index)
+            values = rng.uniform_reals(len(query_samples))
+            for s, value in zip(query_samples, values):
+                shifted = value + offset
+                if shifted >= 1.0:
+                    shifted -= 1.0
+                if accuracy or shifted <= probability:
+                    samples[s.id] = (self.next_seq_id, s.index)
                 self.next_seq_id += 1
             if sut.fast:
                 sut.issue(
@@ -521,6 +547,23 @@ class _Test:
 
 
 # ------------------------------------------------------------------------ the modes
+
+
+def _log_probability(eff: EffectiveSettings) -> float:
+    """The chance that a performance run logs a response (MLPerf's sampled logging)."""
+    if int(eff.accuracy_log_sampling_target) > 0:
+        spq = int(eff.samples_per_query)
+        expected = int(
+            float(eff.target_qps) * (int(eff.min_duration_ns) // 1_000_000) / 1000
+        )
+        minimum = int(eff.min_query_count) * spq
+        if int(eff.scenario) != int(TestScenario.Offline):
+            expected *= spq
+        else:
+            minimum = int(eff.min_sample_count)
+        expected = max(expected, minimum)
+        return int(eff.accuracy_log_sampling_target) / expected if expected else 1.0
+    return float(eff.accuracy_log_probability)
 
 
 def _performance_set(test: _Test, eff: EffectiveSettings) -> tuple[list, int]:
@@ -724,20 +767,6 @@ def StartTest(
 
 def _unsupported(ts: TestSettings, log_settings: LogSettings) -> None:
     checks = (
-        (
-            ts.accuracy_log_probability > 0,
-            (
-                "TestSettings.accuracy_log_probability > 0 (sampled accuracy "
-                "logging in performance runs)"
-            ),
-        ),
-        (
-            ts.accuracy_log_sampling_target > 0,
-            (
-                "TestSettings.accuracy_log_sampling_target > 0 (sampled "
-                "accuracy logging in performance runs)"
-            ),
-        ),
         (
             ts.server_num_issue_query_threads > 0,
             (
