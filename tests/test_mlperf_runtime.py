@@ -622,11 +622,25 @@ def test_unsupported_settings_name_the_setting(tmp_path, where, name, value):
     assert issued == []
 
 
-def test_construct_qdl_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="ConstructQDL"):
-        ours.ConstructQDL(lambda qs: None, lambda: None, lambda: "qdl")
-    with pytest.raises(NotImplementedError, match="QDL"):
-        ours.DestroyQDL(1)
+def test_construct_qdl_is_a_sut_that_names_itself(tmp_path):
+    names = []
+
+    def name():
+        names.append(1)
+        return "RemoteSUT"
+
+    qdl = ours.ConstructQDL(lambda qs: complete_inline(ours, [(q.id, q.index) for q in qs]), lambda: None, name)
+    qsl = ours.ConstructQSL(10, 10, lambda s: None, lambda s: None)
+    ts = make_settings(ours, "SingleStream", min_duration_ms=20, min_query_count=10)
+    try:
+        ours.StartTestWithLogSettings(qdl, qsl, ts, log_settings(ours, tmp_path))
+    finally:
+        ours.DestroyQDL(qdl)
+        ours.DestroyQSL(qsl)
+    assert names == [1]
+    assert "SUT name : RemoteSUT" in (tmp_path / "mlperf_log_summary.txt").read_text()
+    with pytest.raises((TypeError, ValueError)):
+        ours.DestroyQDL(qdl)
 
 
 class IssueFailed(Exception):

@@ -100,6 +100,7 @@ class _SUT:
     flush: Callable[[], Any]
     fast: bool
     name: str
+    name_cb: Callable[[], str] | None = None  # a query dispatch library names itself
 
 
 @dataclass
@@ -225,19 +226,38 @@ def DestroyQSL(qsl: int) -> None:
     _destroy(qsl, _QSL, "QSL")
 
 
-def ConstructQDL(*args: Any, **kwargs: Any) -> int:
-    """MLPerf's query dispatch library (a SUT over the network) is not supported."""
-    raise NotImplementedError(
-        "loadgen.mlperf does not support ConstructQDL (MLPerf's query dispatch library "
-        "for SUTs over the network); drive network servers with `loadgen run --sut URL`"
+def ConstructQDL(
+    issue_cb: Callable[[list], Any],
+    flush_queries_cb: Callable[[], Any],
+    name_cb: Callable[[], str],
+) -> int:
+    """Creates a query dispatch library: a SUT whose name comes from ``name_cb``.
+
+    MLPerf uses it to forward queries to SUTs over the network (the harness's issue_cb
+    does the forwarding). StartTest takes it where it takes a SUT.
+
+    Args:
+        issue_cb: as for :func:`ConstructSUT`.
+        flush_queries_cb: as for :func:`ConstructSUT`.
+        name_cb: returns the SUT name for the logs; called once per test.
+
+    Returns:
+        A handle for StartTest and DestroyQDL.
+    """
+    return _new_handle(
+        _SUT(
+            _callable(issue_cb, "issue_cb"),
+            _callable(flush_queries_cb, "flush_queries_cb"),
+            False,
+            "",
+            _callable(name_cb, "name_cb"),
+        )
     )
 
 
-def DestroyQDL(*args: Any, **kwargs: Any) -> None:
-    """See ConstructQDL."""
-    raise NotImplementedError(
-        "loadgen.mlperf does not support DestroyQDL (see ConstructQDL)"
-    )
+def DestroyQDL(qdl: int) -> None:
+    """Releases a handle from ConstructQDL."""
+    _destroy(qdl, _SUT, "QDL")
 
 
 # ------------------------------------------------------------------- the active run
@@ -319,6 +339,7 @@ class _Test:
         # ...and draws each one's accuracy-log value from one default-seeded stream.
         self.acc_rng = _core.MlperfMt19937()
         self.reported = False
+        self.sut_name = sut.name
 
     def load(self, indices: list) -> None:
         self.detail.log_loaded_qsl_set(indices)
@@ -535,12 +556,12 @@ class _Test:
                 f"The run was interrupted ({fig.extra['interrupted']})."
             )
         self.reported = True
-        report.write_summary(self.summary_fh, eff, fig, ev, self.sut.name)
+        report.write_summary(self.summary_fh, eff, fig, ev, self.sut_name)
         if self.copy_summary:
             import io
 
             buf = io.StringIO()
-            report.write_summary(buf, eff, fig, ev, self.sut.name)
+            report.write_summary(buf, eff, fig, ev, self.sut_name)
             print(buf.getvalue(), end="")
         report.write_detail_results(self.detail, eff, fig, ev)
         return ev
@@ -861,7 +882,8 @@ def _start(
         )
         detail.log_version_info()
         t0 = time.perf_counter_ns()
-        sut_name = sut.name
+        sut_name = str(sut.name_cb()) if sut.name_cb is not None else sut.name
+        test.sut_name = sut_name
         detail.log_test_start(
             test_date_time=test_date_time,
             sut_name=sut_name,
