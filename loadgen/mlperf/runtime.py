@@ -338,7 +338,6 @@ class _Test:
         self.next_seq_id = 0  # MLPerf numbers samples across the whole test
         # ...and draws each one's accuracy-log value from one default-seeded stream.
         self.acc_rng = _core.MlperfMt19937()
-        self.reported = False
         self.sut_name = sut.name
 
     def load(self, indices: list) -> None:
@@ -355,7 +354,6 @@ class _Test:
         distribution_end: int,
         *,
         accuracy: bool,
-        log_power: bool = True,
     ) -> RunFigures:
         """Issues one run over the loaded set and waits for its samples."""
         scenario = int(eff.scenario)
@@ -438,6 +436,11 @@ class _Test:
             run.generated_samples_per_query,
             run.generated_query_duration_ns,
         )
+        if counts["ended_naturally"]:
+            self.detail.log(
+                "generic_message",
+                "Ending naturally: Minimum query count and test duration met.",
+            )
         if counts["ran_out_of_generated_queries"] and not accuracy:
             self.detail.error(
                 "error_runtime",
@@ -467,9 +470,9 @@ class _Test:
                 "in flight (completed twice, or never issued)",
             )
         start = counts["start_ns"]
-        if log_power and not accuracy:
-            active_ns = max(counts["max_completion_ns"] - start, 0)
-            self.detail.log_power(wall_start_ns, active_ns)
+        self.detail.log_power(
+            wall_start_ns, max(counts["max_completion_ns"] - start, 0)
+        )
         multi = scenario == int(TestScenario.MultiStream)
         fig = RunFigures(
             sample_latency=Histogram._wrap(run.sample_latency()),
@@ -555,7 +558,6 @@ class _Test:
             ev.recommendations.append(
                 f"The run was interrupted ({fig.extra['interrupted']})."
             )
-        self.reported = True
         report.write_summary(self.summary_fh, eff, fig, ev, self.sut_name)
         if self.copy_summary:
             import io
@@ -684,7 +686,6 @@ def _run_find_peak(test: _Test, eff: EffectiveSettings) -> None:
                 loaded,
                 end,
                 accuracy=False,
-                log_power=False,
             )
             ok = _perf_constraints_met(_with_qps(eff, qps, **probe), fig)
             detail.log(
@@ -932,8 +933,6 @@ def _start(
             raise
         finally:
             accuracy_log.close()
-            if not test.reported:
-                detail.log("num_errors", detail.error_count)
             report.write_summary_trailer(
                 summary_fh, detail.warning_count, detail.error_count
             )
