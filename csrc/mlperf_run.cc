@@ -201,6 +201,7 @@ bool MlperfRun::claim(uint64_t seq, IssueSink& sink) {
   const uint64_t count_mask = (uint64_t{1} << count_bits_) - 1;
   if ((slot.word.load(std::memory_order_acquire) & count_mask) == 0) return true;
   ++result_.table_waits;
+  sink.before_wait();
   for (;;) {
     Notifier::Ticket ticket(done_);
     if ((slot.word.load(std::memory_order_acquire) & count_mask) == 0) return true;
@@ -227,6 +228,7 @@ bool MlperfRun::wait_done(uint64_t seq, IssueSink& sink) {
     return (w >> count_bits_) != seq || (w & count_mask) == 0;
   };
   if (done()) return true;
+  sink.before_wait();
   // A brief spin first: an in-process SUT often answers within microseconds, and a
   // sleeping thread takes far longer than that to wake on a small VM.
   const int64_t spin_until = now_ns() + 20'000;
@@ -286,6 +288,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
     if (server) {
       scheduled = start + offset;
       now = now_ns();
+      if (now < scheduled) sink.before_wait();
       while (now < scheduled && !stop_.load(std::memory_order_acquire)) {
         // Slices, so that a signal or a stop request is seen while waiting long gaps.
         const int64_t slice_end = std::min(scheduled, now + kWaitSliceNs);

@@ -107,6 +107,11 @@ class IssueSink {
   virtual bool issue(const uint64_t* ids, const int64_t* indices, size_t n) = 0;
   /// Called while the issuing thread waits (about every 50 ms); false ends the run.
   virtual bool keep_waiting() = 0;
+  /// The issuing thread is about to wait (for a scheduled time or a completion): a
+  /// sink that holds a lock other threads need to complete (Python's GIL) lets go of it
+  /// here. issue() takes it back. Between waits the loop keeps it, so a loop that is
+  /// behind schedule pays nothing per query for it.
+  virtual void before_wait() {}
 };
 
 /// Counts and times of a finished (or running) run.
