@@ -204,6 +204,26 @@ def read_status_kb(field: str) -> Optional[int]:
     return None
 
 
+def spec_settings(lg: Any, spec: Dict[str, Any]) -> tuple:
+    """(TestSettings, LogSettings) of a child spec, for either module: scenario, mode
+    and settings from the spec; plain log names in spec["outdir"]; no trace."""
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, spec["scenario"])
+    settings.mode = getattr(lg.TestMode, spec.get("mode", "PerformanceOnly"))
+    for k, v in spec.get("settings", {}).items():
+        setattr(settings, k, v)
+
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = spec["outdir"]
+    log_settings.log_output.prefix = "mlperf_log_"
+    log_settings.log_output.suffix = ""
+    log_settings.log_output.prefix_with_datetime = False
+    log_settings.log_output.copy_detail_to_stdout = False
+    log_settings.log_output.copy_summary_to_stdout = False
+    log_settings.enable_trace = False
+    return settings, log_settings
+
+
 def _child_main(spec_path: str) -> int:
     """Run one mlperf_loadgen test as described by the JSON spec; write result JSON."""
     with open(spec_path) as f:
@@ -292,21 +312,7 @@ def _child_main(spec_path: str) -> int:
     def unload_cb(indices):
         counters["qsl_unload_calls"].append(len(indices))
 
-    settings = lg.TestSettings()
-    settings.scenario = getattr(lg.TestScenario, spec["scenario"])
-    settings.mode = getattr(lg.TestMode, spec.get("mode", "PerformanceOnly"))
-    for k, v in spec.get("settings", {}).items():
-        setattr(settings, k, v)
-
-    log_settings = lg.LogSettings()
-    log_settings.log_output.outdir = spec["outdir"]
-    log_settings.log_output.prefix = "mlperf_log_"
-    log_settings.log_output.suffix = ""
-    log_settings.log_output.prefix_with_datetime = False
-    log_settings.log_output.copy_detail_to_stdout = False
-    log_settings.log_output.copy_summary_to_stdout = False
-    log_settings.enable_trace = False
-
+    settings, log_settings = spec_settings(lg, spec)
     sut = lg.ConstructSUT(issue_cb, flush_cb)
     qsl = lg.ConstructQSL(spec["qsl_total"], spec["qsl_perf"], load_cb, unload_cb)
     cpu0 = os.times()
@@ -344,8 +350,13 @@ def _child_main(spec_path: str) -> int:
 def _run_child(scenario: str, settings: Dict[str, Any], *, sut: str = "instant",
                complete_per_sample: bool = False, qsl_total: int = QSL_TOTAL_DEFAULT,
                qsl_perf: Optional[int] = None, timeout_s: float = 600.0,
-               mode: str = "PerformanceOnly") -> Dict[str, Any]:
+               mode: str = "PerformanceOnly", script: Optional[str] = None,
+               extra_spec: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run one test in a child process; return the child's figures plus parsed logs.
+
+    The child is ``python SCRIPT --child SPEC`` (SCRIPT defaults to this file); a
+    different script must read the same spec (plus any ``extra_spec`` keys), write its
+    result JSON to spec["result_path"] and its logs to spec["outdir"].
 
     Keys: ok, error, returncode, proc_wall_s, child_maxrss_kb (wait4's ru_maxrss of
     that child), child_cpu_s, child (dict from the child), summary (parsed summary),
@@ -365,6 +376,7 @@ def _run_child(scenario: str, settings: Dict[str, Any], *, sut: str = "instant",
         "outdir": outdir,
         "result_path": os.path.join(tmp, "result.json"),
     }
+    spec.update(extra_spec or {})
     spec_path = os.path.join(tmp, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -375,7 +387,8 @@ def _run_child(scenario: str, settings: Dict[str, Any], *, sut: str = "instant",
                 open(os.path.join(tmp, "stderr"), "wb") as se:
             t0 = time.perf_counter()
             proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--child", spec_path],
+                [sys.executable, os.path.abspath(script or __file__), "--child",
+                 spec_path],
                 cwd=tmp, stdout=so, stderr=se, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
             )
@@ -481,7 +494,8 @@ def _common_figures(r: Dict[str, Any]) -> Dict[str, Any]:
 def server_run(target_qps: float, duration_s: float, latency_bound_ms: float,
                sut: str = "instant", batch: bool = False,
                qsl_total: int = QSL_TOTAL_DEFAULT,
-               timeout_s: Optional[float] = None) -> Dict[str, Any]:
+               timeout_s: Optional[float] = None,
+               child: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One Server-scenario PerformanceOnly run.
 
     Settings: server_target_qps=target_qps, min_duration_ms=duration_s*1000,
@@ -490,7 +504,9 @@ def server_run(target_qps: float, duration_s: float, latency_bound_ms: float,
     (loadgen may then hand several overdue queries to one issue_query call).
     ``sut="instant"`` completes every sample inside issue_query with one
     QuerySamplesComplete(list) per call (data pointer 0, size 0); ``sut="thread"`` queues
-    and completes from a worker thread.
+    and completes from a worker thread. ``child``: extra keyword arguments of
+    _run_child (``script``, ``extra_spec``), to run another harness script; the same
+    holds for offline_run, single_stream_run and peak_rss_for_queries.
 
     Returns valid, result, scheduled_qps, completed_qps, p50_ns/p90_ns/p95_ns/p97_ns/
     p99_ns/p999_ns, min/mean/max_ns, query_count, overlatency_count, test_wall_s (around
@@ -506,7 +522,8 @@ def server_run(target_qps: float, duration_s: float, latency_bound_ms: float,
     }
     if timeout_s is None:
         timeout_s = 60 + 6 * duration_s
-    r = _run_child("Server", settings, sut=sut, qsl_total=qsl_total, timeout_s=timeout_s)
+    r = _run_child("Server", settings, sut=sut, qsl_total=qsl_total, timeout_s=timeout_s,
+                   **(child or {}))
     out = _common_figures(r)
     d = r.get("detail", {})
     s = r.get("summary", {})
@@ -614,7 +631,8 @@ def server_max_valid_qps(latency_bound_ms: float, duration_s: float = 5, lo: flo
 
 def offline_run(sample_count: int, duration_s: float, batched: bool = True,
                 sut: str = "instant", qsl_total: int = QSL_TOTAL_DEFAULT,
-                timeout_s: Optional[float] = None) -> Dict[str, Any]:
+                timeout_s: Optional[float] = None,
+                child: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One Offline-scenario PerformanceOnly run of exactly ``sample_count`` samples.
 
     LoadGen issues Offline as ONE query of max(min_query_count,
@@ -642,7 +660,7 @@ def offline_run(sample_count: int, duration_s: float, batched: bool = True,
     if timeout_s is None:
         timeout_s = 120 + sample_count / 20000.0
     r = _run_child("Offline", settings, sut=sut, complete_per_sample=not batched,
-                   qsl_total=qsl_total, timeout_s=timeout_s)
+                   qsl_total=qsl_total, timeout_s=timeout_s, **(child or {}))
     out = _common_figures(r)
     d = r.get("detail", {})
     s = r.get("summary", {})
@@ -664,7 +682,8 @@ def offline_run(sample_count: int, duration_s: float, batched: bool = True,
 
 def single_stream_run(duration_s: float, expected_latency_ns: int = 3000,
                       qsl_total: int = QSL_TOTAL_DEFAULT,
-                      timeout_s: Optional[float] = None) -> Dict[str, Any]:
+                      timeout_s: Optional[float] = None,
+                      child: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One SingleStream PerformanceOnly run with an empty SUT.
 
     The SUT completes the (single) sample immediately inside issue_query. Settings:
@@ -690,14 +709,15 @@ def single_stream_run(duration_s: float, expected_latency_ns: int = 3000,
     }
     if timeout_s is None:
         timeout_s = 60 + 4 * duration_s
-    r = _run_child("SingleStream", settings, qsl_total=qsl_total, timeout_s=timeout_s)
+    r = _run_child("SingleStream", settings, qsl_total=qsl_total, timeout_s=timeout_s,
+                   **(child or {}))
     retried = False
     if r["ok"] and r.get("detail", {}).get("result_min_duration_met") is False:
         retried = True
         expected_latency_ns = max(1, int(expected_latency_ns) // 2)
         settings["single_stream_expected_latency_ns"] = expected_latency_ns
         r = _run_child("SingleStream", settings, qsl_total=qsl_total,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, **(child or {}))
     out = _common_figures(r)
     d = r.get("detail", {})
     s = r.get("summary", {})
@@ -720,7 +740,8 @@ def single_stream_run(duration_s: float, expected_latency_ns: int = 3000,
 
 def peak_rss_for_queries(n_queries: int, scenario: str = "Server",
                          server_qps: float = 150000.0, batched: bool = True,
-                         timeout_s: Optional[float] = None) -> Dict[str, Any]:
+                         timeout_s: Optional[float] = None,
+                         child: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Peak RSS of a child that pushes ~n_queries samples through mlperf_loadgen.
 
     scenario="Server" (default): Server at server_qps for n_queries/server_qps seconds
@@ -729,6 +750,8 @@ def peak_rss_for_queries(n_queries: int, scenario: str = "Server",
     n_queries samples (min_duration 0), instant SUT completing all in one call
     (batched=True; the Python list of 1e6 QuerySampleResponse objects the harness builds
     is then part of the peak) or one call per sample (batched=False); 1e6 take ~1.5 s.
+    scenario="SingleStream": n_queries one-sample queries, one after another
+    (min_duration 0), instant SUT; no per-query Python objects outlive a query.
 
     Returns peak_rss_mb (max of wait4's ru_maxrss and the child's VmHWM), rss_before_mb
     (child RSS after importing mlperf_loadgen, before the test), peak_rss_delta_mb,
@@ -742,6 +765,13 @@ def peak_rss_for_queries(n_queries: int, scenario: str = "Server",
             "min_duration_ms": 0,
             "min_query_count": n_queries,
         }
+    elif scenario == "SingleStream":
+        settings = {
+            "min_duration_ms": 0,
+            "min_query_count": n_queries,
+            "single_stream_expected_latency_ns": 1_000_000,
+            "single_stream_target_latency_percentile": 0.9,
+        }
     elif scenario == "Server":
         settings = {
             "server_target_qps": float(server_qps),
@@ -751,11 +781,12 @@ def peak_rss_for_queries(n_queries: int, scenario: str = "Server",
             "min_query_count": n_queries,
         }
     else:
-        raise ValueError("scenario must be 'Offline' or 'Server'")
+        raise ValueError("scenario must be 'Offline', 'SingleStream' or 'Server'")
     if timeout_s is None:
         timeout_s = 120 + n_queries / 10000.0
     r = _run_child(scenario, settings, timeout_s=timeout_s,
-                   complete_per_sample=(scenario == "Offline" and not batched))
+                   complete_per_sample=(scenario == "Offline" and not batched),
+                   **(child or {}))
     c = r.get("child", {})
     peak_kb = max(r.get("child_maxrss_kb") or 0, c.get("vm_hwm_kb") or 0)
     before_kb = c.get("rss_before_test_kb") or 0
