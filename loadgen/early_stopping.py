@@ -90,9 +90,13 @@ def min_passing_queries(t: int, percentile: float, confidence: float = CONFIDENC
     """Least h with P[Binomial(h + t, 1 - p) <= t] < 1 - confidence (p = percentile/100)."""
     if t < 0:
         raise ValueError(f"overlatency count must be >= 0, got {t}")
-    p = percentile / 100.0
+    return min_passing_queries_fraction(t, percentile / 100.0, confidence)
+
+
+def min_passing_queries_fraction(t: int, p: float, confidence: float = CONFIDENCE) -> int:
+    """min_passing_queries with the percentile as a fraction ``p`` in (0, 1)."""
     if not 0.0 < p < 1.0:
-        raise ValueError(f"percentile must be in (0, 100), got {percentile}")
+        raise ValueError(f"percentile must be in (0, 100), got {p * 100}")
     limit = 1.0 - confidence
     lo, hi = 1, max(2, int(math.ceil(math.log(limit) / math.log(p))) + 1)
     while binomial_cdf_upper_q(hi, t, p) >= limit:  # grow until it passes

@@ -52,7 +52,7 @@ from typing import (
 
 import numpy as np
 
-from ..early_stopping import binomial_cdf_upper_q
+from ..early_stopping import min_passing_queries_fraction
 from ..histogram import Histogram
 from .figures import RunFigures
 
@@ -234,21 +234,7 @@ def min_passing_queries(overlatency_count: int, percentile: float) -> int:
         raise ValueError(
             f"need overlatency_count >= 0 and 0 < percentile < 1, got {t} and {percentile}"
         )
-    limit = 1.0 - EARLY_STOPPING_CONFIDENCE
-
-    def passes(h: int) -> bool:
-        return binomial_cdf_upper_q(h, t, percentile) < limit
-
-    lo, hi = 1, max(2, math.ceil(math.log(limit) / math.log(percentile)))
-    while not passes(hi):
-        lo, hi = hi + 1, hi * 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if passes(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return min_passing_queries_fraction(t, percentile, EARLY_STOPPING_CONFIDENCE)
 
 
 def _largest_passing_overlatency(queries: int, percentile: float) -> int:
