@@ -1404,3 +1404,26 @@ def test_server_max_async_queries_ends_a_stuck_run(tmp_path):
     assert len(run.issued) == 9  # issuing stops once more than 8 are outstanding
     assert any("too many outstanding" in line for line in run.error_lines())
     assert run.validity == "INVALID"
+
+
+# ============================================================ the example harness
+
+
+def test_example_harness_runs_on_both_modules(tmp_path):
+    """examples/mlperf_harness.py runs unchanged on either module and is VALID."""
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "mlperf_harness.py"
+    for module in ("loadgen.mlperf", "mlperf_loadgen"):
+        out = subprocess.run(
+            [sys.executable, str(example), "--module", module, "--scenario", "Offline",
+             "--mode", "SubmissionRun", "--outdir", str(tmp_path / module)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "Result is : VALID" in out.stdout
+        entries = json.loads((tmp_path / module / "mlperf_log_accuracy.json").read_text())
+        assert len(entries) == 1024  # every sample, each its index squared
+        for e in entries[:50]:
+            assert int.from_bytes(bytes.fromhex(e["data"]), "little") == e["qsl_idx"] ** 2
