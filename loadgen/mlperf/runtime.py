@@ -413,9 +413,13 @@ class _Test:
                 run.issue_all(issue, fast=self.sut.fast and not accuracy)
             except BaseException as exc:  # noqa: BLE001 - Ctrl-C or issue_query's error, re-raised below
                 error = exc
+            complete = False
             if error is None:
-                self.sut.flush()
-                complete = run.wait_all(options.completion_timeout_s)
+                try:
+                    self.sut.flush()
+                    complete = run.wait_all(options.completion_timeout_s)
+                except BaseException as exc:  # noqa: BLE001 - Ctrl-C while draining, re-raised below
+                    error = exc
             else:
                 # What was measured is kept: outstanding samples get a short grace.
                 complete = run.wait_all(_INTERRUPT_GRACE_S)
