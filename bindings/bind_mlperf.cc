@@ -49,8 +49,15 @@ class PySink : public loadgen::mlperf::IssueSink {
         py::list id_list(n);
         py::list index_list(n);
         for (size_t i = 0; i < n; ++i) {
-          PyList_SET_ITEM(id_list.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromUnsignedLongLong(ids[i]));
-          PyList_SET_ITEM(index_list.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(indices[i]));
+          PyObject* id = PyLong_FromUnsignedLongLong(ids[i]);
+          PyObject* index = PyLong_FromLongLong(indices[i]);
+          if (id == nullptr || index == nullptr) {
+            Py_XDECREF(id);
+            Py_XDECREF(index);
+            throw py::error_already_set();
+          }
+          PyList_SET_ITEM(id_list.ptr(), static_cast<Py_ssize_t>(i), id);
+          PyList_SET_ITEM(index_list.ptr(), static_cast<Py_ssize_t>(i), index);
         }
         issue_(id_list, index_list);
       } else {
@@ -189,17 +196,28 @@ PyObject* complete_call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
       a.late += static_cast<int64_t>(ids.size());
       Py_RETURN_NONE;
     }
+    const py::object hook = kFirstToken ? a.first_token_hook : a.complete_hook;
+    const bool hooked = hook && !hook.is_none();
+    // The hook runs Python, which may call this function again on this thread: the
+    // thread's buffers are then copied first.
+    std::vector<uint64_t> own_ids;
+    std::vector<int64_t> own_tokens;
+    if (hooked) {
+      own_ids = ids;
+      own_tokens = tokens;
+    }
+    const std::vector<uint64_t>& use_ids = hooked ? own_ids : ids;
+    const std::vector<int64_t>& use_tokens = hooked ? own_tokens : tokens;
     auto finish = [&, run = a.run] {
       if (kFirstToken) {
-        run->first_token(ids.data(), ids.size(), t);
+        run->first_token(use_ids.data(), use_ids.size(), t);
       } else {
-        run->complete(ids.data(), ids.size(), t, any_tokens ? tokens.data() : nullptr);
+        run->complete(use_ids.data(), use_ids.size(), t, any_tokens ? use_tokens.data() : nullptr);
       }
     };
     // Accuracy runs log the response bytes before the samples count as done, so the end
     // of the run (which waits for every sample) also waits for the last log entry.
-    const py::object hook = kFirstToken ? a.first_token_hook : a.complete_hook;
-    if (hook && !hook.is_none()) {
+    if (hooked) {
       try {
         hook(py::handle(responses), py::handle(response_cb));
       } catch (...) {

@@ -36,6 +36,9 @@ void atomic_max(std::atomic<T>& a, T v) noexcept {
 
 constexpr int64_t kWaitSliceNs = 50'000'000;
 
+// The next free block of query numbers in the process (see MlperfRun::reserve_numbers).
+std::atomic<uint64_t> g_last_seq{0};
+
 }  // namespace
 
 QueryGenerator::QueryGenerator(GeneratorSettings s)
@@ -196,6 +199,26 @@ MlperfRun::MlperfRun(RunSettings settings, GeneratorSettings generator)
   slots_.reset(new Slot[static_cast<size_t>(s_.table_capacity)]);
 }
 
+uint64_t MlperfRun::reserve_numbers() const noexcept {
+  // Each run takes its own block of query numbers, so the ids of two runs never meet.
+  // The slot word is (seq << count_bits_) | count and must not overflow: the block is
+  // smaller when queries are large, and numbering starts over when the space runs out.
+  const int block_bits = std::min(32, 58 - count_bits_);
+  const uint64_t block = uint64_t{1} << block_bits;
+  const uint64_t limit = uint64_t{1} << (63 - count_bits_);
+  uint64_t base = g_last_seq.fetch_add(block, std::memory_order_relaxed);
+  if (base >= limit - block) {
+    g_last_seq.store(block, std::memory_order_relaxed);
+    base = 0;
+  }
+  return base;
+}
+
+bool MlperfRun::slot_free(uint64_t seq) const noexcept {
+  const uint64_t count_mask = (uint64_t{1} << count_bits_) - 1;
+  return (slots_[seq & mask_].word.load(std::memory_order_acquire) & count_mask) == 0;
+}
+
 bool MlperfRun::claim(uint64_t seq, IssueSink& sink) {
   Slot& slot = slots_[seq & mask_];
   const uint64_t count_mask = (uint64_t{1} << count_bits_) - 1;
@@ -212,7 +235,7 @@ bool MlperfRun::claim(uint64_t seq, IssueSink& sink) {
 
 void MlperfRun::publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, int64_t issued_ns) {
   Slot& slot = slots_[seq & mask_];
-  slot.scheduled_ns = scheduled_ns;
+  slot.scheduled_ns.store(scheduled_ns, std::memory_order_relaxed);
   slot.issued_ns = issued_ns;
   slot.done_ns.store(0, std::memory_order_relaxed);
   slot.first_token_ns.store(0, std::memory_order_relaxed);
@@ -258,7 +281,8 @@ void MlperfRun::issue_all(IssueSink& sink) {
   int64_t offset = 0;
   int64_t next_offset = 0;
   bool have_next = false;
-  uint64_t seq = 0;
+  seq_base_ = reserve_numbers();
+  uint64_t seq = seq_base_;
   int64_t queries_issued = 0;
   const int64_t start = now_ns();
   r.start_ns = start;
@@ -279,7 +303,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
       break;
     }
     // When to issue: closed loop after the previous query is done; Server at its time.
-    if (closed && seq != 0 && !wait_done(seq, sink)) {
+    if (closed && seq != seq_base_ && !wait_done(seq, sink)) {
       r.interrupted = true;
       break;
     }
@@ -308,9 +332,10 @@ void MlperfRun::issue_all(IssueSink& sink) {
     indices.clear();
     int64_t in_this_call = 0;
     auto add_query = [&](const std::vector<int64_t>& qs, int64_t sched) -> bool {
+      if (!claim(seq + 1, sink)) return false;
       ++seq;
-      if (!claim(seq, sink)) return false;
       publish(seq, static_cast<int64_t>(qs.size()), sched, now);
+      last_published_ = seq;
       for (size_t k = 0; k < qs.size(); ++k) {
         ids.push_back((seq << sample_bits_) | k);
         indices.push_back(qs[k]);
@@ -326,7 +351,9 @@ void MlperfRun::issue_all(IssueSink& sink) {
     if (server && s_.coalesce) {
       // Every later query already due goes into the same call.
       while (fetch(&next_samples, &next_offset)) {
-        if (now < start + next_offset) {
+        // Not yet due, or its slot still busy: it waits for the next call (claiming
+        // here could wait on a query of this very batch, which nobody can complete yet).
+        if (now < start + next_offset || !slot_free(seq + 1)) {
           have_next = true;
           break;
         }
@@ -372,7 +399,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
   }
   if (r.interrupted) r.ran_out_of_generated_queries = false;
   r.queries_issued = queries_issued;
-  last_seq_ = seq;
+  last_seq_ = last_published_;
 }
 
 bool MlperfRun::wait_all(int64_t timeout_ns) {
@@ -389,31 +416,38 @@ bool MlperfRun::wait_all(int64_t timeout_ns) {
 }
 
 void MlperfRun::finish_group(uint64_t seq, int64_t count, int64_t t_ns, int64_t tokens,
-                             int64_t tpot_count, int64_t* unknown) noexcept {
-  (void)tpot_count;
+                             int64_t tpot_tokens, int64_t* unknown) noexcept {
   Slot& slot = slots_[seq & mask_];
   const uint64_t count_mask = (uint64_t{1} << count_bits_) - 1;
   uint64_t w = slot.word.load(std::memory_order_acquire);
+  int64_t scheduled = 0;
+  int64_t first_token = 0;
+  bool last = false;
   for (;;) {
     if ((w >> count_bits_) != seq || static_cast<int64_t>(w & count_mask) < count) {
       *unknown += count;
       return;
     }
+    // Everything read from the slot is read before the samples are counted: once the
+    // count reaches 0 the issue thread may refill the slot. A successful exchange
+    // proves the slot still held this query when these reads were made.
+    scheduled = slot.scheduled_ns.load(std::memory_order_relaxed);
+    first_token = slot.first_token_ns.load(std::memory_order_relaxed);
+    last = (w & count_mask) == static_cast<uint64_t>(count);
+    if (last) slot.done_ns.store(t_ns, std::memory_order_relaxed);
     if (slot.word.compare_exchange_weak(w, w - static_cast<uint64_t>(count), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
       break;
     }
   }
-  // The slot cannot be reused before this group's samples are counted as done below,
-  // and the fields read here were written before the word was published.
-  const int64_t latency = t_ns - slot.scheduled_ns;
+  const int64_t latency = t_ns - scheduled;
   sample_latency_.record_n(latency, count);
   latency_sum_.fetch_add(latency * count, std::memory_order_relaxed);
   atomic_max(max_latency_, latency);
   atomic_max(max_completion_, t_ns);
   if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
-  if ((w & count_mask) == static_cast<uint64_t>(count)) {  // the query's last samples
-    slot.done_ns.store(t_ns, std::memory_order_relaxed);
+  if (tpot_tokens > 1 && first_token != 0) tpot_.record((t_ns - first_token) / (tpot_tokens - 1));
+  if (last) {
     if (s_.scenario == Scenario::kMultiStream) {
       query_latency_.record(latency);
       query_latency_sum_.fetch_add(latency, std::memory_order_relaxed);
@@ -433,17 +467,10 @@ int64_t MlperfRun::complete(const uint64_t* ids, size_t n, int64_t t_ns, const i
       if (n_tokens) tokens += std::max<int64_t>(n_tokens[j], 0);
       ++j;
     }
-    if (n_tokens) {
-      // Time per output token needs each sample's own first token: only queries of one
-      // sample carry it (Server and SingleStream, where token runs happen).
-      const Slot& slot = slots_[seq & mask_];
-      const int64_t ft = slot.first_token_ns.load(std::memory_order_acquire);
-      if (j - i == 1 && ft != 0 && n_tokens[i] > 1 &&
-          (slot.word.load(std::memory_order_acquire) >> count_bits_) == seq) {
-        tpot_.record((t_ns - ft) / (n_tokens[i] - 1));
-      }
-    }
-    finish_group(seq, static_cast<int64_t>(j - i), t_ns, tokens, 0, &unknown);
+    // Time per output token needs each sample's own first token: only queries of one
+    // sample carry it (Server and SingleStream, where token runs happen).
+    const int64_t tpot_tokens = (n_tokens != nullptr && j - i == 1) ? n_tokens[i] : 0;
+    finish_group(seq, static_cast<int64_t>(j - i), t_ns, tokens, tpot_tokens, &unknown);
     i = j;
   }
   samples_completed_.fetch_add(static_cast<int64_t>(n) - unknown, std::memory_order_release);
@@ -465,7 +492,16 @@ int64_t MlperfRun::first_token(const uint64_t* ids, size_t n, int64_t t_ns) noex
     }
     int64_t expected = 0;
     if (slot.first_token_ns.compare_exchange_strong(expected, t_ns, std::memory_order_acq_rel)) {
-      ttft_.record(t_ns - slot.scheduled_ns);
+      const int64_t scheduled = slot.scheduled_ns.load(std::memory_order_relaxed);
+      // The query may have finished and its slot been refilled meanwhile: then the mark
+      // is taken back and the call counted as late.
+      if ((slot.word.load(std::memory_order_acquire) >> count_bits_) != seq) {
+        int64_t mine = t_ns;
+        slot.first_token_ns.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+        ++unknown;
+        continue;
+      }
+      ttft_.record(t_ns - scheduled);
     }
   }
   if (unknown) unknown_.fetch_add(unknown, std::memory_order_relaxed);
@@ -483,7 +519,7 @@ RunCounts MlperfRun::counts() const {
   c.max_latency_ns = max_latency_.load(std::memory_order_acquire);
   c.max_completion_ns = max_completion_.load(std::memory_order_acquire);
   c.tokens = tokens_.load(std::memory_order_acquire);
-  if (last_seq_ != 0) {
+  if (last_seq_ != 0) {  // a query was published
     c.final_done_ns = slots_[last_seq_ & mask_].done_ns.load(std::memory_order_acquire);
   }
   return c;

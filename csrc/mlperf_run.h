@@ -178,16 +178,22 @@ class MlperfRun {
     // (seq << count_bits_) | samples still outstanding: one word, so a late or repeated
     // completion can never touch a reused slot.
     std::atomic<uint64_t> word{0};
-    int64_t scheduled_ns = 0;
+    // Read by completing threads while the issue thread may already be refilling the
+    // slot: atomic, and trusted only when the word still names the query afterwards.
+    std::atomic<int64_t> scheduled_ns{0};
     int64_t issued_ns = 0;
     std::atomic<int64_t> done_ns{0};
     std::atomic<int64_t> first_token_ns{0};
   };
   // Claims the slot for query `seq`, waiting while its previous query is outstanding.
   bool claim(uint64_t seq, IssueSink& sink);
+  bool slot_free(uint64_t seq) const noexcept;
+  uint64_t reserve_numbers() const noexcept;
   void publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, int64_t issued_ns);
   bool wait_done(uint64_t seq, IssueSink& sink);
-  void finish_group(uint64_t seq, int64_t count, int64_t t_ns, int64_t tokens, int64_t tpot_count,
+  // Counts `count` samples of query `seq` done at t_ns; `tpot_tokens` > 1 for a query of
+  // one sample reporting its output tokens (time per output token).
+  void finish_group(uint64_t seq, int64_t count, int64_t t_ns, int64_t tokens, int64_t tpot_tokens,
                     int64_t* unknown) noexcept;
 
   RunSettings s_;
@@ -215,7 +221,9 @@ class MlperfRun {
   std::atomic<int64_t> max_completion_{0};
   std::atomic<int64_t> tokens_{0};
   RunCounts result_;  // issue-thread fields, final after issue_all()
-  uint64_t last_seq_ = 0;
+  uint64_t seq_base_ = 0;  // this run's block of query numbers starts after it, so a late
+  uint64_t last_seq_ = 0;  // completion of another run never matches a query of this one
+  uint64_t last_published_ = 0;  // issue thread: the last query published
   Notifier done_;     // a query finished
 };
 

@@ -1427,3 +1427,96 @@ def test_example_harness_runs_on_both_modules(tmp_path):
         assert len(entries) == 1024  # every sample, each its index squared
         for e in entries[:50]:
             assert int.from_bytes(bytes.fromhex(e["data"]), "little") == e["qsl_idx"] ** 2
+
+
+# ============================================================ regressions of review findings
+
+
+def _run_core(**kw):
+    from loadgen import _core
+
+    args = {"scenario": 2, "accuracy": False, "loaded_samples": [0, 1, 2, 3], "sample_distribution_end": 4,
+                "samples_per_query": 1, "target_duration_ns": 0, "min_query_count": 3, "max_query_count": 0,
+                "max_duration_ns": 0, "max_async_queries": 0, "target_qps": 1000.0}
+    args.update(kw)
+    return _core.MlperfRun(**args)
+
+
+def test_late_completions_of_an_earlier_run_never_match_the_next():
+    a, b = _run_core(), _run_core()
+    ids_a, ids_b = [], []
+    a.issue_all(lambda ids, idx: ids_a.extend(ids), fast=True)
+    b.issue_all(lambda ids, idx: ids_b.extend(ids), fast=True)
+    assert not set(ids_a) & set(ids_b)
+    assert b.complete_ids(ids_a) == len(ids_a)  # all unknown to b
+    assert not b.wait_all(0.01)
+    assert b.complete_ids(ids_b) == 0 and b.wait_all(1.0)
+
+
+def test_coalesced_batch_larger_than_the_table_does_not_deadlock():
+    """A burst of due queries larger than the tracking table is issued in several
+    calls instead of waiting on a query of the batch being built."""
+    calls = []
+    run = _run_core(target_duration_ns=20_000_000, min_query_count=64, target_qps=200_000.0,
+                    coalesce=True, table_capacity=4)
+
+    def issue(ids, idx):
+        calls.append(len(ids))
+        time.sleep(0.001)
+        run.complete_ids(ids)
+
+    stopper = threading.Timer(20.0, run.stop)
+    stopper.start()
+    try:
+        run.issue_all(issue, fast=True)
+    finally:
+        stopper.cancel()
+    counts = run.counts()
+    assert not counts["interrupted"]
+    assert max(calls) <= 4 and counts["queries_issued"] == run.generated_query_count
+    assert run.wait_all(5.0)
+
+
+def test_fast_sut_with_sampled_accuracy_logging(tmp_path):
+    def issue(ids, idx):
+        ours.QuerySamplesComplete([ours.QuerySampleResponse(i, 0, 0) for i in ids])
+
+    sut = ours.ConstructFastSUT(issue, lambda: None)
+    qsl = ours.ConstructQSL(100, 100, lambda s: None, lambda s: None)
+    ts = make_settings(ours, "SingleStream", min_duration_ms=50, min_query_count=40,
+                       accuracy_log_probability=0.5)
+    try:
+        ours.StartTestWithLogSettings(sut, qsl, ts, log_settings(ours, tmp_path))
+    finally:
+        ours.DestroySUT(sut)
+        ours.DestroyQSL(qsl)
+    entries = json.loads((tmp_path / "mlperf_log_accuracy.json").read_text())
+    assert 0 < len(entries) < 200
+
+
+def test_completion_from_inside_response_cb(tmp_path):
+    """A response_cb that itself completes other samples (re-entrant) loses nothing."""
+
+    def issue(qs):
+        first, rest = qs[0], qs[1:]
+
+        def cb(resp):
+            if rest:
+                ours.QuerySamplesComplete([ours.QuerySampleResponse(s.id, 0, 0) for s in rest])
+                rest.clear()
+
+        ours.QuerySamplesComplete([ours.QuerySampleResponse(first.id, 0, 0)], cb)
+
+    sut = ours.ConstructSUT(issue, lambda: None)
+    qsl = ours.ConstructQSL(8, 8, lambda s: None, lambda s: None)
+    ts = make_settings(ours, "Offline", "AccuracyOnly")
+    ours.options.completion_timeout_s = 5.0
+    try:
+        ours.StartTestWithLogSettings(sut, qsl, ts, log_settings(ours, tmp_path))
+    finally:
+        ours.options.completion_timeout_s = -1.0
+        ours.DestroySUT(sut)
+        ours.DestroyQSL(qsl)
+    detail = (tmp_path / "mlperf_log_detail.txt").read_text()
+    assert "not completed" not in detail and "not in flight" not in detail
+    assert len(json.loads((tmp_path / "mlperf_log_accuracy.json").read_text())) == 8
