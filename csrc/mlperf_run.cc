@@ -195,8 +195,34 @@ MlperfRun::MlperfRun(RunSettings settings, GeneratorSettings generator)
   sample_bits_ = bits_for(spq - 1);
   count_bits_ = bits_for(spq);
   require(sample_bits_ <= 40, "samples_per_query is too large");
+  // Only Server keeps many queries in flight; the other scenarios have at most two.
+  if (s_.scenario != Scenario::kServer) s_.table_capacity = std::min<int64_t>(s_.table_capacity, 4);
   mask_ = static_cast<uint64_t>(s_.table_capacity) - 1;
   slots_.reset(new Slot[static_cast<size_t>(s_.table_capacity)]);
+  if (spq > 1) {
+    bit_words_ = static_cast<size_t>((spq + 63) / 64);
+    const size_t n = bit_words_ * static_cast<size_t>(s_.table_capacity);
+    done_bits_.reset(new std::atomic<uint64_t>[n]);
+    for (size_t i = 0; i < n; ++i) done_bits_[i].store(0, std::memory_order_relaxed);
+  }
+}
+
+bool MlperfRun::mark_sample(uint64_t seq, uint64_t position) noexcept {
+  const Slot& slot = slots_[seq & mask_];
+  const uint64_t count_mask = (uint64_t{1} << count_bits_) - 1;
+  const uint64_t w = slot.word.load(std::memory_order_acquire);
+  if ((w >> count_bits_) != seq || (w & count_mask) == 0 ||
+      position >= static_cast<uint64_t>(gen_.samples_per_query())) {
+    return false;
+  }
+  std::atomic<uint64_t>& bits = done_bits_[(seq & mask_) * bit_words_ + position / 64];
+  const uint64_t bit = uint64_t{1} << (position % 64);
+  if (bits.fetch_or(bit, std::memory_order_acq_rel) & bit) return false;  // twice
+  if ((slot.word.load(std::memory_order_acquire) >> count_bits_) != seq) {
+    bits.fetch_and(~bit, std::memory_order_acq_rel);  // the query ended meanwhile
+    return false;
+  }
+  return true;
 }
 
 uint64_t MlperfRun::reserve_numbers() const noexcept {
@@ -239,6 +265,11 @@ void MlperfRun::publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, i
   slot.issued_ns = issued_ns;
   slot.done_ns.store(0, std::memory_order_relaxed);
   slot.first_token_ns.store(0, std::memory_order_relaxed);
+  if (bit_words_ != 0) {
+    std::atomic<uint64_t>* bits = &done_bits_[(seq & mask_) * bit_words_];
+    const size_t used = static_cast<size_t>((n_samples + 63) / 64);
+    for (size_t i = 0; i < used; ++i) bits[i].store(0, std::memory_order_relaxed);
+  }
   slot.word.store((seq << count_bits_) | static_cast<uint64_t>(n_samples), std::memory_order_release);
   issue_delay_.record(issued_ns - scheduled_ns);
 }
@@ -470,7 +501,15 @@ int64_t MlperfRun::complete(const uint64_t* ids, size_t n, int64_t t_ns, const i
     // Time per output token needs each sample's own first token: only queries of one
     // sample carry it (Server and SingleStream, where token runs happen).
     const int64_t tpot_tokens = (n_tokens != nullptr && j - i == 1) ? n_tokens[i] : 0;
-    finish_group(seq, static_cast<int64_t>(j - i), t_ns, tokens, tpot_tokens, &unknown);
+    int64_t fresh = static_cast<int64_t>(j - i);
+    if (bit_words_ != 0) {
+      const uint64_t position_mask = (uint64_t{1} << sample_bits_) - 1;
+      for (size_t k = i; k < j; ++k) {
+        if (!mark_sample(seq, ids[k] & position_mask)) --fresh;
+      }
+      unknown += static_cast<int64_t>(j - i) - fresh;
+    }
+    if (fresh > 0) finish_group(seq, fresh, t_ns, tokens, tpot_tokens, &unknown);
     i = j;
   }
   samples_completed_.fetch_add(static_cast<int64_t>(n) - unknown, std::memory_order_release);

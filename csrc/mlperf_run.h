@@ -202,6 +202,11 @@ class MlperfRun {
   int count_bits_ = 0;
   uint64_t mask_ = 0;
   std::unique_ptr<Slot[]> slots_;
+  // Queries of several samples: one done bit per sample, so a sample completed twice is
+  // counted as unknown instead of ending its query early (bit_words_ words per slot).
+  size_t bit_words_ = 0;
+  std::unique_ptr<std::atomic<uint64_t>[]> done_bits_;
+  bool mark_sample(uint64_t seq, uint64_t position) noexcept;
 
   ShardedHistogram sample_latency_;
   ShardedHistogram query_latency_;

@@ -1520,3 +1520,15 @@ def test_completion_from_inside_response_cb(tmp_path):
     detail = (tmp_path / "mlperf_log_detail.txt").read_text()
     assert "not completed" not in detail and "not in flight" not in detail
     assert len(json.loads((tmp_path / "mlperf_log_accuracy.json").read_text())) == 8
+
+
+def test_sample_completed_twice_does_not_end_its_query_early():
+    run = _run_core(scenario=3, samples_per_query=4, min_query_count=1, target_qps=1.0)
+    ids = []
+    run.issue_all(lambda i, idx: ids.extend(i), fast=True)
+    assert len(ids) == 4
+    assert run.complete_ids([ids[0], ids[0], ids[1], ids[2]]) == 1  # the repeat is unknown
+    assert not run.wait_all(0.05)  # the fourth sample is still outstanding
+    assert run.complete_ids([ids[3]]) == 0 and run.wait_all(1.0)
+    counts = run.counts()
+    assert (counts["samples_completed"], counts["unknown_completions"], counts["queries_completed"]) == (4, 1, 1)
