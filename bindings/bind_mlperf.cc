@@ -358,33 +358,11 @@ void bind_mlperf(py::module_& m) {
           },
           py::arg("timeout_s") = -1.0, "Waits for every issued sample; False on timeout.")
       .def(
-          "complete",
-          [](MlperfRun& run, py::handle responses) {
-            const int64_t t = now_ns();
-            std::vector<uint64_t> ids;
-            std::vector<int64_t> tokens;
-            bool any_tokens = false;
-            read_responses(responses, &ids, &tokens, &any_tokens);
-            return run.complete(ids.data(), ids.size(), t, any_tokens ? tokens.data() : nullptr);
-          },
-          py::arg("responses"), "Completes samples now; returns how many ids were not in flight.")
-      .def(
           "complete_ids",
           [](MlperfRun& run, const std::vector<uint64_t>& ids) {
             return run.complete(ids.data(), ids.size(), now_ns(), nullptr);
           },
           py::arg("ids"))
-      .def(
-          "first_token",
-          [](MlperfRun& run, py::handle responses) {
-            const int64_t t = now_ns();
-            std::vector<uint64_t> ids;
-            std::vector<int64_t> tokens;
-            bool any_tokens = false;
-            read_responses(responses, &ids, &tokens, &any_tokens);
-            return run.first_token(ids.data(), ids.size(), t);
-          },
-          py::arg("responses"))
       .def("stop", &MlperfRun::stop)
       .def("drain_generator", &MlperfRun::drain_generator, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("generated_query_count", [](const MlperfRun& r) { return r.generator().generated(); })
