@@ -11,6 +11,7 @@ through :mod:`loadgen.mlperf.report`.
 from __future__ import annotations
 
 import ctypes
+import io
 import itertools
 import math
 import os
@@ -572,13 +573,11 @@ class _Test:
             ev.recommendations.append(
                 f"The run was interrupted ({fig.extra['interrupted']})."
             )
-        report.write_summary(self.summary_fh, eff, fig, ev, self.sut_name)
+        text = io.StringIO()
+        report.write_summary(text, eff, fig, ev, self.sut_name)
+        self.summary_fh.write(text.getvalue())
         if self.copy_summary:
-            import io
-
-            buf = io.StringIO()
-            report.write_summary(buf, eff, fig, ev, self.sut_name)
-            print(buf.getvalue(), end="")
+            print(text.getvalue(), end="")
         report.write_detail_results(self.detail, eff, fig, ev)
         return ev
 
