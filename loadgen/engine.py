@@ -352,7 +352,7 @@ class Engine:
     def start(self) -> None:
         """Starts the run; Python SUTs are driven from a background thread."""
         self._core.start()
-        if self.sut_form in ("function", "async", "batched"):
+        if self.sut_form in ("function", "async", "batched", "loop"):
             self._driver = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
             self._driver.start()
 
@@ -526,8 +526,9 @@ class Engine:
             loop = uvloop.new_event_loop()
         except ImportError:
             loop = asyncio.new_event_loop()
+        driver = _LoopDriver(self, loop) if self.sut_form == "loop" else _AsyncDriver(self, loop)
         try:
-            loop.run_until_complete(_AsyncDriver(self, loop).run())
+            loop.run_until_complete(driver.run())
         finally:
             loop.close()
 
@@ -606,8 +607,83 @@ class _AsyncDriver:
             self.done_ids.clear()
             self.done_ts.clear()
             self.core.complete_many(ids, ts)
-            if self.core.inline_issue and not self.exhausted.is_set():
-                self._on_ready()  # closed loop: the completions made room for more
+        if self.core.inline_issue and not self.exhausted.is_set():
+            self._on_ready()  # closed loop: the completions (or failures) made room for more
+
+
+class _LoopDriver(_AsyncDriver):
+    """Feeds queued queries to a loop SUT (see :class:`loadgen.sut.LoopSUT`): no task per
+    query; the SUT completes queries through this driver's callbacks, which batch them
+    into one native call per loop iteration."""
+
+    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(engine, loop)
+        self.sut = engine.sut
+        self._issue = self.sut.issue_query
+
+    async def run(self) -> None:
+        await self.sut.open_on_loop(self.loop, self)
+        try:
+            fd = self.core.eventfd()
+            if fd < 0:
+                raise OSError("the engine could not create an eventfd for the SUT's event loop")
+            self.loop.add_reader(fd, self._on_ready)
+            self._on_ready()
+            try:
+                await self.exhausted.wait()
+                while not self.core.wait(0.0):
+                    await asyncio.sleep(0.002)
+            finally:
+                self.loop.remove_reader(fd)
+                self._flush()
+        finally:
+            await self.sut.close_on_loop()
+
+    def _on_ready(self) -> None:
+        single = self.settings.samples_per_query == 1
+        issue = self._issue
+        while True:
+            got = self.core.take_batch(self.settings.batch_max, 0.0, 0)
+            if got is None:
+                self.exhausted.set()
+                return
+            ids, samples, scheduled = got
+            if not len(ids):
+                break
+            sample_list = samples[:, 0].tolist() if single else list(samples)
+            for qid, sample, t in zip(ids.tolist(), sample_list, scheduled.tolist()):
+                try:
+                    issue(qid, sample, t)
+                except Exception as e:  # a SUT error fails this query only
+                    self.core.fail(qid, type(e).__name__, str(e))
+        self.core.arm_eventfd()
+
+    # The sink the SUT calls, on the loop's thread.
+    def complete(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` completed at ``t_ns``."""
+        self.done_ts.append(t_ns)
+        self.done_ids.append(qid)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
+        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
+        self.core.complete(qid, t_ns, n_tokens)
+        if self.core.inline_issue and not self.exhausted.is_set() and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def first_token(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` produced its first token at ``t_ns``."""
+        self.core.first_token(qid, t_ns)
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        """Query ``qid`` failed; ``kind`` is its error class."""
+        self.core.fail(qid, kind, message)
+        if self.core.inline_issue and not self.exhausted.is_set() and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
 
 
 def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides: Any) -> RunResult:

@@ -88,6 +88,31 @@ def _str_list(v: Any) -> List[str]:
     return [s.strip() for s in str(v).split(";") if s.strip()]
 
 
+def _raw_list(v: Any) -> List[str]:
+    """A repeatable value kept whole (headers may hold ';')."""
+    if isinstance(v, (list, tuple)):
+        return [str(x) for x in v]
+    return [str(v)] if str(v).strip() else []
+
+
+def _header_list(v: Any) -> List[str]:
+    from loadgen.net.options import parse_header
+
+    items = _raw_list(v)
+    for item in items:
+        parse_header(item)
+    return items
+
+
+def _input_list(v: Any) -> List[str]:
+    from loadgen.net.tensors import parse_input_spec
+
+    items = [x for item in _raw_list(v) for x in (item.split(";") if ";" in item else [item])]
+    for item in items:
+        parse_input_spec(item)
+    return items
+
+
 def _cpu_list(v: Any) -> List[int]:
     """'0,2-3' -> [0, 2, 3]."""
     if isinstance(v, (list, tuple)):
@@ -187,7 +212,10 @@ class OptionSpec:
 OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("scenario", _choice(*SCENARIO_NAMES), "what to run (default: server)", "NAME"),
     OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
-               "null, sleep:<us>, or python:MODULE:ATTR (MODULE may be a file path) (default: demo)", "SUT"),
+               "null, sleep:<us>, python:MODULE:ATTR (MODULE may be a file path), or a server: "
+               "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
+               "gRPC), openai+http://HOST:PORT/v1/completions or .../v1/chat/completions (streaming), "
+               "or any http URL with --request-template (default: demo)", "SUT"),
     OptionSpec("target_qps", _float(0, lo_open=True), "arrival rate for server, constant, poisson; expected "
                "rate for offline (default: 1000 for server/constant/poisson)", "QPS"),
     OptionSpec("latency_bound_ms", _float(0, lo_open=True), "latency bound at --latency-percentile; required "
@@ -225,6 +253,32 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("max_error_rate", _float(0, 1), "invalid when (failed + timed out) / issued exceeds this (default 0)", "FRACTION"),
     OptionSpec("max_issue_delay_ms", _float(0, lo_open=True), "invalid as generator overload when the p99 issue "
                "delay exceeds this (default 1)", "MS"),
+    OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
+               "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True),
+    OptionSpec("payload", _str, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
+               "bodies sent as written (default: synthetic tensors from the metadata, seeded by --seed)", "FILE"),
+    OptionSpec("request_template", _str, "network: JSON file describing requests to any HTTP JSON API "
+               "(method, path, headers, body with {{sample}} placeholders, check)", "FILE"),
+    OptionSpec("header", _header_list, "network: extra request header 'Name: value' (repeatable); values of "
+               "Authorization, cookies and --secret-header names are redacted from results and logs",
+               "HEADER", repeatable=True),
+    OptionSpec("secret_header", _raw_list, "network: a further header name whose value is redacted (repeatable)",
+               "NAME", repeatable=True),
+    OptionSpec("ca_file", _str, "network: CA bundle to verify the server's TLS certificate", "FILE"),
+    OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate"),
+    OptionSpec("connections", _int(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
+               "(default: the concurrency or --max-in-flight; 64 for an uncapped open loop)", "N"),
+    OptionSpec("ready_timeout_s", _float(0), "network: wait this long for the server to be ready before the run; "
+               "exit 2 if it is not (default 30)", "S"),
+    OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
+               "KServe, the output names, datatypes and shapes are checked)"),
+    OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
+               "typed contents"),
+    OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
+    OptionSpec("max_tokens", _int(1), "OpenAI: max_tokens of synthetic requests (default 128)", "N"),
+    OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default 64)", "N"),
+    OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
+               "and after the run; the counters' deltas go in the result", "URL"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here", "DIR"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
     OptionSpec("quiet", _bool, "print nothing but errors"),
@@ -273,6 +327,21 @@ class RunOptions:
     significant_figures: int = 3
     max_error_rate: float = 0.0
     max_issue_delay_ms: float = 1.0
+    input: List[str] = field(default_factory=list)
+    payload: Optional[str] = None
+    request_template: Optional[str] = None
+    header: List[str] = field(default_factory=list)
+    secret_header: List[str] = field(default_factory=list)
+    ca_file: Optional[str] = None
+    insecure: bool = False
+    connections: int = 0
+    ready_timeout_s: float = 30.0
+    no_response_check: bool = False
+    grpc_contents: str = "raw"
+    model: Optional[str] = None
+    max_tokens: int = 128
+    prompt_words: int = 64
+    server_metrics_url: Optional[str] = None
     output: Optional[str] = None
     json: bool = False
     quiet: bool = False

@@ -13,6 +13,7 @@ from loadgen.options import RunOptions
 from loadgen.results import SCHEMA, environment, evaluate_thresholds, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.scenarios.base import common_invalid_reasons
+from loadgen.net import is_network_sut, open_from_options
 from loadgen.sut_spec import load_sut
 
 __all__ = ["Progress", "prepare", "run_benchmark", "build_document"]
@@ -39,8 +40,20 @@ def prepare(options: RunOptions):
     effective = scenario.effective(options)
     settings = scenario.engine_settings(effective)
     settings.validate()
-    sut = load_sut(effective.sut)
+    if is_network_sut(effective.sut):
+        sut = open_from_options(effective, settings)
+    else:
+        if any(getattr(effective, name) for name in _NETWORK_ONLY):
+            given = [name for name in _NETWORK_ONLY if getattr(effective, name)]
+            raise ValueError(f"--{given[0].replace('_', '-')} applies to network targets (--sut URL), "
+                             f"not to --sut {effective.sut}")
+        sut = load_sut(effective.sut)
+    _scraper(effective, check=True)
     return scenario, effective, settings, sut
+
+
+_NETWORK_ONLY = ("input", "payload", "request_template", "header", "secret_header", "ca_file", "insecure",
+                 "connections", "model")
 
 
 def run_benchmark(
@@ -66,8 +79,11 @@ def run_benchmark(
     """
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     engine = Engine(settings, sut)
+    scraper = _scraper(effective, check=False)
     started_wall = time.time()
     interrupted = False
+    if scraper is not None:
+        scraper.start()
     engine.start()
     try:
         last_progress = time.monotonic()
@@ -92,13 +108,42 @@ def run_benchmark(
         engine.abort()
         engine._core.wait(None)
         raise
+    finally:
+        if scraper is not None:
+            scraper.finish()
     result = engine.result()
-    return build_document(scenario, effective, result, interrupted=interrupted,
-                          given=given or {}, started_wall=started_wall)
+    doc = build_document(scenario, effective, result, interrupted=interrupted,
+                         given=given or {}, started_wall=started_wall, sut=sut)
+    if scraper is not None:
+        doc["server_metrics"] = scraper.report()
+    if is_network_sut(effective.sut):
+        from loadgen.net import net_options
+
+        doc = net_options(effective).redactor().doc(doc)
+    return doc
+
+
+def _scraper(o: RunOptions, check: bool):
+    """The Prometheus scraper of ``--server-metrics-url`` (None without one); with
+    ``check``, one scrape first, raising ValueError when the endpoint does not answer."""
+    if not o.server_metrics_url:
+        return None
+    from loadgen.net import net_options
+    from loadgen.net.metrics import MetricsScraper
+    from loadgen.net.options import parse_header
+
+    redactor = net_options(o).redactor()
+    scraper = MetricsScraper(o.server_metrics_url, o.interval_s, [parse_header(h) for h in o.header])
+    if check:
+        try:
+            scraper.check()
+        except ValueError as e:
+            raise ValueError(redactor.text(str(e))) from None
+    return scraper
 
 
 def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, interrupted: bool,
-                   given: Dict[str, Any], started_wall: float) -> Dict[str, Any]:
+                   given: Dict[str, Any], started_wall: float, sut: Any = None) -> Dict[str, Any]:
     """The ``loadgen.result/1`` document of a finished run."""
     c = dict(result.counts)
     c["samples_completed"] = c["completed"] * o.samples_per_query
@@ -138,6 +183,19 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         doc["ttft_ns"] = histogram_summary(result.ttft)
     if result.tpot.total_count:
         doc["tpot_ns"] = histogram_summary(result.tpot)
+    itl = getattr(sut, "itl", None)
+    if itl is not None and itl.total_count:
+        doc["itl_ns"] = histogram_summary(itl)
+    tps = getattr(sut, "tokens_per_s", None)
+    if tps is not None and tps.total_count:
+        summary = histogram_summary(tps)
+        doc["output_tokens_per_s"] = {
+            k: (v / 1000.0 if k not in ("count", "hdr") else v) for k, v in summary.items()
+        }
+        doc["output_tokens_per_s"]["hdr_unit"] = "milli-tokens/s"
+    report = getattr(sut, "report", None)
+    if callable(report):
+        doc["network"] = report()
     es = scenario.early_stopping(result, o)
     if es is not None:
         doc["early_stopping"] = es

@@ -6,6 +6,8 @@
 - a plain function ``f(sample_index)``: the query completes when it returns;
 - an ``async def`` function ``f(sample_index)``: run on an asyncio loop (uvloop when
   installed); the query completes when the coroutine returns;
+- a loop SUT (:class:`LoopSUT`): runs on the engine's event loop and completes each
+  query through callbacks, with no task per query; the network clients are loop SUTs;
 - a batched SUT: an object with ``issue(batch)``; the :class:`Batch` carries numpy
   arrays ``ids`` and ``sample_indices`` and is completed later, from any thread, with
   ``batch.complete()`` or ``batch.complete_many(ids)``.
@@ -22,7 +24,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "NullSUT", "SUTForm", "classify_sut"]
+__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "SUTForm", "classify_sut"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,29 @@ class DemoSUT:
         return self.workers * self.max_batch / per_batch_us * 1e6 if per_batch_us > 0 else float("inf")
 
 
+class LoopSUT:
+    """Base of SUTs that run on the engine's asyncio event loop (uvloop when installed)
+    and complete queries through a sink instead of a return value.
+
+    The engine calls, on the loop's thread: ``await open_on_loop(loop, sink)`` once before
+    the first query; ``issue_query(query_id, sample_index, scheduled_ns)`` per query, which
+    must not block; and ``await close_on_loop()`` at the end. Each query ends with one call
+    of ``sink.complete(query_id, t_ns)``, ``sink.complete_tokens(query_id, t_ns, n_tokens)``
+    or ``sink.fail(query_id, kind, message)``; ``sink.first_token(query_id, t_ns)`` records
+    a stream's first token. Times are ``time.monotonic_ns()``.
+    """
+
+    async def open_on_loop(self, loop, sink) -> None:
+        """Called once on the run's loop before the first query."""
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        """Starts one query; must return without waiting."""
+        raise NotImplementedError
+
+    async def close_on_loop(self) -> None:
+        """Called once on the run's loop after the last query ended."""
+
+
 class Batch:
     """Queries handed to a batched SUT's ``issue(batch)``.
 
@@ -140,7 +165,7 @@ class Batch:
 
 
 #: What kind of SUT something is: "null", "fixed_delay", "demo", "function", "async",
-#: "batched".
+#: "batched", "loop".
 SUTForm = str
 
 
@@ -156,6 +181,8 @@ def classify_sut(sut: Any) -> SUTForm:
         return "fixed_delay"
     if isinstance(sut, DemoSUT):
         return "demo"
+    if callable(getattr(sut, "issue_query", None)) and callable(getattr(sut, "open_on_loop", None)):
+        return "loop"
     issue = getattr(sut, "issue", None)
     if issue is not None and callable(issue):
         return "batched"

@@ -52,8 +52,8 @@ def load_sut(spec: str) -> Any:
         return _python(spec, rest)
     if "://" in spec:
         raise SutSpecError(
-            f"--sut {spec}: network SUTs (HTTP, gRPC, OpenAI streaming) are not available in this "
-            "version; use demo, null, sleep:<us> or python:MODULE:ATTR"
+            f"--sut {spec}: a server URL is opened with the run's options (loadgen run, or "
+            "loadgen.net.open_target from Python), not by load_sut"
         )
     raise SutSpecError(
         f"--sut {spec!r} is not a SUT; use demo, null, sleep:<us> or python:MODULE:ATTR"

@@ -1,0 +1,389 @@
+"""A lean HTTP/1.1 client on asyncio transports (uvloop when installed), for the hot path.
+
+Requests are prepared bytes (request line, headers and body serialized before the timed
+run); sending one is a single ``transport.write``. Responses are parsed as they arrive:
+``Content-Length`` bodies, chunked bodies (with each piece handed to a streaming sink as
+it arrives, stamped with its receive time), and bodies delimited by the connection's
+close. Connections are kept alive and reused; a pool holds at most ``size`` of them, and
+requests wait in order for a free one.
+
+Everything here is callback-driven: no coroutine or task per request. A request ends in
+exactly one call of its handler's ``on_response`` or ``on_error``, unless it timed out
+or the pool was closed (then in neither).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from typing import Deque, List, Optional
+
+__all__ = ["HttpPool", "Request", "connect_error_kind"]
+
+_monotonic_ns = time.monotonic_ns
+_HEAD, _BODY_LENGTH, _BODY_CHUNKED, _BODY_EOF = range(4)
+_MAX_HEAD_BYTES = 64 * 1024
+
+
+def connect_error_kind(exc: BaseException) -> str:
+    """The error class of a failed connect."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connect_refused"
+    if isinstance(exc, ssl.SSLError):
+        return "tls_error"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "connect_timeout"
+    return "connect_error"
+
+
+class Request:
+    """One request in flight, or waiting for a connection.
+
+    Args:
+        data: the whole request, serialized.
+        handler: gets ``on_response(req, status, body, t_ns)`` once the response is
+            complete (for a streamed request the body is empty: the pieces went to
+            ``on_data``), or ``on_error(req, kind, message)`` if it fails; for a streamed
+            request also ``on_data(req, piece, t_ns)`` for each piece of body as it arrives.
+        query_id: the query this request serves (for the handler).
+        stream: hand the body to ``handler.on_data`` as it arrives instead of collecting it.
+        head_only: the request is a HEAD (its response has no body).
+    """
+
+    __slots__ = ("data", "handler", "query_id", "stream", "head_only", "conn", "timer", "finished")
+
+    def __init__(self, data: bytes, handler, query_id: int = 0, stream: bool = False,
+                 head_only: bool = False) -> None:
+        self.data = data
+        self.handler = handler
+        self.query_id = query_id
+        self.stream = stream
+        self.head_only = head_only
+        self.conn: Optional[_Connection] = None
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.finished = False
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection, one request at a time."""
+
+    def __init__(self, pool: "HttpPool") -> None:
+        self.pool = pool
+        self.transport: Optional[asyncio.Transport] = None
+        self.request: Optional[Request] = None
+        self.closed = False
+        self._buf = bytearray()
+        self._state = _HEAD
+        self._status = 0
+        self._remaining = 0
+        self._body: List[bytes] = []
+        self._keep_alive = True
+        self._got_bytes = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        self.closed = True
+        self.pool._forget(self)
+        req = self.request
+        if req is None:
+            return
+        if self._state == _BODY_EOF and exc is None:
+            self._finish(_monotonic_ns())
+            return
+        self.request = None
+        if isinstance(exc, ConnectionResetError) or exc is None:
+            what = "reset by peer" if exc is not None else "closed by the server"
+            phase = "before the response was complete" if self._got_bytes else "before any response"
+            self.pool._fail(req, "connection_reset", f"connection {what} {phase}")
+        else:
+            self.pool._fail(req, "connection_error", f"{type(exc).__name__}: {exc}")
+
+    def data_received(self, data: bytes) -> None:
+        t = _monotonic_ns()
+        if self.request is None:  # bytes nobody asked for: the connection is unusable
+            self._close()
+            return
+        self._got_bytes = True
+        buf = self._buf
+        buf += data
+        try:
+            self._parse(buf, t)
+        except ValueError as e:
+            req = self.request
+            self.request = None
+            self._close()
+            if req is not None:
+                self.pool._fail(req, "invalid_response", f"malformed HTTP response: {e}")
+
+    # -- sending
+    def send(self, req: Request) -> None:
+        self.request = req
+        req.conn = self
+        self._state = _HEAD
+        self._body = []
+        self._got_bytes = False
+        self.transport.write(req.data)
+
+    def _close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- parsing
+    def _parse(self, buf: bytearray, t: int) -> None:
+        while self.request is not None:
+            state = self._state
+            if state == _HEAD:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buf) > _MAX_HEAD_BYTES:
+                        raise ValueError("response headers longer than 64 KiB")
+                    return
+                self._head(bytes(buf[:end]))
+                del buf[:end + 4]
+            elif state == _BODY_LENGTH:
+                n = min(self._remaining, len(buf))
+                if n:
+                    self._piece(bytes(buf[:n]), t)
+                    del buf[:n]
+                    self._remaining -= n
+                if self._remaining:
+                    return
+                self._finish(t)
+            elif state == _BODY_CHUNKED:
+                if self._remaining == 0:  # at a chunk-size line
+                    end = buf.find(b"\r\n")
+                    if end < 0:
+                        return
+                    line = bytes(buf[:end]).split(b";", 1)[0].strip()
+                    try:
+                        size = int(line, 16)
+                    except ValueError:
+                        raise ValueError(f"bad chunk size {line[:20]!r}") from None
+                    if size == 0:  # last chunk; skip trailers up to the blank line
+                        tail = buf.find(b"\r\n\r\n", end)
+                        if tail < 0:
+                            return
+                        del buf[:tail + 4]
+                        self._finish(t)
+                        continue
+                    del buf[:end + 2]
+                    self._remaining = size + 2  # data and its CRLF
+                take = min(self._remaining - 2, len(buf)) if self._remaining > 2 else 0
+                if take > 0:
+                    self._piece(bytes(buf[:take]), t)
+                    del buf[:take]
+                    self._remaining -= take
+                if self._remaining <= 2:
+                    if len(buf) < self._remaining:
+                        return
+                    if buf[:self._remaining] != b"\r\n"[2 - self._remaining:]:
+                        raise ValueError("chunk not followed by CRLF")
+                    del buf[:self._remaining]
+                    self._remaining = 0
+                else:
+                    return
+            else:  # _BODY_EOF: everything until the server closes
+                if buf:
+                    self._piece(bytes(buf), t)
+                    buf.clear()
+                return
+
+    def _head(self, head: bytes) -> None:
+        if not head.startswith(b"HTTP/1."):
+            raise ValueError(f"status line {head[:40]!r}")
+        try:
+            status = int(head[9:12])
+        except ValueError:
+            raise ValueError(f"status line {head[:40]!r}") from None
+        if 100 <= status < 200:  # informational (100 Continue): the real head follows
+            return
+        self._status = status
+        lower = head.lower()
+        self._keep_alive = not (b"\r\nconnection: close" in lower or head.startswith(b"HTTP/1.0"))
+        req = self.request
+        if req.head_only or status in (204, 304):
+            self._state = _HEAD
+            self._finish(_monotonic_ns())
+            return
+        if b"\r\ntransfer-encoding:" in lower and b"chunked" in lower.split(b"\r\ntransfer-encoding:", 1)[1].split(b"\r\n", 1)[0]:
+            self._state = _BODY_CHUNKED
+            self._remaining = 0
+            return
+        i = lower.find(b"\r\ncontent-length:")
+        if i >= 0:
+            value = lower[i + 17:].split(b"\r\n", 1)[0].strip()
+            try:
+                self._remaining = int(value)
+            except ValueError:
+                raise ValueError(f"Content-Length {value[:20]!r}") from None
+            self._state = _BODY_LENGTH
+            if self._remaining == 0:
+                self._finish(_monotonic_ns())
+            return
+        self._state = _BODY_EOF
+        self._keep_alive = False
+
+    def _piece(self, data: bytes, t: int) -> None:
+        req = self.request
+        if req.stream:
+            req.handler.on_data(req, data, t)
+        else:
+            self._body.append(data)
+
+    def _finish(self, t: int) -> None:
+        req = self.request
+        self.request = None
+        self._state = _HEAD
+        body = b"".join(self._body) if self._body else b""
+        self._body = []
+        if not self._keep_alive or self._buf:  # bytes past the response: out of step
+            self._close()
+        self.pool._done(req, self, self._status, body, t)
+
+
+class HttpPool:
+    """Up to ``size`` keep-alive connections to one server.
+
+    Args:
+        loop: the event loop everything runs on.
+        host, port: the server.
+        size: most connections open at once (>= 1).
+        ssl_context: for https; None for plain HTTP.
+        server_hostname: name checked against the certificate (default: host).
+        connect_timeout_s: bound on each connect.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, host: str, port: int, size: int,
+                 ssl_context: Optional[ssl.SSLContext] = None, server_hostname: Optional[str] = None,
+                 connect_timeout_s: float = 10.0) -> None:
+        if size < 1:
+            raise ValueError(f"connection pool size must be >= 1, got {size}")
+        self.loop = loop
+        self.host, self.port, self.size = host, port, size
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname if ssl_context is not None else None
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: Deque[_Connection] = collections.deque()
+        self._waiting: Deque[Request] = collections.deque()
+        self._open = 0  # connections open or being opened
+        self._conns: set = set()
+        self.connects = 0
+        self.connect_failures = 0
+        self.bytes_sent = 0
+        self.closing = False
+
+    def submit(self, req: Request, timeout_at_ns: int = 0) -> None:
+        """Sends ``req`` on a free connection, opening one if the pool has room, else
+        queues it. With ``timeout_at_ns`` (monotonic ns), a request not done by then is
+        abandoned (its connection closed) and ends in neither callback."""
+        if timeout_at_ns:
+            delay = (timeout_at_ns - _monotonic_ns()) / 1e9
+            req.timer = self.loop.call_later(max(delay, 0.0), self._expire, req)
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                self.bytes_sent += len(req.data)
+                conn.send(req)
+                return
+        self._waiting.append(req)
+        if self._open < self.size:
+            self._open += 1
+            self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _Connection(self), self.host, self.port,
+                                            ssl=self.ssl_context, server_hostname=self.server_hostname),
+                self.connect_timeout_s)
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            self._open -= 1
+            self.connect_failures += 1
+            kind = connect_error_kind(e)
+            # Fail one waiting request per failed connect, so that a dead server fails
+            # requests at the rate they arrive instead of all at once or never.
+            while self._waiting:
+                req = self._waiting.popleft()
+                if not req.finished:
+                    self._fail(req, kind, f"connecting to {self.host}:{self.port}: {e.strerror or e}"
+                               if isinstance(e, OSError) and e.strerror else
+                               f"connecting to {self.host}:{self.port}: {type(e).__name__}: {e}")
+                    break
+            if self._waiting and self._open < self.size and not self.closing:
+                self._open += 1
+                self.loop.create_task(self._connect())
+            return
+        self.connects += 1
+        self._conns.add(conn)
+        if self.closing:
+            conn._close()
+            return
+        self._release(conn)
+
+    def _release(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        waiting = self._waiting
+        while waiting:
+            req = waiting.popleft()
+            if not req.finished:
+                self.bytes_sent += len(req.data)
+                conn.send(req)
+                return
+        self._idle.append(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        self._open -= 1
+        self._conns.discard(conn)
+        try:
+            self._idle.remove(conn)
+        except ValueError:
+            pass
+        if self._waiting and self._open < self.size and not self.closing:
+            self._open += 1
+            self.loop.create_task(self._connect())
+
+    def _done(self, req: Request, conn: _Connection, status: int, body: bytes, t: int) -> None:
+        self._release(conn)
+        if req.finished:
+            return
+        req.finished = True
+        if req.timer is not None:
+            req.timer.cancel()
+        req.handler.on_response(req, status, body, t)
+
+    def _fail(self, req: Request, kind: str, message: str) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        if req.timer is not None:
+            req.timer.cancel()
+        req.handler.on_error(req, kind, message)
+
+    def _expire(self, req: Request) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        conn = req.conn
+        if conn is not None and conn.request is req:
+            conn.request = None
+            conn._close()  # its response may still come: the connection cannot be reused
+
+    def close(self) -> None:
+        """Closes every connection, in use or not (the end of a run); requests still in
+        flight or waiting end in neither callback."""
+        self.closing = True
+        self._waiting.clear()
+        for conn in list(self._conns):
+            if conn.request is not None:
+                conn.request.finished = True
+                conn.request = None
+            conn._close()
+        self._idle.clear()

@@ -1,0 +1,141 @@
+"""KServe v2 / Open Inference Protocol: model metadata, JSON request bodies, and the checks
+a response must pass (over REST here; the gRPC forms are in :mod:`loadgen.net.grpc_v2`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from loadgen.net.tensors import InputSpec, numpy_dtype
+
+__all__ = ["ModelMetadata", "parse_metadata", "json_request_body", "check_json_response", "check_outputs"]
+
+
+class ModelMetadata:
+    """What ``GET /v2/models/NAME`` (or gRPC ModelMetadata) said about a model.
+
+    Attributes:
+        name, versions, platform: as the server gave them.
+        inputs, outputs: the tensors, as :class:`InputSpec` (empty when not given).
+    """
+
+    def __init__(self, name: str, versions: List[str], platform: str,
+                 inputs: List[InputSpec], outputs: List[InputSpec]) -> None:
+        self.name, self.versions, self.platform = name, versions, platform
+        self.inputs, self.outputs = inputs, outputs
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "versions": self.versions, "platform": self.platform,
+                "inputs": [s.as_dict() for s in self.inputs], "outputs": [s.as_dict() for s in self.outputs]}
+
+
+def _tensors(items: Any, where: str) -> List[InputSpec]:
+    out = []
+    for i, t in enumerate(items or []):
+        try:
+            out.append(InputSpec(str(t["name"]), str(t["datatype"]).upper(), tuple(int(d) for d in t["shape"])))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"model metadata: {where}[{i}] is not a tensor with name, datatype and shape: "
+                             f"{json.dumps(t)[:200]}") from None
+    return out
+
+
+def parse_metadata(doc: Any) -> ModelMetadata:
+    """Model metadata from its JSON form; ValueError when it is not one."""
+    if not isinstance(doc, dict) or "name" not in doc:
+        raise ValueError(f"model metadata is not a JSON object with a name: {str(doc)[:200]}")
+    return ModelMetadata(str(doc["name"]), [str(v) for v in doc.get("versions") or []],
+                         str(doc.get("platform", "")), _tensors(doc.get("inputs"), "inputs"),
+                         _tensors(doc.get("outputs"), "outputs"))
+
+
+def _json_data(arr: np.ndarray, datatype: str) -> list:
+    if datatype == "BYTES":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)]
+    return np.ascontiguousarray(arr, dtype=numpy_dtype(datatype)).reshape(-1).tolist()
+
+
+def json_request_body(sample: Dict[str, np.ndarray], specs: Sequence[InputSpec],
+                      outputs: Sequence[str] = (), request_id: Optional[str] = None) -> bytes:
+    """The JSON body of one infer request: every input with its shape and flat data."""
+    inputs = []
+    for spec in specs:
+        arr = np.asarray(sample[spec.name])
+        inputs.append({"name": spec.name, "datatype": spec.datatype, "shape": list(arr.shape),
+                       "data": _json_data(arr, spec.datatype)})
+    body: Dict[str, Any] = {"inputs": inputs}
+    if request_id is not None:
+        body["id"] = request_id
+    if outputs:
+        body["outputs"] = [{"name": n} for n in outputs]
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _shape_fits(expected: Sequence[int], got: Sequence[int]) -> bool:
+    return len(expected) == len(got) and all(e < 0 or e == g for e, g in zip(expected, got))
+
+
+def check_outputs(outputs: Sequence[tuple], expected: Sequence[InputSpec]) -> Optional[str]:
+    """Checks (name, datatype, shape, element count) of each output against the expected
+    outputs (all of them when the request named none). None when it passes, else what is
+    wrong. An element count of -1 means "not known" and is not checked."""
+    if not outputs:
+        return "the response has no outputs"
+    by_name = {o[0]: o for o in outputs}
+    for spec in expected:
+        got = by_name.get(spec.name)
+        if got is None:
+            return (f"output {spec.name} is missing (got {', '.join(sorted(by_name))})")
+        _, datatype, shape, count = got
+        if datatype != spec.datatype:
+            return f"output {spec.name} is {datatype}, expected {spec.datatype}"
+        if not _shape_fits(spec.shape, shape):
+            return f"output {spec.name} has shape {list(shape)}, expected {list(spec.shape)}"
+    for name, datatype, shape, count in outputs:
+        if any(d < 0 for d in shape):
+            return f"output {name} has a negative dimension in shape {list(shape)}"
+        if count >= 0 and count != math.prod(shape):
+            return f"output {name} has {count} values for shape {list(shape)}"
+    return None
+
+
+def check_json_response(body: bytes, expected: Sequence[InputSpec]) -> Optional[str]:
+    """Checks a REST infer response: JSON, with outputs that match ``expected``. None when
+    it passes, else a short description of what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return f"the response is not JSON: {body[:80]!r}"
+    if not isinstance(doc, dict):
+        return f"the response is not a JSON object: {body[:80]!r}"
+    outs = doc.get("outputs")
+    if not isinstance(outs, list):
+        return "the response has no outputs list"
+    seen = []
+    for i, o in enumerate(outs):
+        if not isinstance(o, dict) or "name" not in o or "shape" not in o:
+            return f"outputs[{i}] has no name or shape"
+        data = o.get("data")
+        count = _flat_len(data) if data is not None else (-1 if _is_binary(o) else 0)
+        try:
+            shape = tuple(int(d) for d in o["shape"])
+        except (TypeError, ValueError):
+            return f"output {o.get('name')} has shape {o['shape']!r}"
+        seen.append((str(o["name"]), str(o.get("datatype", "")).upper(), shape, count))
+    return check_outputs(seen, expected)
+
+
+def _is_binary(o: dict) -> bool:
+    params = o.get("parameters") or {}
+    return isinstance(params, dict) and "binary_data_size" in params
+
+
+def _flat_len(data: Any) -> int:
+    if not isinstance(data, list):
+        return 1
+    if data and isinstance(data[0], list):
+        return sum(_flat_len(d) for d in data)
+    return len(data)

@@ -1,0 +1,137 @@
+"""``--sut URL``: which server and protocol a network target names.
+
+- ``http[s]://HOST:PORT/v2/models/NAME[/versions/V]/infer``: KServe v2 REST;
+- ``grpc[s]://HOST:PORT/NAME[/versions/V]``: KServe v2 gRPC;
+- ``openai+http[s]://HOST:PORT/v1/completions`` or ``.../v1/chat/completions``:
+  OpenAI-compatible streaming;
+- any ``http[s]://HOST:PORT[/PATH]`` with ``--request-template``: generic JSON over HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from typing import Optional
+
+__all__ = ["Target", "parse_target", "redact_url"]
+
+_KSERVE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer/?$")
+_GRPC_PATH = re.compile(r"^/([^/]+)(?:/versions/([^/]+))?/?$")
+_OPENAI_PATH = re.compile(r"^(.*)/v1/(completions|chat/completions)/?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A parsed network target.
+
+    Attributes:
+        kind: "kserve_http", "kserve_grpc", "openai" or "template".
+        url: the URL as given, with any password removed.
+        tls: whether the connection uses TLS.
+        host, port: the server.
+        path: the request path (HTTP kinds).
+        model, version: the model (KServe kinds; version "" for the server's choice).
+        endpoint: "completions" or "chat" (openai).
+        base_path: what precedes /v1 in an OpenAI URL (usually "").
+    """
+
+    kind: str
+    url: str
+    tls: bool
+    host: str
+    port: int
+    path: str = "/"
+    model: str = ""
+    version: str = ""
+    endpoint: str = ""
+    base_path: str = ""
+
+    @property
+    def http_base(self) -> str:
+        """scheme://host:port of the HTTP server."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.tls else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def redact_url(url: str) -> str:
+    """The URL with a password in its user part replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def parse_target(url: str, *, template: bool = False) -> Target:
+    """The :class:`Target` a ``--sut`` URL names.
+
+    Args:
+        template: a ``--request-template`` was given (any http(s) URL is then a target).
+
+    Raises:
+        ValueError: the URL is malformed or names no supported protocol; the message
+            lists the accepted forms.
+    """
+    shown = redact_url(url)
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    forms = ("http://HOST:PORT/v2/models/NAME/infer, grpc://HOST:PORT/NAME, "
+             "openai+http://HOST:PORT/v1/completions (or /v1/chat/completions), or any http URL "
+             "with --request-template FILE")
+    if scheme not in ("http", "https", "grpc", "grpcs", "openai+http", "openai+https"):
+        raise ValueError(f"--sut {shown}: unknown scheme {parts.scheme!r}; use {forms}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as e:
+        raise ValueError(f"--sut {shown}: {e}") from None
+    if not host:
+        raise ValueError(f"--sut {shown}: no host; use {forms}")
+    tls = scheme.endswith("s") and scheme != "grpc" or scheme == "grpcs"
+    if port is None:
+        port = 443 if tls else (8001 if scheme.startswith("grpc") else 80)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    if scheme.startswith("grpc"):
+        m = _GRPC_PATH.match(parts.path or "")
+        if not m:
+            raise ValueError(f"--sut {shown}: a gRPC target is grpc://HOST:PORT/MODEL[/versions/V]")
+        return Target("kserve_grpc", shown, tls, host, port, model=urllib.parse.unquote(m.group(1)),
+                      version=urllib.parse.unquote(m.group(2) or ""))
+    if scheme.startswith("openai+"):
+        m = _OPENAI_PATH.match(parts.path or "")
+        if not m:
+            raise ValueError(f"--sut {shown}: an OpenAI target ends in /v1/completions or /v1/chat/completions")
+        return Target("openai", shown, tls, host, port, path=path,
+                      endpoint="chat" if m.group(2).startswith("chat") else "completions",
+                      base_path=m.group(1))
+    if template:
+        return Target("template", shown, tls, host, port, path=path)
+    m = _KSERVE_PATH.match(parts.path or "")
+    if not m:
+        raise ValueError(f"--sut {shown}: not a KServe v2 infer URL (/v2/models/NAME[/versions/V]/infer); "
+                         "for another JSON API give --request-template FILE")
+    return Target("kserve_http", shown, tls, host, port, path=path, model=urllib.parse.unquote(m.group(1)),
+                  version=urllib.parse.unquote(m.group(2) or ""))
+
+
+def model_path(target: Target) -> str:
+    """``/v2/models/NAME[/versions/V]`` of a KServe target."""
+    quoted = urllib.parse.quote(target.model, safe="")
+    if target.version:
+        return f"/v2/models/{quoted}/versions/{urllib.parse.quote(target.version, safe='')}"
+    return f"/v2/models/{quoted}"
+
+
+def host_port(target: Target) -> Optional[str]:
+    """host:port for gRPC."""
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    return f"{host}:{target.port}"

@@ -1,0 +1,123 @@
+"""Starting, probing and ending the server processes of the network tests.
+
+Every process is started here with its own PID recorded and is ended by that PID only
+(SIGTERM, then SIGKILL after a grace period). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Dict, List, Optional, Sequence
+
+__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "http_get", "require_servers"]
+
+
+class ServerUnavailable(RuntimeError):
+    """A server the tests need is not installed here; the message says how to install it."""
+
+
+def require_servers() -> bool:
+    """True when missing servers must fail the tests instead of skipping them (CI sets
+    LOADGEN_REQUIRE_SERVERS=1 after installing them)."""
+    return os.environ.get("LOADGEN_REQUIRE_SERVERS", "") not in ("", "0")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout_s: float = 2.0) -> tuple:
+    """(status, body bytes) of a GET; status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (OSError, urllib.error.URLError):
+        return 0, b""
+
+
+class ServerProcess:
+    """One server process started by a test, with its output kept in a log file.
+
+    Args:
+        argv: the command.
+        log_path: where stdout and stderr go.
+        env: extra environment variables.
+        cwd: working directory.
+    """
+
+    def __init__(self, argv: Sequence[str], log_path: str, env: Optional[Dict[str, str]] = None,
+                 cwd: Optional[str] = None) -> None:
+        self.argv: List[str] = list(argv)
+        self.log_path = log_path
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=full_env, cwd=cwd, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n_bytes: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - n_bytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_http_ok(self, url: str, timeout_s: float) -> None:
+        """Waits until GET url answers 200; raises RuntimeError with the log's tail if the
+        process dies or the time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.argv[0]} exited with {self.proc.returncode} before {url} "
+                                   f"answered; log tail:\n{self.log_tail()}")
+            if http_get(url, 1.0)[0] == 200:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{url} did not answer 200 within {timeout_s:g} s; log tail:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL, now (the process only: a server killed mid-run)."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after grace_s; also ends the children the server started
+        in its own session (Triton's Python-backend stubs, MLServer's workers)."""
+        if self.alive():
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # The group is the session this object started (start_new_session): only our own.
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
