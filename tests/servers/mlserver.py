@@ -1,6 +1,6 @@
 """A real Seldon MLServer for the network tests: KServe v2 over REST and gRPC on 127.0.0.1.
 
-MLServer lives in a virtual environment of its own (``.ci/install_mlserver.sh DEST``), so
+MLServer lives in a virtual environment of its own (``tests/servers/install_mlserver.sh DEST``), so
 that its pins (pydantic, fastapi, protobuf, grpcio) never touch the test environment; the
 tests only start its ``mlserver`` command and talk to it over the network.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Dict, List, Optional, Tuple, Type
 
-from .procs import ServerProcess, ServerUnavailable, free_port, http_get
+from .procs import ServerProcess, ServerUnavailable, free_port, http_get, install_server
 
 __all__ = ["INSTALL_HINT", "MODELS", "VENV_ENV", "MLServer", "find_mlserver", "parse_prometheus",
            "start_mlserver"]
@@ -53,7 +53,8 @@ MODELS: Tuple[str, ...] = ("add_one", "add_one_nometa")
 """The models served, each ready before start_mlserver returns."""
 
 VENV_ENV = "LOADGEN_TEST_MLSERVER_VENV"
-INSTALL_HINT = "run `.ci/install_mlserver.sh .servers/mlserver` in the repository root"
+INSTALL_HINT = ("installing it with `tests/servers/install_mlserver.sh .servers/mlserver` failed; see "
+                ".servers/mlserver.install.log")
 
 # The model_infer_request_success_total `version` label of an unversioned model, by the
 # protocol the request came in on (see the module's docstring).
@@ -67,12 +68,11 @@ Sample = Tuple[str, Dict[str, str], float]
 
 def find_mlserver() -> Optional[str]:
     """The MLServer virtual environment: $LOADGEN_TEST_MLSERVER_VENV, else
-    ``<repo>/.servers/mlserver`` where it exists, else None."""
+    ``<repo>/.servers/mlserver``, installed there on first use; None when that failed."""
     venv = os.environ.get(VENV_ENV)
     if venv:
         return venv
-    default = REPO / ".servers" / "mlserver"
-    return str(default) if default.is_dir() else None
+    return install_server("mlserver")
 
 
 def parse_prometheus(text: str) -> List[Sample]:

@@ -15,7 +15,10 @@ import urllib.error
 import urllib.request
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "http_get", "require_servers"]
+__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "http_get", "install_server", "require_servers"]
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_INSTALLED: Dict[str, Optional[str]] = {}
 
 
 class ServerUnavailable(RuntimeError):
@@ -26,6 +29,31 @@ def require_servers() -> bool:
     """True when missing servers must fail the tests instead of skipping them (CI sets
     LOADGEN_REQUIRE_SERVERS=1 after installing them)."""
     return os.environ.get("LOADGEN_REQUIRE_SERVERS", "") not in ("", "0")
+
+
+def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
+    """The virtual environment ``<repo>/.servers/<name>`` holding a test server, made by
+    ``tests/servers/install_<name>.sh`` when first asked for in this process (the script
+    returns at once when the install is already there). None when LOADGEN_TEST_NO_INSTALL
+    is set and there is no install, or when installing failed (the reason is kept in
+    ``<repo>/.servers/<name>.install.log``)."""
+    if name in _INSTALLED:
+        return _INSTALLED[name]
+    dest = os.path.join(REPO, ".servers", name)
+    if os.environ.get("LOADGEN_TEST_NO_INSTALL", "") not in ("", "0"):
+        _INSTALLED[name] = dest if os.path.isdir(dest) else None
+        return _INSTALLED[name]
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    script = os.path.join(REPO, "tests", "servers", f"install_{name}.sh")
+    log_path = dest + ".install.log"
+    with open(log_path, "wb") as log:
+        try:
+            rc = subprocess.run(["bash", script, dest], stdout=log, stderr=subprocess.STDOUT,
+                                timeout=timeout_s, cwd=REPO).returncode
+        except subprocess.TimeoutExpired:
+            rc = -1
+    _INSTALLED[name] = dest if rc == 0 else None
+    return _INSTALLED[name]
 
 
 def free_port() -> int:

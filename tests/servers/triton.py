@@ -1,7 +1,7 @@
 """A real NVIDIA Triton Inference Server on 127.0.0.1, for the network tests and benchmarks.
 
 The server is the `tritonserver` binary of the nvidia-pytriton wheel, installed in a venv by
-`.ci/install_triton.sh DEST`. It serves a model repository of Python-backend models kept in
+`tests/servers/install_triton.sh DEST`. It serves a model repository of Python-backend models kept in
 `triton_models/` beside this file (`add_one`: OUTPUT0 = INPUT0 + 1, FP32 [1, 16]).
 
 What the server's environment needs, and why:
@@ -26,7 +26,7 @@ import subprocess
 import uuid
 from typing import Iterable, NamedTuple, Optional
 
-from .procs import ServerProcess, ServerUnavailable, free_port, http_get
+from .procs import ServerProcess, ServerUnavailable, free_port, http_get, install_server
 
 __all__ = ["INSTALL_HINT", "VENV_ENV", "TritonServer", "find_triton", "start_triton",
            "write_model_repository"]
@@ -35,7 +35,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
 _MODELS_SRC = os.path.join(_HERE, "triton_models")
 VENV_ENV = "LOADGEN_TEST_TRITON_VENV"
-INSTALL_HINT = "run `.ci/install_triton.sh .servers/triton` in the repository root"
+INSTALL_HINT = ("installing it with `tests/servers/install_triton.sh .servers/triton` failed; see "
+                ".servers/triton.install.log")
 # The seconds Triton waits for in-flight requests when told to stop: less than
 # ServerProcess.stop's grace (10 s), so a stop normally ends cleanly.
 _EXIT_TIMEOUT_S = 5
@@ -43,13 +44,12 @@ _EXIT_TIMEOUT_S = 5
 
 def find_triton() -> Optional[str]:
     """The venv holding nvidia-pytriton: $LOADGEN_TEST_TRITON_VENV if set (a relative path
-    is taken from the repository root), else `<repo>/.servers/triton` if it exists, else
-    None."""
+    is taken from the repository root), else `<repo>/.servers/triton`, installed there on
+    first use; None when that failed."""
     venv = os.environ.get(VENV_ENV)
     if venv:
         return os.path.join(_REPO, venv)
-    default = os.path.join(_REPO, ".servers", "triton")
-    return default if os.path.isdir(default) else None
+    return install_server("triton")
 
 
 def write_model_repository(path: str, models: Iterable[str] = ("add_one",)) -> None:

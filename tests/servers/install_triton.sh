@@ -4,7 +4,7 @@
 # backend stub per Python version) and numpy<2 (the version the Python-backend stub's
 # embedded interpreter is built for: it imports numpy from this venv).
 #
-#   bash .ci/install_triton.sh DEST        # e.g. .servers/triton
+#   bash tests/servers/install_triton.sh DEST        # e.g. .servers/triton
 #
 # tests/servers/triton.py starts the server from this venv. Nothing is written outside
 # DEST and pip's cache; no system package is needed (the wheel bundles the server's

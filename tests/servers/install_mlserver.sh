@@ -3,7 +3,7 @@
 # (tests/servers/mlserver.py). It is kept apart from the test environment because its
 # pins (pydantic, fastapi, protobuf, grpcio) must not change what the tests run against.
 #
-#   .ci/install_mlserver.sh DEST     e.g. .ci/install_mlserver.sh .servers/mlserver
+#   tests/servers/install_mlserver.sh DEST     e.g. tests/servers/install_mlserver.sh .servers/mlserver
 #
 # The virtual environment is made with the `python` on PATH. Running it again when DEST
 # already holds this MLServer version does nothing.
