@@ -144,8 +144,9 @@ class _Connection(asyncio.Protocol):
                     if len(buf) > _MAX_HEAD_BYTES:
                         raise ValueError("response headers longer than 64 KiB")
                     return
-                self._head(bytes(buf[:end]))
+                head = bytes(buf[:end])
                 del buf[:end + 4]
+                self._head(head)
             elif state == _BODY_LENGTH:
                 n = min(self._remaining, len(buf))
                 if n:

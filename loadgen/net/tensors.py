@@ -53,7 +53,7 @@ class InputSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
-_SPEC = re.compile(r"^([^:]+):([A-Za-z0-9]+):([-0-9x,\[\] ]+)$")
+_SPEC = re.compile(r"^([^:]+):([A-Za-z0-9]+):(.+)$")
 
 
 def parse_input_spec(text: str) -> InputSpec:

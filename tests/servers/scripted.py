@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""A scripted HTTP/1.1 server for the integration tests: exact timing, injected faults.
+
+``python tests/servers/scripted.py --port 0 [options]`` binds 127.0.0.1, prints one line
+``PORT <n>`` once listening, and serves until SIGTERM/SIGINT or --max-runtime-s.
+
+Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
+  POST /v1/completions, /v1/chat/completions  OpenAI style; Server-Sent Events (chunked)
+                                              when the body has "stream": true
+  GET  /v2/health/live, /v2/health/ready      KServe v2; ready answers 503 until --ready-after-s
+  GET  /v2/models/{name}, /v2/models/{name}/ready
+  POST /v2/models/{name}/infer                OUTPUT0 = INPUT0 + 1, subject to the fault options
+  GET  /metrics                               Prometheus text: request/response counters, inflight
+  GET  /stats                                 JSON record of what was sent and when (the truth)
+
+Timing: token i of an answer is due at recv + ttft + i * itl on time.monotonic_ns(), recv
+being when the request was fully read. A stream event carries --tokens-per-chunk tokens and
+is written when its last token is due; a non-streamed answer when its last token is due.
+Each event's write is a timer callback at its absolute due time (no busy waiting), and
+/stats records the time taken right before the write: the data reaches the client during
+the send() call, and a client woken by it may preempt the server before send() returns.
+
+The event loop is asyncio's with a select() selector, whose waits have microsecond
+resolution; epoll (asyncio's default) and libuv (uvloop) round every wait to whole
+milliseconds, so their timers fire up to 1-2 ms late (uvloop's also up to 1 ms early).
+select() limits the server to file descriptors below 1024, plenty for tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import platform
+import selectors
+import signal
+import struct
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+MS = 1_000_000  # nanoseconds
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    body: bytes
+    keep_alive: bool
+    recv_ns: int  # time.monotonic_ns() once the whole request was read
+
+
+@dataclass
+class StreamRecord:
+    """One streamed answer as sent: the truth that tests compare a client's view with."""
+
+    recv_ns: int
+    tokens: int
+    tokens_per_event: int
+    token_write_ns: list[int] = field(default_factory=list)  # one per token event
+    usage_sent: bool = False
+
+
+def chunk(data: bytes) -> bytes:
+    """data as one chunk of a chunked transfer coding."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def sse(obj: Any) -> bytes:
+    """obj as one Server-Sent Event in one chunk."""
+    return chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+def flat(x: Any) -> list[Any]:
+    """The values of a nested list, in order."""
+    return [z for y in x for z in flat(y)] if isinstance(x, list) else [x]
+
+
+def words(x: Any) -> int:
+    """Prompt size in tokens: whitespace-separated words of the texts in x, one per token id."""
+    if isinstance(x, str):
+        return len(x.split())
+    if isinstance(x, list):
+        return sum(words(v) for v in x)
+    if isinstance(x, dict):
+        return words(x.get("text", ""))
+    return int(isinstance(x, int))
+
+
+async def sleep_until(due_ns: int) -> None:
+    await asyncio.sleep(max(0, due_ns - time.monotonic_ns()) / 1e9)
+
+
+async def read_request(reader: asyncio.StreamReader) -> Request | None:
+    """The next request on a connection; None at its end or on a malformed request."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, version = lines[0].split(" ")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        return None
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    return Request(method, target.partition("?")[0], body, keep_alive, time.monotonic_ns())
+
+
+class ScriptedServer:
+    """The endpoints, the fault plan and the record of what was sent."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        self.stop = asyncio.Event()
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.infer_seq = 0  # infer requests read
+        self.infer_ok = 0  # infer requests answered with a correct result
+        self.streams: list[StreamRecord] = []
+        self.requests: Counter[str] = Counter(infer=0, completions=0, chat_completions=0)
+        self.responses: Counter[int] = Counter()
+        self.inflight = 0  # infer and completion requests read and not yet answered
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serves one connection, one request after the other."""
+        self.writers.add(writer)
+        try:
+            while (req := await read_request(reader)) is not None:
+                if not await self.dispatch(req, writer) or not req.keep_alive:
+                    break
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self.writers.discard(writer)
+            writer.close()
+
+    def send(self, writer: asyncio.StreamWriter, req: Request, status: int, body: bytes = b"",
+             content_type: str = "application/json", chunked: bool = False) -> None:
+        """Writes a response's head and body (a chunked body follows separately)."""
+        self.responses[status] += 1
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Status"
+        length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
+        connection = "keep-alive" if req.keep_alive else "close"
+        writer.write(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: {content_type}\r\n{length}\r\n"
+                     f"Connection: {connection}\r\n\r\n".encode() + body)
+
+    def send_json(self, writer: asyncio.StreamWriter, req: Request, status: int, obj: Any) -> None:
+        self.send(writer, req, status, json.dumps(obj).encode())
+
+    async def dispatch(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+        """Answers req; False when the connection must end."""
+        a = self.args
+        match req.method, req.path.strip("/").split("/"):
+            case "POST", ["v1", "completions"]:
+                return await self.completions(req, writer, chat=False)
+            case "POST", ["v1", "chat", "completions"]:
+                return await self.completions(req, writer, chat=True)
+            case "POST", ["v2", "models", name, "infer"]:
+                return await self.infer(req, writer, name)
+            case "GET", ["v2", "health", "live"]:
+                self.requests["health"] += 1
+                self.send_json(writer, req, 200, {"live": True})
+            case "GET", ["v2", "health", "ready"] | ["v2", "models", _, "ready"]:
+                self.requests["health"] += 1
+                ready = time.monotonic() - self.started >= a.ready_after_s
+                self.send_json(writer, req, 200 if ready else 503, {"ready": ready})
+            case "GET", ["v2", "models", name]:
+                self.requests["metadata"] += 1
+                meta: dict[str, Any] = {"name": name, "versions": ["1"], "platform": "scripted"}
+                if a.metadata_inputs:
+                    meta["inputs"] = [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
+                    meta["outputs"] = [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]
+                self.send_json(writer, req, 200, meta)
+            case "GET", ["metrics"]:
+                self.requests["metrics"] += 1
+                self.send(writer, req, 200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+            case "GET", ["stats"]:
+                self.requests["stats"] += 1
+                self.send_json(writer, req, 200, {
+                    "infer_requests": self.infer_seq, "infer_ok": self.infer_ok,
+                    "stream_requests": len(self.streams), "streams": [asdict(s) for s in self.streams]})
+            case _:
+                self.requests["not_found"] += 1
+                self.send_json(writer, req, 404, {"error": f"no route for {req.method} {req.path}"})
+        return True
+
+    async def infer(self, req: Request, writer: asyncio.StreamWriter, name: str) -> bool:
+        """KServe v2 infer, with the faults planned for this request's sequence number.
+
+        Precedence: stall, then (after --delay-ms) close, bad body (400), status, malformed,
+        wrong output, empty outputs.
+        """
+        a = self.args
+        self.requests["infer"] += 1
+        self.infer_seq += 1
+        seq = self.infer_seq
+
+        def every(n: int) -> bool:
+            return n > 0 and seq % n == 0
+
+        self.inflight += 1
+        try:
+            if a.stall_after and seq > a.stall_after:
+                await self.stop.wait()  # read, never answered; the connection stays open
+                return False
+            await asyncio.sleep(a.delay_ms / 1e3)
+            if every(a.close_every):
+                return False
+            try:
+                inp = json.loads(req.body)["inputs"][0]
+                values = flat(inp["data"])
+                out = {"name": "OUTPUT0", "datatype": "FP32", "shape": inp.get("shape", [1, len(values)]),
+                       "data": [x + 1 for x in values]}
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                self.send_json(writer, req, 400, {"error": f"bad infer request: {e!r}"})
+                return True
+            answer = {"model_name": name, "model_version": "1", "outputs": [out]}
+            if a.status_every and every(a.status_every[0]):
+                self.send_json(writer, req, a.status_every[1], {"error": f"scripted fault on request {seq}"})
+            elif every(a.malformed_every):
+                self.send(writer, req, 200, b'{"model_name": "' + name.encode() + b'", "outputs": [')
+            elif every(a.wrong_output_every):
+                answer["outputs"] = [{"name": "WRONG", "datatype": "FP32", "shape": [1, 3], "data": [0.0] * 3}]
+                self.send_json(writer, req, 200, answer)
+            elif every(a.empty_outputs_every):
+                answer["outputs"] = []
+                self.send_json(writer, req, 200, answer)
+            else:
+                self.infer_ok += 1
+                self.send_json(writer, req, 200, answer)
+            return True
+        finally:
+            self.inflight -= 1
+
+    async def completions(self, req: Request, writer: asyncio.StreamWriter, chat: bool) -> bool:
+        """OpenAI completions or chat completions, streamed or not."""
+        a = self.args
+        self.requests["chat_completions" if chat else "completions"] += 1
+        try:
+            body = json.loads(req.body)
+            limit = body.get("max_tokens") or body.get("max_completion_tokens") or a.tokens
+            n = max(1, min(a.tokens, int(limit)))
+            p = words([m.get("content") for m in body.get("messages", [])] if chat else body.get("prompt", ""))
+            usage = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+            streamed = bool(body.get("stream"))
+            include_usage = a.usage or bool((body.get("stream_options") or {}).get("include_usage"))
+        except (ValueError, TypeError, AttributeError) as e:
+            self.send_json(writer, req, 400, {"error": f"bad completion request: {e!r}"})
+            return True
+        base = {"id": f"{'chat' if chat else ''}cmpl-{req.recv_ns}",
+                "object": ("chat.completion.chunk" if streamed else "chat.completion") if chat else "text_completion",
+                "created": int(time.time()), "model": body.get("model", "scripted")}
+        self.inflight += 1
+        try:
+            if streamed:
+                return await self.stream(req, writer, base, chat, n, usage if include_usage else None)
+            await sleep_until(req.recv_ns + round(a.ttft_ms * MS) + (n - 1) * round(a.itl_ms * MS))
+            text = " tok" * n
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
+                      else {"index": 0, "text": text})
+            self.send_json(writer, req, 200, {**base, "choices": [{**choice, "finish_reason": "length"}],
+                                              "usage": usage})
+            return True
+        finally:
+            self.inflight -= 1
+
+    async def stream(self, req: Request, writer: asyncio.StreamWriter, base: dict[str, Any], chat: bool,
+                     n: int, usage: dict[str, int] | None) -> bool:
+        """Streams n tokens as Server-Sent Events (module doc). Every event is written by a
+        timer callback of its own, all scheduled up front: no task wakes up per event, and
+        the loop runs the writes due at one wake-up together."""
+        a = self.args
+        k = a.tokens_per_chunk
+        record = StreamRecord(req.recv_ns, n, k)
+        self.streams.append(record)
+        ttft, itl = round(a.ttft_ms * MS), round(a.itl_ms * MS)
+
+        def event(count: int, first: bool, finish: str | None = None) -> bytes:
+            text = " tok" * count
+            if chat:
+                delta = ({"role": "assistant"} if first else {}) | ({"content": text} if count else {})
+                return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            return sse({**base, "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
+
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bool] = loop.create_future()
+        transport = writer.transport
+
+        def write(data: bytes, last: bool) -> None:
+            if done.done():
+                return
+            if transport.is_closing():  # the client went away
+                done.set_result(False)
+                return
+            record.token_write_ns.append(time.monotonic_ns())
+            transport.write(data)
+            if last:
+                record.usage_sent = usage is not None
+                done.set_result(True)
+
+        # Encoded once per request: the events differ only by their token count.
+        events: dict[tuple[int, bool], bytes] = {}
+        tail = (event(0, False, "length") + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
+                + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
+        timers = []
+        for start in range(0, n, k):
+            count = min(k, n - start)
+            key = (count, chat and start == 0)
+            data = events.get(key) or events.setdefault(key, event(*key))
+            last = start + count == n
+            due = req.recv_ns + ttft + (start + count - 1) * itl
+            timers.append(loop.call_at(due / 1e9, write, data + tail if last else data, last))
+        try:
+            return await done
+        finally:
+            for timer in timers:
+                timer.cancel()
+
+    def metrics(self) -> bytes:
+        lines = ["# HELP scripted_requests_total Requests read, by endpoint.",
+                 "# TYPE scripted_requests_total counter"]
+        lines += [f'scripted_requests_total{{endpoint="{k}"}} {v}' for k, v in sorted(self.requests.items())]
+        lines += ["# HELP scripted_responses_total Responses sent, by status.",
+                  "# TYPE scripted_responses_total counter"]
+        lines += [f'scripted_responses_total{{status="{k}"}} {v}' for k, v in sorted(self.responses.items())]
+        lines += ["# HELP scripted_inflight Infer and completion requests read and not yet answered.",
+                  "# TYPE scripted_inflight gauge", f"scripted_inflight {self.inflight}"]
+        return ("\n".join(lines) + "\n").encode()
+
+
+def request_short_slice(slice_ns: int = 100_000) -> None:
+    """Asks Linux for a 0.1 ms scheduler slice (sched_setattr; EEVDF, Linux 6.12 and later):
+    a waking task whose slice is shorter than the running one's preempts it, so a busy
+    process on the same core does not hold a due write back for its whole slice (some ms).
+    Needs no privilege; without support nothing changes."""
+    number = {"x86_64": 314, "aarch64": 274}.get(platform.machine())  # sched_setattr(2)
+    if number is not None:
+        attr = struct.pack("IIQiIQQQII", 56, os.sched_getscheduler(0), 0, os.getpriority(os.PRIO_PROCESS, 0),
+                           0, slice_ns, 0, 0, 0, 0)  # struct sched_attr, size 56
+        ctypes.CDLL(None).syscall(ctypes.c_long(number), ctypes.c_long(0), attr, ctypes.c_long(0))
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Serves until SIGTERM/SIGINT or --max-runtime-s."""
+    server = ScriptedServer(args)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stop.set)
+    loop.call_later(args.max_runtime_s, server.stop.set)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, limit=1 << 20, backlog=1024)
+    print(f"PORT {listener.sockets[0].getsockname()[1]}", flush=True)
+    await server.stop.wait()
+    listener.close()
+    for writer in list(server.writers):
+        writer.close()
+
+
+def positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return n
+
+
+def every_status(text: str) -> tuple[int, int]:
+    n, _, code = text.partition(":")
+    return positive(n), int(code)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=0, help="0 (default): a free port")
+    p.add_argument("--max-runtime-s", type=float, default=600.0, help="default %(default)s")
+    g = p.add_argument_group("completions")
+    g.add_argument("--ttft-ms", type=float, default=50.0,
+                   help="first token, after the request was read; default %(default)s")
+    g.add_argument("--itl-ms", type=float, default=10.0, help="between tokens; default %(default)s")
+    g.add_argument("--tokens", type=positive, default=32,
+                   help="per answer (a smaller max_tokens wins); default %(default)s")
+    g.add_argument("--tokens-per-chunk", type=positive, default=1, help="tokens per stream event; default 1")
+    g.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True,
+                   help="usage chunk in every stream, not only on stream_options.include_usage; default on")
+    g = p.add_argument_group("KServe v2 (faults apply to infer requests by 1-based sequence number)")
+    g.add_argument("--ready-after-s", type=float, default=0.0, help="ready answers 503 until then; default 0")
+    g.add_argument("--no-metadata-inputs", dest="metadata_inputs", action="store_false",
+                   help="model metadata without inputs and outputs")
+    g.add_argument("--delay-ms", type=float, default=0.0, help="before each infer answer; default 0")
+    g.add_argument("--malformed-every", type=positive, default=0, metavar="N", help="200 with a non-JSON body")
+    g.add_argument("--wrong-output-every", type=positive, default=0, metavar="N",
+                   help='200 with output "WRONG" of shape [1,3]')
+    g.add_argument("--empty-outputs-every", type=positive, default=0, metavar="N", help='200 with "outputs": []')
+    g.add_argument("--status-every", type=every_status, default=None, metavar="N:CODE",
+                   help='status CODE with {"error": ...}')
+    g.add_argument("--stall-after", type=positive, default=0, metavar="N",
+                   help="later requests are read, never answered")
+    g.add_argument("--close-every", type=positive, default=0, metavar="N", help="connection closed, no answer")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    request_short_slice()
+    # loop.time() is time.monotonic() here: timers are set at due_ns / 1e9.
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())) as runner:
+        runner.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The network clients' parts, without a server: HTTP/1.1 response parsing, Server-Sent
+Events, KServe v2 JSON and gRPC tensors, templates, targets, redaction, Prometheus text."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen.net import grpc_v2, kserve
+from loadgen.net.clients import OpenAISUT, _fill, _Stream
+from loadgen.net.http1 import HttpPool, Request, _Connection
+from loadgen.net.metrics import MetricsScraper, parse_prometheus
+from loadgen.net.options import NetOptions, Redactor, parse_header
+from loadgen.net.targets import parse_target, redact_url
+from loadgen.net.tensors import InputSpec, parse_input_spec, synthetic_samples
+
+
+# ------------------------------------------------------------------------ HTTP parsing
+
+class _Transport:
+    def __init__(self):
+        self.written = []
+        self.closed = False
+
+    def write(self, data):
+        self.written.append(data)
+
+    def close(self):
+        self.closed = True
+
+
+class _Handler:
+    def __init__(self):
+        self.responses, self.errors, self.pieces = [], [], []
+
+    def on_response(self, req, status, body, t):
+        self.responses.append((status, body))
+
+    def on_error(self, req, kind, message):
+        self.errors.append((kind, message))
+
+    def on_data(self, req, piece, t):
+        self.pieces.append(piece)
+
+
+def _connection():
+    pool = HttpPool.__new__(HttpPool)  # the parser needs only the pool's callbacks
+    HttpPool.__init__(pool, loop=None, host="127.0.0.1", port=1, size=1)
+    conn = _Connection(pool)
+    conn.connection_made(_Transport())
+    pool._open = 1
+    pool._conns.add(conn)
+    return pool, conn
+
+
+def _feed(conn, data: bytes, cuts):
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    last = 0
+    for p in points + [len(data)]:
+        if p > last:
+            conn.data_received(data[last:p])
+            last = p
+
+
+def _chunked(body: bytes, sizes) -> bytes:
+    out, i = b"", 0
+    for s in sizes:
+        part = body[i:i + s]
+        if not part:
+            break
+        out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
+        i += len(part)
+    if i < len(body):
+        out += f"{len(body) - i:X};ext=1\r\n".encode() + body[i:] + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=300), cuts=st.lists(st.integers(0, 10_000), max_size=8),
+       chunked=st.booleans(), sizes=st.lists(st.integers(1, 50), max_size=6))
+def test_responses_parse_whatever_the_split(body, cuts, chunked, sizes):
+    pool, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    if chunked:
+        wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunked(body, sizes)
+    else:
+        wire = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-A: b\r\n\r\n" % len(body) + body
+    _feed(conn, wire, cuts)
+    assert handler.errors == []
+    assert handler.responses == [(200, body)]
+    assert not conn.closed and list(pool._idle) == [conn]  # kept alive and back in the pool
+
+
+def test_streamed_body_reaches_the_sink_piece_by_piece():
+    pool, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"POST / HTTP/1.1\r\n\r\n", handler, stream=True))
+    conn.data_received(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    assert handler.pieces == [b"hello"] and handler.responses == []
+    conn.data_received(b"6\r\n world\r\n0\r\n\r\n")
+    assert handler.pieces == [b"hello", b" world"]
+    assert handler.responses == [(200, b"")]
+
+
+@pytest.mark.parametrize("wire, fragment", [
+    (b"SSH-2.0-OpenSSH\r\n\r\n", "status line"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY", "CRLF"),
+])
+def test_malformed_responses_fail_as_invalid_response(wire, fragment):
+    _, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    conn.data_received(wire)
+    assert handler.responses == []
+    assert handler.errors[0][0] == "invalid_response" and fragment in handler.errors[0][1]
+    assert conn.transport.closed
+
+
+def test_close_mid_response_is_a_reset_and_close_delimited_body_completes():
+    _, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345")
+    conn.connection_lost(None)
+    assert handler.errors == [("connection_reset", "connection closed by the server before the response was complete")]
+
+    _, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    conn.data_received(b"HTTP/1.0 200 OK\r\n\r\nall of it")
+    conn.connection_lost(None)
+    assert handler.responses == [(200, b"all of it")]
+
+
+def test_connection_close_header_and_extra_bytes_retire_the_connection():
+    pool, conn = _connection()
+    handler = _Handler()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    conn.data_received(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+    assert handler.responses == [(204, b"")] and conn.transport.closed
+
+    pool, conn = _connection()
+    conn.send(Request(b"GET / HTTP/1.1\r\n\r\n", handler))
+    conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokGARBAGE")
+    assert conn.transport.closed
+
+
+# ------------------------------------------------------------------------------- SSE
+
+class _Sink:
+    def __init__(self):
+        self.first, self.done, self.failed = [], [], []
+
+    def first_token(self, qid, t):
+        self.first.append((qid, t))
+
+    def complete_tokens(self, qid, t, n):
+        self.done.append((qid, t, n))
+
+    def fail(self, qid, kind, message):
+        self.failed.append((qid, kind, message))
+
+
+def _openai_sut():
+    sut = OpenAISUT.__new__(OpenAISUT)
+    OpenAISUT.__init__(sut, parse_target("openai+http://127.0.0.1:1/v1/chat/completions"), NetOptions(), 1)
+    sut.sink = _Sink()
+    return sut
+
+
+def _events(n_tokens, usage, chat):
+    out = []
+    for i in range(n_tokens):
+        if chat:
+            doc = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}}]}
+        else:
+            doc = {"choices": [{"index": 0, "text": f" t{i}"}]}
+        out.append(b"data: " + json.dumps(doc).encode() + b"\n\n")
+    if usage:
+        out.append(b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % (n_tokens * 2))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 20), usage=st.booleans(), chat=st.booleans(),
+       cuts=st.lists(st.integers(0, 100_000), max_size=10))
+def test_sse_events_are_parsed_whatever_the_split(n, usage, chat, cuts):
+    sut = _openai_sut()
+    s = _Stream(sut, 7, 1000)
+    events = _events(n, usage, chat)
+    # Each event arrives 1 ms after the previous; pieces cut anywhere inside.
+    wire, times = b"", []
+    for i, e in enumerate(events):
+        wire += e
+        times += [1_000_000 * (i + 1)] * len(e)
+    points = sorted({c % (len(wire) + 1) for c in cuts} | {len(wire)})
+    last = 0
+    for p in points:
+        if p > last:
+            s.on_data(None, wire[last:p], times[p - 1])
+            last = p
+    s.on_response(None, 200, b"", times[-1])
+    assert sut.sink.failed == []
+    assert s.chunks == n
+    assert sut.sink.first == [(7, s.first_ns)]
+    assert sut.sink.done == [(7, times[-1], n * 2 if usage else n)]
+    assert (sut.tokens_from_usage, sut.tokens_from_chunks) == ((1, 0) if usage else (0, 1))
+    assert sut.itl.total_count == n - 1
+
+
+@pytest.mark.parametrize("events, problem", [
+    ([b"data: [DONE]\n\n"], "no tokens"),
+    ([b'data: {"choices":[{"text":"a"}]}\n\n'], "without data: [DONE]"),
+    ([b"data: not json\n\n"], "not JSON"),
+    ([b'data: {"error":{"message":"overloaded"}}\n\n'], "error event"),
+])
+def test_bad_streams_are_invalid_responses(events, problem):
+    sut = _openai_sut()
+    s = _Stream(sut, 1, 0)
+    for e in events:
+        s.on_data(None, e, 10)
+    s.on_response(None, 200, b"", 20)
+    assert sut.sink.done == []
+    assert sut.sink.failed[0][1] == "invalid_response" and problem in sut.sink.failed[0][2]
+
+
+# ---------------------------------------------------------------------- KServe tensors
+
+def test_input_specs_parse_and_reject_with_reasons():
+    assert parse_input_spec("INPUT0:fp32:1x16") == InputSpec("INPUT0", "FP32", (1, 16))
+    assert parse_input_spec("x:INT64:[-1, 3]") == InputSpec("x", "INT64", (-1, 3))
+    for bad, fragment in (("INPUT0:FP32", "NAME:DTYPE:SHAPE"), ("a:FP99:1", "unknown tensor datatype"),
+                          ("a:FP32:0x3", "must be >= 1"), ("a:FP32:ax3", "not an integer")):
+        with pytest.raises(ValueError, match=fragment):
+            parse_input_spec(bad)
+
+
+def test_synthetic_samples_are_seeded_and_shaped():
+    specs = [InputSpec("a", "FP32", (1, 4)), InputSpec("b", "INT8", (-1, 2)), InputSpec("c", "BYTES", (2,))]
+    one, two = synthetic_samples(specs, 3, seed=5), synthetic_samples(specs, 3, seed=5)
+    assert all(np.array_equal(x[k], y[k]) for x, y in zip(one, two) for k in "ab")
+    assert one[0]["a"].shape == (1, 4) and one[0]["a"].dtype == np.float32
+    assert one[0]["b"].shape == (1, 2) and one[0]["c"][0].__class__ is bytes
+    assert not np.array_equal(one[0]["a"], synthetic_samples(specs, 1, seed=6)[0]["a"])
+
+
+OUT = [InputSpec("OUTPUT0", "FP32", (1, 16))]
+
+
+@pytest.mark.parametrize("body, problem", [
+    ({"outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16], "data": list(range(16))}]}, None),
+    ({"outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16], "data": [list(range(16))]}]}, None),
+    ({"outputs": []}, "no outputs"),
+    ({"outputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]}, "OUTPUT0 is missing"),
+    ({"outputs": [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16], "data": [0] * 16}]}, "is INT32"),
+    ({"outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [2, 16], "data": [0] * 32}]}, "has shape [2, 16]"),
+    ({"outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0] * 15}]}, "15 values"),
+    ({"error": "no"}, "no outputs list"),
+])
+def test_kserve_json_responses_are_checked(body, problem):
+    got = kserve.check_json_response(json.dumps(body).encode(), OUT)
+    assert got == problem if problem is None else problem in got
+
+
+def test_kserve_non_json_response_is_reported():
+    assert "not JSON" in kserve.check_json_response(b"<html>", OUT)
+
+
+@pytest.mark.parametrize("contents", ["raw", "typed"])
+@pytest.mark.parametrize("datatype", ["FP32", "FP64", "INT32", "INT64", "UINT8", "BOOL", "BYTES", "FP16"])
+def test_grpc_tensors_round_trip_in_both_forms(contents, datatype):
+    spec = InputSpec("x", datatype, (2, 3))
+    sample = synthetic_samples([spec], 1, seed=1)[0]
+    req = grpc_v2.infer_request("m", "", sample, [spec], contents)
+    req = grpc_v2.pb.ModelInferRequest.FromString(req.SerializeToString())
+    assert bool(req.raw_input_contents) == (contents == "raw" or datatype == "FP16")
+    # A server answering with the same tensor as output, in the same form.
+    resp = grpc_v2.pb.ModelInferResponse(model_name="m")
+    out = resp.outputs.add(name="y", datatype=datatype, shape=[2, 3])
+    if req.raw_input_contents:
+        resp.raw_output_contents.append(req.raw_input_contents[0])
+    else:
+        out.contents.CopyFrom(req.inputs[0].contents)
+    decoded = grpc_v2.decode_outputs(resp)["y"]
+    assert decoded.shape == (2, 3)
+    assert list(decoded.reshape(-1)) == list(sample["x"].reshape(-1))
+    assert grpc_v2.check_response(resp, [InputSpec("y", datatype, (-1, 3))]) is None
+    assert "expected" in grpc_v2.check_response(resp, [InputSpec("y", datatype, (3, 3))])
+
+
+def test_grpc_responses_with_bad_contents_fail_the_check():
+    resp = grpc_v2.pb.ModelInferResponse()
+    resp.outputs.add(name="y", datatype="FP32", shape=[1, 4])
+    resp.raw_output_contents.append(b"\0" * 12)  # 3 floats for 4
+    assert "3 values" in grpc_v2.check_response(resp, [])
+    resp.raw_output_contents[0] = b"\0" * 7
+    assert "whole number" in grpc_v2.check_response(resp, [])
+    resp.raw_output_contents.append(b"")
+    assert "2 raw output contents for 1 outputs" in grpc_v2.check_response(resp, [])
+    assert "no outputs" in grpc_v2.check_response(grpc_v2.pb.ModelInferResponse(), [])
+
+
+# ---------------------------------------------------------------- targets and templates
+
+@pytest.mark.parametrize("url, kind, fields", [
+    ("http://h:8000/v2/models/resnet/infer", "kserve_http", {"model": "resnet", "version": "", "port": 8000}),
+    ("https://h/v2/models/m/versions/3/infer", "kserve_http", {"model": "m", "version": "3", "tls": True,
+                                                               "port": 443}),
+    ("grpc://127.0.0.1:8001/add_one", "kserve_grpc", {"model": "add_one", "tls": False}),
+    ("grpcs://h/m/versions/2", "kserve_grpc", {"model": "m", "version": "2", "tls": True, "port": 443}),
+    ("openai+http://h:9/v1/chat/completions", "openai", {"endpoint": "chat", "base_path": ""}),
+    ("openai+https://h/api/v1/completions", "openai", {"endpoint": "completions", "base_path": "/api",
+                                                       "tls": True}),
+    ("http://[::1]:8080/v2/models/m/infer", "kserve_http", {"host": "::1", "host_header": "[::1]:8080"}),
+])
+def test_targets_parse(url, kind, fields):
+    t = parse_target(url)
+    assert t.kind == kind
+    for k, v in fields.items():
+        assert getattr(t, k) == v
+
+
+def test_template_targets_and_password_redaction():
+    t = parse_target("http://u:pw@h:1/v1/models/x:predict", template=True)
+    assert t.kind == "template" and t.path == "/v1/models/x:predict" and "pw" not in t.url
+    assert redact_url("http://u:pw@h/x") == "http://u:***@h/x"
+    with pytest.raises(ValueError, match="--request-template"):
+        parse_target("http://h/v1/models/x:predict")
+
+
+def test_template_placeholders_fill_whole_values_and_inside_strings():
+    tpl = {"instances": "{{sample}}", "id": "req-{{sample_index}}", "x": ["{{ sample.a }}", 3], "k": "plain"}
+    assert _fill(tpl, {"a": [1, 2]}, 4) == {"instances": {"a": [1, 2]}, "id": "req-4", "x": [[1, 2], 3],
+                                             "k": "plain"}
+    with pytest.raises(ValueError, match="no key 'b'"):
+        _fill({"v": "{{sample.b}}"}, {"a": 1}, 0)
+
+
+# --------------------------------------------------------------------- redaction, metrics
+
+def test_redactor_hides_credentials_but_keeps_the_scheme_word():
+    r = Redactor([parse_header("Authorization: Bearer tok123"), parse_header("X-Team: blue"),
+                  parse_header("X-Key: k9")], secret_headers=["x-key"])
+    doc = {"given": {"header": ["Authorization: Bearer tok123", "X-Key: k9", "X-Team: blue"]},
+           "messages": ["HTTP 401: bad token tok123"]}
+    out = json.dumps(r.doc(doc))
+    assert "tok123" not in out and "k9" not in out and "blue" in out
+    assert "Authorization: [REDACTED]" in out and "bad token [REDACTED]" in out
+    assert not Redactor([parse_header("X-Team: blue")])
+    with pytest.raises(ValueError):
+        parse_header("no colon")
+
+
+def test_prometheus_text_parses_with_types():
+    text = ('# HELP req_total Requests.\n# TYPE req_total counter\nreq_total{code="200",path="/a b"} 12\n'
+            'req_total{code="500"} 1.5e1\n# TYPE inflight gauge\ninflight 3\nnot a sample line\n'
+            "lat_bucket{le=\"+Inf\"} 7 1700000000\n")
+    values, types = parse_prometheus(text)
+    assert values['req_total{code="200",path="/a b"}'] == 12 and values['req_total{code="500"}'] == 15
+    assert values["inflight"] == 3 and values['lat_bucket{le="+Inf"}'] == 7
+    assert types == {"req_total": "counter", "inflight": "gauge"}
+
+
+def test_metrics_scraper_reports_counter_deltas_only():
+    state = {"n": 0}
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            state["n"] += 5
+            body = (f"# TYPE hits_total counter\nhits_total {state['n']}\n# TYPE temp gauge\ntemp {state['n']}\n"
+                    "# TYPE idle_total counter\nidle_total 4\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        scraper = MetricsScraper(f"http://127.0.0.1:{server.server_port}/metrics", 0.0)
+        scraper.check()
+        scraper.start()
+        scraper.finish()
+        report = scraper.report()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report["scrapes"] == 2 and report["deltas"] == {"hits_total": 5.0}
+    assert report["intervals"] == [{"t_s": report["intervals"][0]["t_s"], "deltas": {"hits_total": 5.0}}]
+    with pytest.raises(ValueError, match="--server-metrics-url"):
+        MetricsScraper("http://127.0.0.1:9/metrics", 0.0, timeout_s=1).check()
