@@ -24,6 +24,8 @@ from loadgen.sut import Batch, classify_sut
 
 __all__ = ["EngineSettings", "RunResult", "Engine", "run", "load_trace"]
 
+_monotonic_ns = time.monotonic_ns
+
 _MODES = ("constant", "poisson", "stages", "trace", "closed", "offline")
 _ORDERS = ("random", "sequential", "shuffled")
 
@@ -350,11 +352,24 @@ class Engine:
     # ------------------------------------------------------------------ control
 
     def start(self) -> None:
-        """Starts the run; Python SUTs are driven from a background thread."""
-        self._core.start()
+        """Starts the run; Python SUTs are driven from a background thread. A loop SUT is
+        opened on its loop first (connections made), so that the first scheduled time
+        comes after it is ready, not during its setup."""
+        if self.sut_form == "loop":
+            # The driver opens the SUT, then starts the run itself: no hand-off between
+            # threads (and their wait for the GIL) sits between the first scheduled time
+            # and the first issue.
+            self._loop_opened = threading.Event()
+        else:
+            self._core.start()
         if self.sut_form in ("function", "async", "batched", "loop"):
             self._driver = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
             self._driver.start()
+        if self.sut_form == "loop":
+            self._loop_opened.wait()
+            if self._driver_error is not None:
+                self._driver.join(5.0)
+                raise self._driver_error
 
     def stop(self) -> None:
         """Stops issuing; outstanding queries get the grace period. Any thread."""
@@ -456,6 +471,8 @@ class Engine:
         except BaseException as e:  # re-raised on the waiting thread
             self._driver_error = e
             self._core.abort()
+            if self.sut_form == "loop":
+                self._loop_opened.set()
 
     def _batches(self):
         core, s = self._core, self.settings
@@ -618,11 +635,22 @@ class _LoopDriver(_AsyncDriver):
 
     def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(engine, loop)
+        self.engine = engine
         self.sut = engine.sut
+        self.closed_loop = bool(self.core.inline_issue)
         self._issue = self.sut.issue_query
 
     async def run(self) -> None:
-        await self.sut.open_on_loop(self.loop, self)
+        engine = self.engine
+        try:
+            await self.sut.open_on_loop(self.loop, self)
+            self.core.start()
+            # The issue thread sets the start time as it begins (microseconds); asking
+            # for queries before that would find none and sleep until the next wake-up.
+            while not self.core.start_ns and not self.core.wait(0.0):
+                time.sleep(0)
+        finally:
+            engine._loop_opened.set()
         try:
             fd = self.core.eventfd()
             if fd < 0:
@@ -642,8 +670,9 @@ class _LoopDriver(_AsyncDriver):
     def _on_ready(self) -> None:
         single = self.settings.samples_per_query == 1
         issue = self._issue
+        batch_max = min(self.settings.batch_max, 256)  # woken per arrival: batches are small
         while True:
-            got = self.core.take_batch(self.settings.batch_max, 0.0, 0)
+            got = self.core.take_batch(batch_max, 0.0, 0)
             if got is None:
                 self.exhausted.set()
                 return
@@ -658,9 +687,35 @@ class _LoopDriver(_AsyncDriver):
                     self.core.fail(qid, type(e).__name__, str(e))
         self.core.arm_eventfd()
 
-    # The sink the SUT calls, on the loop's thread.
+    # The sink the SUT calls, on the loop's thread. Open loop, completions are gathered
+    # into one native call per loop iteration. Closed loop, each completion issues the
+    # next query at once: deferring it to the end of the iteration would make it wait
+    # behind every other callback due, and that wait is issue delay.
+    def _issue_next(self) -> None:
+        # Closed loop: one completion freed one slot; take_one is the cheap native path
+        # (take_batch sizes its buffers for a whole batch).
+        take_one, issue, fail = self.core.take_one, self._issue, self.core.fail
+        while True:
+            got = take_one(0.0, 0)
+            if got is None:
+                self.exhausted.set()
+                return
+            if not got:
+                return
+            qid, sample = got
+            try:
+                issue(qid, sample, _monotonic_ns())
+                return
+            except Exception as e:  # a SUT error fails this query only; its slot is free again
+                fail(qid, type(e).__name__, str(e))
+
     def complete(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` completed at ``t_ns``."""
+        if self.closed_loop:
+            self.core.complete(qid, t_ns)
+            if not self.exhausted.is_set():
+                self._issue_next()
+            return
         self.done_ts.append(t_ns)
         self.done_ids.append(qid)
         if not self.flush_scheduled:
@@ -670,9 +725,8 @@ class _LoopDriver(_AsyncDriver):
     def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
         """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
         self.core.complete(qid, t_ns, n_tokens)
-        if self.core.inline_issue and not self.exhausted.is_set() and not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        if self.closed_loop and not self.exhausted.is_set():
+            self._issue_next()
 
     def first_token(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` produced its first token at ``t_ns``."""
@@ -681,9 +735,8 @@ class _LoopDriver(_AsyncDriver):
     def fail(self, qid: int, kind: str, message: str) -> None:
         """Query ``qid`` failed; ``kind`` is its error class."""
         self.core.fail(qid, kind, message)
-        if self.core.inline_issue and not self.exhausted.is_set() and not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.loop.call_soon(self._flush)
+        if self.closed_loop and not self.exhausted.is_set():
+            self._issue_next()
 
 
 def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides: Any) -> RunResult:

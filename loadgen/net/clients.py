@@ -34,7 +34,7 @@ __all__ = ["NetworkSUT", "KServeHttpSUT", "KServeGrpcSUT", "TemplateHttpSUT", "O
 
 _monotonic_ns = time.monotonic_ns
 _SYNTHETIC_MAX = 256  # distinct synthetic samples prepared (indices wrap around them)
-_OPEN_LOOP_CONNECTIONS = 64
+_WARM_MAX = 1024  # connections opened before the run; more open as the load needs them
 
 
 class NetworkSUT(LoopSUT):
@@ -170,6 +170,7 @@ class _HttpSUT(NetworkSUT):
         self.loop, self.sink = loop, sink
         self.pool = HttpPool(loop, self.target.host, self.target.port, self.connections,
                              ssl_context=self.ssl, server_hostname=self.target.host)
+        self.warm_connections = await self.pool.warm(min(self.connections, _WARM_MAX))
 
     async def close_on_loop(self) -> None:
         if self.pool is not None:
@@ -186,7 +187,7 @@ class _HttpSUT(NetworkSUT):
         out = super().report()
         if self.pool is not None:
             out.update(connects=self.pool.connects, connect_failures=self.pool.connect_failures,
-                       bytes_sent=self.pool.bytes_sent)
+                       connections_opened_before_run=self.warm_connections, bytes_sent=self.pool.bytes_sent)
         return out
 
 
@@ -597,6 +598,7 @@ class OpenAISUT(_HttpSUT):
         self.model = net.model
         self.itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
+        self._gaps: List[int] = []  # inter-token gaps not yet in the histogram
         self.tokens_from_usage = 0
         self.tokens_from_chunks = 0
         self.output_tokens = 0
@@ -614,12 +616,12 @@ class OpenAISUT(_HttpSUT):
                 except (ValueError, KeyError, TypeError, AttributeError):
                     pass
                 return True, ""
-            if status in (404, 405) and self.model:  # a server without /v1/models
+            if status in (404, 405) and (self.model or self.net.payload):  # no /v1/models here
                 return True, ""
             return False, f"GET {base}/v1/models: {problem or status}"
 
         self._wait_ready(probe, f"OpenAI server {base}")
-        if not self.model:
+        if not self.model and not self.net.payload:
             if not listed:
                 raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
             self.model = listed[0]
@@ -641,6 +643,8 @@ class OpenAISUT(_HttpSUT):
                     raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no {key!r} "
                                      f"(this target is /v1/{'chat/' if chat else ''}completions)")
                 b = dict(b)
+                if "model" not in b and not self.model:
+                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
                 b.setdefault("model", self.model)
                 b["stream"] = True
                 b.setdefault("stream_options", {"include_usage": True})
@@ -675,12 +679,23 @@ class OpenAISUT(_HttpSUT):
             n = s.chunks
             self.tokens_from_chunks += 1
         self.output_tokens += n
-        for g in s.gaps:
-            self.itl.record(max(g, 1))
+        gaps = self._gaps
+        gaps += s.gaps
+        if len(gaps) >= 8192:
+            self._flush_gaps()
         elapsed = t - s.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
         self.sink.complete_tokens(s.query_id, t, n)
+
+    def _flush_gaps(self) -> None:
+        if self._gaps:
+            self.itl.record_array(np.maximum(np.asarray(self._gaps, dtype=np.int64), 1))
+            self._gaps.clear()
+
+    async def close_on_loop(self) -> None:
+        await super().close_on_loop()
+        self._flush_gaps()
 
     def report(self) -> Dict[str, Any]:
         out = super().report()

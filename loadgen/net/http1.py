@@ -81,12 +81,15 @@ class _Connection(asyncio.Protocol):
         self._body: List[bytes] = []
         self._keep_alive = True
         self._got_bytes = False
+        self._pending: List[tuple] = []
 
     # -- asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
+        if self._pending:
+            self.consume()
         self.closed = True
         self.pool._forget(self)
         req = self.request
@@ -104,7 +107,20 @@ class _Connection(asyncio.Protocol):
             self.pool._fail(req, "connection_error", f"{type(exc).__name__}: {exc}")
 
     def data_received(self, data: bytes) -> None:
-        t = _monotonic_ns()
+        # Stamp and queue only; the parsing runs once the loop has read every socket
+        # that is ready. Responses (or stream events) that arrive together are then
+        # stamped together, instead of each waiting for the parsing of the ones before.
+        self._pending.append((data, _monotonic_ns()))
+        if len(self._pending) == 1:
+            self.pool._defer(self)
+
+    def consume(self) -> None:
+        """Parses what arrived since the last call."""
+        pending, self._pending = self._pending, []
+        for data, t in pending:
+            self._receive(data, t)
+
+    def _receive(self, data: bytes, t: int) -> None:
         if self.request is None:  # bytes nobody asked for: the connection is unusable
             self._close()
             return
@@ -278,6 +294,7 @@ class HttpPool:
         self.connect_failures = 0
         self.bytes_sent = 0
         self.closing = False
+        self._deferred: List[_Connection] = []
 
     def submit(self, req: Request, timeout_at_ns: int = 0) -> None:
         """Sends ``req`` on a free connection, opening one if the pool has room, else
@@ -298,7 +315,27 @@ class HttpPool:
             self._open += 1
             self.loop.create_task(self._connect())
 
-    async def _connect(self) -> None:
+    def _defer(self, conn: _Connection) -> None:
+        if not self._deferred:
+            self.loop.call_soon(self.drain)
+        self._deferred.append(conn)
+
+    def drain(self) -> None:
+        """Parses what every connection received (called by the loop after its reads)."""
+        conns, self._deferred = self._deferred, []
+        for conn in conns:
+            conn.consume()
+
+    async def warm(self, count: int) -> int:
+        """Opens up to ``count`` connections now (before the timed run, as a steady client
+        would have them); returns how many opened. Failures are not errors here: requests
+        that find no connection open their own and count their failures."""
+        count = min(count, self.size - self._open)
+        self._open += count
+        results = await asyncio.gather(*(self._connect(warming=True) for _ in range(count)))
+        return sum(results)
+
+    async def _connect(self, warming: bool = False) -> bool:
         try:
             _, conn = await asyncio.wait_for(
                 self.loop.create_connection(lambda: _Connection(self), self.host, self.port,
@@ -306,6 +343,8 @@ class HttpPool:
                 self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
             self._open -= 1
+            if warming:
+                return False
             self.connect_failures += 1
             kind = connect_error_kind(e)
             # Fail one waiting request per failed connect, so that a dead server fails
@@ -320,13 +359,14 @@ class HttpPool:
             if self._waiting and self._open < self.size and not self.closing:
                 self._open += 1
                 self.loop.create_task(self._connect())
-            return
+            return False
         self.connects += 1
         self._conns.add(conn)
         if self.closing:
             conn._close()
-            return
+            return False
         self._release(conn)
+        return True
 
     def _release(self, conn: _Connection) -> None:
         if conn.closed:

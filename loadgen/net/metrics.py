@@ -128,13 +128,15 @@ class MetricsScraper:
             out["deltas"] = {}
             out["intervals"] = []
             return out
-        counters = [s for s in self._scrapes[0][1] if _is_counter(s, self._types)]
+        seen = {s for _, values in self._scrapes for s in values}
+        counters = sorted(s for s in seen if _is_counter(s, self._types))
 
         def deltas(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, float]:
+            # A labelled counter first appears with its first event: absent means 0.
             d = {}
             for s in counters:
-                if s in a and s in b:
-                    v = b[s] - a[s]
+                if s in b:
+                    v = b[s] - a.get(s, 0.0)
                     if v and math.isfinite(v):
                         d[s] = v
             return d
@@ -142,5 +144,5 @@ class MetricsScraper:
         out["deltas"] = deltas(self._scrapes[0][1], self._scrapes[-1][1])
         out["intervals"] = [{"t_s": round(t1, 3), "deltas": deltas(a, b)}
                             for (_, a), (t1, b) in zip(self._scrapes, self._scrapes[1:])]
-        out["before"] = {s: self._scrapes[0][1][s] for s in counters}
+        out["before"] = {s: self._scrapes[0][1].get(s, 0.0) for s in counters}
         return out

@@ -85,13 +85,16 @@ class Redactor:
                  secret_values: Sequence[str] = ()) -> None:
         names = SENSITIVE_HEADERS | {h.strip().lower() for h in secret_headers}
         values = {v for k, v in headers if k.lower() in names and v} | {v for v in secret_values if v}
-        # Longest first, so that a value containing another is replaced whole; a scheme
-        # word such as "Bearer" stays readable while the credential after it goes.
-        self._values = sorted(values, key=len, reverse=True)
-        for v in list(self._values):
+        # A scheme word such as "Bearer" stays readable while the credential after it
+        # goes; longest first, so that a value containing another is replaced whole.
+        secrets = set()
+        for v in values:
             scheme, _, credential = v.partition(" ")
-            if credential and scheme.lower() in ("bearer", "basic", "token", "digest"):
-                self._values.append(credential)
+            if credential.strip() and scheme.lower() in ("bearer", "basic", "token", "digest"):
+                secrets.add(credential.strip())
+            else:
+                secrets.add(v)
+        self._values = sorted(secrets, key=len, reverse=True)
 
     def __bool__(self) -> bool:
         return bool(self._values)

@@ -14,7 +14,8 @@ Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
   GET  /stats                                 JSON record of what was sent and when (the truth)
 
 Timing: token i of an answer is due at recv + ttft + i * itl on time.monotonic_ns(), recv
-being when the request was fully read. A stream event carries --tokens-per-chunk tokens and
+being when the kernel received the request's last bytes (SO_TIMESTAMPNS, converted to the
+monotonic clock), however busy the server was then. A stream event carries --tokens-per-chunk tokens and
 is written when its last token is due; a non-streamed answer when its last token is due.
 Each event's write is a timer callback at its absolute due time (no busy waiting), and
 /stats records the time taken right before the write: the data reaches the client during
@@ -36,6 +37,7 @@ import os
 import platform
 import selectors
 import signal
+import socket
 import struct
 import time
 from collections import Counter
@@ -97,19 +99,130 @@ async def sleep_until(due_ns: int) -> None:
     await asyncio.sleep(max(0, due_ns - time.monotonic_ns()) / 1e9)
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """The next request on a connection; None at its end or on a malformed request."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, version = lines[0].split(" ")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-        return None
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return Request(method, target.partition("?")[0], body, keep_alive, time.monotonic_ns())
+SO_TIMESTAMPNS = 35  # Linux: the kernel stamps each received packet (CLOCK_REALTIME)
+MAX_HEAD_BYTES = 1 << 16
+
+
+def _kernel_recv_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
+    """When the kernel received the data, on time.monotonic_ns()'s clock; now when the
+    kernel gave no stamp."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()
+            return sec * 1_000_000_000 + nsec - offset
+    return time.monotonic_ns()
+
+
+class Connection:
+    """One accepted connection, read with recvmsg() so that each request carries the
+    kernel's receive time of its last bytes. A server busy writing other streams reads a
+    new request late; the kernel's stamp is when it really arrived, and a request's due
+    times count from there. Offers the parts of asyncio's StreamWriter the handlers use
+    (write, drain, close, transport.write, transport.is_closing)."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.loop = sock, loop
+        self.transport = self
+        self.requests: asyncio.Queue[Request | None] = asyncio.Queue()
+        self._buf = bytearray()
+        self._out = bytearray()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            pass
+        loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(1 << 16, 256)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancillary = b"", []
+        if not data:
+            self.close()
+            return
+        recv_ns = _kernel_recv_ns(ancillary)
+        self._buf += data
+        while (req := self._parse(recv_ns)) is not None:
+            self.requests.put_nowait(req)
+
+    def _parse(self, recv_ns: int) -> Request | None:
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD_BYTES:
+                self.close()
+            return None
+        try:
+            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+            method, target, version = lines[0].split(" ")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            self.close()
+            return None
+        if len(buf) < end + 4 + length:
+            return None
+        body = bytes(buf[end + 4:end + 4 + length])
+        del buf[:end + 4 + length]
+        connection = headers.get("connection", "").lower()
+        keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+        return Request(method, target.partition("?")[0], body, keep_alive, recv_ns)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if not self._out:
+            try:
+                sent = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self.close()
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+            self._drained.clear()
+            self.loop.add_writer(self.sock.fileno(), self._writable)
+        self._out += data
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self._out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.close()
+            return
+        del self._out[:sent]
+        if not self._out:
+            self.loop.remove_writer(self.sock.fileno())
+            self._drained.set()
+
+    async def drain(self) -> None:
+        await self._drained.wait()
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        if self._out:
+            self.loop.remove_writer(self.sock.fileno())
+        self._drained.set()
+        self.sock.close()
+        self.requests.put_nowait(None)
 
 
 class ScriptedServer:
@@ -119,7 +232,7 @@ class ScriptedServer:
         self.args = args
         self.started = time.monotonic()
         self.stop = asyncio.Event()
-        self.writers: set[asyncio.StreamWriter] = set()
+        self.writers: set[Connection] = set()
         self.infer_seq = 0  # infer requests read
         self.infer_ok = 0  # infer requests answered with a correct result
         self.streams: list[StreamRecord] = []
@@ -127,21 +240,19 @@ class ScriptedServer:
         self.responses: Counter[int] = Counter()
         self.inflight = 0  # infer and completion requests read and not yet answered
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, conn: Connection) -> None:
         """Serves one connection, one request after the other."""
-        self.writers.add(writer)
+        self.writers.add(conn)
         try:
-            while (req := await read_request(reader)) is not None:
-                if not await self.dispatch(req, writer) or not req.keep_alive:
+            while (req := await conn.requests.get()) is not None:
+                if not await self.dispatch(req, conn) or not req.keep_alive:
                     break
-                await writer.drain()
-        except ConnectionError:
-            pass
+                await conn.drain()
         finally:
-            self.writers.discard(writer)
-            writer.close()
+            self.writers.discard(conn)
+            conn.close()
 
-    def send(self, writer: asyncio.StreamWriter, req: Request, status: int, body: bytes = b"",
+    def send(self, writer: Connection, req: Request, status: int, body: bytes = b"",
              content_type: str = "application/json", chunked: bool = False) -> None:
         """Writes a response's head and body (a chunked body follows separately)."""
         self.responses[status] += 1
@@ -154,10 +265,10 @@ class ScriptedServer:
         writer.write(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: {content_type}\r\n{length}\r\n"
                      f"Connection: {connection}\r\n\r\n".encode() + body)
 
-    def send_json(self, writer: asyncio.StreamWriter, req: Request, status: int, obj: Any) -> None:
+    def send_json(self, writer: Connection, req: Request, status: int, obj: Any) -> None:
         self.send(writer, req, status, json.dumps(obj).encode())
 
-    async def dispatch(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    async def dispatch(self, req: Request, writer: Connection) -> bool:
         """Answers req; False when the connection must end."""
         a = self.args
         match req.method, req.path.strip("/").split("/"):
@@ -194,7 +305,7 @@ class ScriptedServer:
                 self.send_json(writer, req, 404, {"error": f"no route for {req.method} {req.path}"})
         return True
 
-    async def infer(self, req: Request, writer: asyncio.StreamWriter, name: str) -> bool:
+    async def infer(self, req: Request, writer: Connection, name: str) -> bool:
         """KServe v2 infer, with the faults planned for this request's sequence number.
 
         Precedence: stall, then (after --delay-ms) close, bad body (400), status, malformed,
@@ -242,7 +353,7 @@ class ScriptedServer:
         finally:
             self.inflight -= 1
 
-    async def completions(self, req: Request, writer: asyncio.StreamWriter, chat: bool) -> bool:
+    async def completions(self, req: Request, writer: Connection, chat: bool) -> bool:
         """OpenAI completions or chat completions, streamed or not."""
         a = self.args
         self.requests["chat_completions" if chat else "completions"] += 1
@@ -274,7 +385,7 @@ class ScriptedServer:
         finally:
             self.inflight -= 1
 
-    async def stream(self, req: Request, writer: asyncio.StreamWriter, base: dict[str, Any], chat: bool,
+    async def stream(self, req: Request, writer: Connection, base: dict[str, Any], chat: bool,
                      n: int, usage: dict[str, int] | None) -> bool:
         """Streams n tokens as Server-Sent Events (module doc). Every event is written by a
         timer callback of its own, all scheduled up front: no task wakes up per event, and
@@ -313,19 +424,28 @@ class ScriptedServer:
         tail = (event(0, False, "length") + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
                 + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
-        timers = []
+        plan = []
         for start in range(0, n, k):
             count = min(k, n - start)
             key = (count, chat and start == 0)
             data = events.get(key) or events.setdefault(key, event(*key))
             last = start + count == n
-            due = req.recv_ns + ttft + (start + count - 1) * itl
-            timers.append(loop.call_at(due / 1e9, write, data + tail if last else data, last))
+            plan.append((req.recv_ns + ttft + (start + count - 1) * itl, data + tail if last else data, last))
+        # One timer at a time, each write setting the next: a burst of new requests then
+        # costs one timer each, not one per event, and reading them is not held up.
+        timer: list[asyncio.TimerHandle] = []
+
+        def step(i: int) -> None:
+            _, data, last = plan[i]
+            write(data, last)
+            if not last and not done.done():
+                timer[0] = loop.call_at(plan[i + 1][0] / 1e9, step, i + 1)
+
+        timer.append(loop.call_at(plan[0][0] / 1e9, step, 0))
         try:
             return await done
         finally:
-            for timer in timers:
-                timer.cancel()
+            timer[0].cancel()
 
     def metrics(self) -> bytes:
         lines = ["# HELP scripted_requests_total Requests read, by endpoint.",
@@ -358,9 +478,23 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stop.set)
     loop.call_later(args.max_runtime_s, server.stop.set)
-    listener = await asyncio.start_server(server.handle, "127.0.0.1", args.port, limit=1 << 20, backlog=1024)
-    print(f"PORT {listener.sockets[0].getsockname()[1]}", flush=True)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(1024)
+    listener.setblocking(False)
+
+    def accept() -> None:
+        try:
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        loop.create_task(server.handle(Connection(sock, loop)))
+
+    loop.add_reader(listener.fileno(), accept)
+    print(f"PORT {listener.getsockname()[1]}", flush=True)
     await server.stop.wait()
+    loop.remove_reader(listener.fileno())
     listener.close()
     for writer in list(server.writers):
         writer.close()
