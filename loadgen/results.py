@@ -194,7 +194,7 @@ def render_summary(doc: Dict[str, Any]) -> str:
     target = f" (target {tp['target_qps']:,.1f})" if tp.get("target_qps") else ""
     lines.append(f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s")
     for key, label in (("latency_ns", "latency"), ("service_time_ns", "service"), ("issue_delay_ns", "issue delay"),
-                       ("ttft_ns", "ttft"), ("tpot_ns", "tpot")):
+                       ("ttft_ns", "ttft"), ("itl_ns", "inter-token"), ("tpot_ns", "tpot")):
         h = doc.get(key)
         if not h or not h["count"]:
             continue
@@ -202,6 +202,11 @@ def render_summary(doc: Dict[str, Any]) -> str:
             f"{label:<12} p50 {_fmt_ns(h['p50'])}, p90 {_fmt_ns(h['p90'])}, p99 {_fmt_ns(h['p99'])}, "
             f"p99.9 {_fmt_ns(h['p99.9'])}, max {_fmt_ns(h['max'])}"
         )
+    tps = doc.get("output_tokens_per_s")
+    if tps and tps.get("count"):
+        lines.append(f"tokens/s     p50 {tps['p50']:,.1f}, p10 of requests below "
+                     f"{_low_percentile(tps):,.1f} (output tokens per second, per request)")
+    lines += _network_lines(doc)
     es = doc.get("early_stopping")
     if es:
         lines.append(f"early stop   {es['message']}")
@@ -211,6 +216,29 @@ def render_summary(doc: Dict[str, Any]) -> str:
         for msg in errors.get("messages", [])[:5]:
             lines.append(f"             {msg}")
     return "\n".join(lines) + "\n"
+
+
+def _low_percentile(summary: Dict[str, Any]) -> float:
+    """The 10th percentile of the tokens/s histogram (kept in milli-tokens/s)."""
+    return Histogram.decode(summary["hdr"]).value_at_percentile(10.0) / 1000.0
+
+
+def _network_lines(doc: Dict[str, Any]) -> List[str]:
+    net = doc.get("network")
+    if not net:
+        return []
+    lines = [f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s), "
+             f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}"]
+    tokens = net.get("tokens")
+    if tokens:
+        lines.append(f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}")
+    sm = doc.get("server_metrics")
+    if sm:
+        deltas = sm.get("deltas", {})
+        shown = sorted(deltas.items(), key=lambda kv: ("request" not in kv[0], kv[0]))[:4]
+        text = ", ".join(f"{k} +{v:,.0f}" for k, v in shown) or "no counter changed"
+        lines.append(f"server says  {text} ({sm['scrapes']} scrapes, {sm['failed_scrapes']} failed)")
+    return lines
 
 
 # ----------------------------------------------------------------------------- writing
