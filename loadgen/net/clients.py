@@ -141,6 +141,7 @@ class _HttpSUT(NetworkSUT):
         self.requests: List[bytes] = []
         self.pool: Optional[HttpPool] = None
         self._stream = False
+        self._head_only = False
 
     def _get(self, path: str, timeout_s: float) -> Tuple[int, bytes, str]:
         return _http_get(self.target.http_base + path, self.net.headers, timeout_s, self.ssl)
@@ -177,7 +178,8 @@ class _HttpSUT(NetworkSUT):
             self.pool.close()
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
-        req = Request(self.requests[sample_index % len(self.requests)], self, query_id, self._stream)
+        req = Request(self.requests[sample_index % len(self.requests)], self, query_id, self._stream,
+                      self._head_only)
         self.pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
     def on_error(self, req: Request, kind: str, message: str) -> None:
@@ -381,6 +383,7 @@ class TemplateHttpSUT(_HttpSUT):
             raise ValueError(f"--request-template: {path}: unknown key(s) {', '.join(sorted(unknown))} "
                              "(known: method, path, headers, body, ready_path, check)")
         method = str(tpl.get("method", "POST" if "body" in tpl else "GET")).upper()
+        self._head_only = method == "HEAD"
         req_path = str(tpl.get("path", self.target.path))
         if not req_path.startswith("/"):
             raise ValueError(f"--request-template: {path}: path must start with '/', got {req_path!r}")

@@ -21,6 +21,10 @@ def parse_header(text: str) -> Tuple[str, str]:
     name = name.strip()
     if not sep or not name or any(c in name for c in " \t\r\n") or "\r" in value or "\n" in value:
         raise ValueError(f"{text!r} is not a header like 'Name: value'")
+    try:
+        (name + value).encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"header {name!r}: HTTP/1.1 headers must be Latin-1 text") from None
     return name, value.strip()
 
 
