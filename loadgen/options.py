@@ -241,7 +241,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("seed", _int(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default 0)", "N"),
     OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, 1e6), "issue thread: spin this long before each scheduled time (default 100)", "US"),
+    OptionSpec("spin_us", _float(0, 1e6), "issue thread: spin this long before each scheduled time (default 100; "
+               "0 for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),
@@ -318,7 +319,7 @@ class RunOptions:
     seed: int = 0
     schedule_seed: Optional[int] = None
     sample_seed: Optional[int] = None
-    spin_us: float = 100.0
+    spin_us: Optional[float] = None
     pin_cpus: List[int] = field(default_factory=list)
     inline_dispatch: bool = False
     timeout_ms: Optional[float] = None

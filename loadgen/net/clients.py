@@ -733,7 +733,8 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
             raise ValueError("--insecure is not available for grpcs:// (grpcio always verifies); "
                              "give the server's CA with --ca-file")
         self.requests: List[bytes] = []
-        self.metadata_md = tuple((k.lower(), v) for k, v in net.headers)
+        # None rather than an empty tuple: grpc skips its metadata handling then.
+        self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
         self._channels: list = []
         self._calls: list = []
         self._next = 0
@@ -823,8 +824,10 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
         self.loop, self.sink = loop, sink
         creds = self._credentials()
         target = host_port(self.target)
+        # No retries: a load generator counts a failed call, it does not hide it, and
+        # the retry machinery costs CPU on every call.
         options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
-                   ("grpc.use_local_subchannel_pool", 1)]
+                   ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
         for _ in range(self.connections):
             ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
                   else grpc.aio.insecure_channel(target, options=options))

@@ -40,6 +40,8 @@ class Scenario:
             o.samples_per_query = 1
         if o.schedule_seed is None:
             o.schedule_seed = o.seed
+        if o.spin_us is None:
+            o.spin_us = 0.0 if "://" in o.sut else 100.0
         if o.sample_seed is None:
             o.sample_seed = (o.seed + 1) % 2**64
         if self.mlperf:
