@@ -493,6 +493,10 @@ def _fill(node: Any, sample: Any, index: int) -> Any:
 
 # ------------------------------------------------------------------------ OpenAI stream
 
+# A non-empty "text" (completions) or "content" (chat delta) string value.
+_TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+
+
 class _Stream:
     """One streamed completion: Server-Sent Events parsed as they arrive."""
 
@@ -527,15 +531,24 @@ class _Stream:
         self.buf = buf
 
     def _event(self, event: bytes, t: int) -> None:
-        data = b"\n".join(line[5:].lstrip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
-                          if line.startswith(b"data:"))
+        if event.startswith(b"data: {") and b"\n" not in event:  # the usual one-line event
+            data = event[6:]
+        else:
+            data = b"\n".join(line[5:].lstrip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
+                              if line.startswith(b"data:"))
         if not data:
             return
         if data == b"[DONE]":
             self.done = True
             return
+        # Fast path: a plain token chunk (no usage, no error) is recognised without
+        # building its JSON; anything else is parsed in full.
+        if data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data:
+            if _TOKEN_FIELD.search(data):
+                self._token(t)
+            return
         try:
-            doc = json.loads(data)
+            doc = json.loads(data.decode("utf-8", "replace"))
         except ValueError:
             self.error = self.error or f"an event is not JSON: {data[:80]!r}"
             return
@@ -554,13 +567,16 @@ class _Stream:
             delta = choice.get("delta")
             text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
             if text:
-                if self.first_ns == 0:
-                    self.first_ns = t
-                    self.sut.sink.first_token(self.query_id, t)
-                else:
-                    self.gaps.append(t - self.last_ns)
-                self.last_ns = t
-                self.chunks += 1
+                self._token(t)
+
+    def _token(self, t: int) -> None:
+        if self.first_ns == 0:
+            self.first_ns = t
+            self.sut.sink.first_token(self.query_id, t)
+        else:
+            self.gaps.append(t - self.last_ns)
+        self.last_ns = t
+        self.chunks += 1
 
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         sut = self.sut
