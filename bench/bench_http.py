@@ -88,6 +88,7 @@ sys.path.insert(0, REPO)  # for tests.servers
 from tests.servers.procs import ServerProcess, free_port, http_get
 
 CASES = ("nginx", "profile", "triton")
+AIOHTTP_CLIENT = os.path.join(HERE, "aiohttp_client.py")
 SMALL_BODY = '{"ok":true,"model":"x","outputs":[1,2,3]}'
 TRITON_BODY = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
                                       "data": [float(i) for i in range(16)]}]},
@@ -390,9 +391,13 @@ class Bench:
             "hey": lambda n: (["hey", "-z", f"{d}s", "-c", str(n), "-cpus", "1", srv.url], parse_hey),
             "h2load": lambda n: (["h2load", "--h1", "-t1", f"-c{n}", "-D", str(d), srv.url],
                                  parse_h2load),
+            "aiohttp": lambda n: ([sys.executable, AIOHTTP_CLIENT, srv.url, str(n), str(d)], json.loads),
         }
         for name in list(tools):
-            if name != "loadgen" and shutil.which(name) is None:
+            if name == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+                print("   (aiohttp is not installed: skipped)")
+                del tools[name]
+            elif name not in ("loadgen", "aiohttp") and shutil.which(name) is None:
                 print(f"   ({name} is not installed: skipped)")
                 del tools[name]
         return tools
