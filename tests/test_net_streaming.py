@@ -67,7 +67,8 @@ def test_streaming_ttft_and_itl_agree_with_the_servers_truth_at_64_streams(tmp_p
     assert doc["network"]["tokens"]["output_tokens"] == 32 * c["completed"] == c["tokens"]
     assert 9e6 < doc["tpot_ns"]["p50"] < 11e6
     tps = doc["output_tokens_per_s"]["p50"]
-    assert 32 / 0.37 < tps < 32 / 0.36  # 32 tokens over 50 + 31 * 10 ms
+    # 32 tokens over at least 50 + 31 * 10 ms; the histogram's precision is 0.1%.
+    assert 32 / 0.37 < tps < 32 / 0.36 * 1.002
 
 
 def test_tokens_are_counted_from_chunks_without_usage(tmp_path):
