@@ -641,16 +641,15 @@ class _LoopDriver(_AsyncDriver):
         self._issue = self.sut.issue_query
 
     async def run(self) -> None:
-        engine = self.engine
-        try:
-            await self.sut.open_on_loop(self.loop, self)
-            self.core.start()
-            # The issue thread sets the start time as it begins (microseconds); asking
-            # for queries before that would find none and sleep until the next wake-up.
-            while not self.core.start_ns and not self.core.wait(0.0):
-                time.sleep(0)
-        finally:
-            engine._loop_opened.set()
+        # A failure here reaches Engine.start through _drive_guarded, which records it
+        # before waking the starter.
+        await self.sut.open_on_loop(self.loop, self)
+        self.core.start()
+        # The issue thread sets the start time as it begins (microseconds); asking for
+        # queries before that would find none and sleep until the next wake-up.
+        while not self.core.start_ns and not self.core.wait(0.0):
+            time.sleep(0)
+        self.engine._loop_opened.set()
         try:
             fd = self.core.eventfd()
             if fd < 0:
