@@ -12,6 +12,7 @@ goes on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
 import re
@@ -753,7 +754,9 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
         self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
         self._channels: list = []
         self._calls: list = []
-        self._next = 0
+        self.in_flight = max(1, pool_size)  # calls in flight at most: one per worker
+        self._queue: collections.deque = collections.deque()
+        self._idle: list = []
         self.tasks: set = set()
 
     def _credentials(self):
@@ -853,6 +856,8 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
         self._check = grpc_v2.check_response
         self._rpc_error = grpc.aio.AioRpcError
         self._deadline_exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
+        for i in range(self.in_flight):
+            self.tasks.add(loop.create_task(self._worker(self._calls[i % len(self._calls)])))
 
     async def close_on_loop(self) -> None:
         for t in list(self.tasks):
@@ -861,12 +866,25 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
             await ch.close(None)
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
-        call = self._calls[self._next]
-        self._next = (self._next + 1) % len(self._calls)
-        task = self.loop.create_task(self._one(call, query_id, self.requests[sample_index % len(self.requests)],
-                                               scheduled_ns))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._queue.append((query_id, self.requests[sample_index % len(self.requests)], scheduled_ns))
+        if self._idle:
+            waiter = self._idle.pop()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _worker(self, call) -> None:
+        # Long-lived workers instead of a task per call: in a closed loop the worker that
+        # completes a query finds the next one queued by that completion and goes on with
+        # no task, future or wake-up in between.
+        queue, idle, one = self._queue, self._idle, self._one
+        while True:
+            if not queue:
+                waiter = self.loop.create_future()
+                idle.append(waiter)
+                await waiter
+                continue
+            qid, data, scheduled_ns = queue.popleft()
+            await one(call, qid, data, scheduled_ns)
 
     async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
         timeout = None
