@@ -4,17 +4,15 @@ Skipped where MLServer is not installed, unless LOADGEN_REQUIRE_SERVERS is set: 
 fails and says how to install it.
 """
 
-import json
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from tests.servers.mlserver import INSTALL_HINT, MLServer, find_mlserver, start_mlserver
-from tests.servers.procs import http_get, require_servers
+from tests.servers.procs import get_json, post_json, require_servers
 
 pytestmark = pytest.mark.integration
 
@@ -63,18 +61,8 @@ def mlserver(tmp_path) -> Iterator[MLServer]:
         server.stop()
 
 
-def post_json(url: str, body: Dict[str, Any]) -> Dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-        return json.loads(response.read())
 
 
-def get_json(url: str) -> Dict[str, Any]:
-    status, body = http_get(url, 10.0)
-    assert status == 200, body
-    return json.loads(body)
 
 
 def wait_count(server: MLServer, expected: int, **kwargs: Any) -> int:

@@ -4,15 +4,13 @@ Skipped where Triton is not installed, unless LOADGEN_REQUIRE_SERVERS is set: th
 and says how to install it.
 """
 
-import json
 import socket
 import time
-import urllib.request
-from typing import Any, Dict, Iterator
+from typing import Iterator
 
 import pytest
 
-from tests.servers.procs import http_get, require_servers
+from tests.servers.procs import get_json, post_json, require_servers
 from tests.servers.triton import INSTALL_HINT, TritonServer, find_triton, start_triton
 
 pytestmark = pytest.mark.integration
@@ -33,18 +31,8 @@ def triton(tmp_path) -> Iterator[TritonServer]:
         server.stop()
 
 
-def post_json(url: str, body: Dict[str, Any]) -> Dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-        return json.loads(response.read())
 
 
-def get_json(url: str) -> Dict[str, Any]:
-    status, body = http_get(url, 10.0)
-    assert status == 200, body
-    return json.loads(body)
 
 
 def wait_count(server: TritonServer, expected: int) -> int:

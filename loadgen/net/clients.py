@@ -616,7 +616,7 @@ class OpenAISUT(_HttpSUT):
         super().__init__(target, net, pool_size)
         self._stream = True
         self.model = net.model
-        self.itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
         self._gaps: List[int] = []  # inter-token gaps not yet in the histogram
         self.tokens_from_usage = 0
@@ -710,12 +710,14 @@ class OpenAISUT(_HttpSUT):
 
     def _flush_gaps(self) -> None:
         if self._gaps:
-            self.itl.record_array(np.maximum(np.asarray(self._gaps, dtype=np.int64), 1))
+            self._itl.record_array(np.maximum(np.asarray(self._gaps, dtype=np.int64), 1))
             self._gaps.clear()
 
-    async def close_on_loop(self) -> None:
-        await super().close_on_loop()
+    @property
+    def itl(self) -> Histogram:
+        """Every inter-token gap so far (ns), in one histogram."""
         self._flush_gaps()
+        return self._itl
 
     def report(self) -> Dict[str, Any]:
         out = super().report()

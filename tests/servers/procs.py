@@ -6,6 +6,7 @@ Every process is started here with its own PID recorded and is ended by that PID
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "http_get", "install_server", "require_servers"]
+__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "get_json", "http_get", "install_server", "post_json",
+           "require_servers"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _INSTALLED: Dict[str, Optional[str]] = {}
@@ -29,6 +31,22 @@ def require_servers() -> bool:
     """True when missing servers must fail the tests instead of skipping them (CI sets
     LOADGEN_REQUIRE_SERVERS=1 after installing them)."""
     return os.environ.get("LOADGEN_REQUIRE_SERVERS", "") not in ("", "0")
+
+
+def post_json(url: str, body: dict, timeout_s: float = 10.0) -> dict:
+    """POSTs ``body`` as JSON; the JSON answer (asserting status 200)."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        assert response.status == 200
+        return json.loads(response.read())
+
+
+def get_json(url: str, timeout_s: float = 10.0) -> dict:
+    """GETs ``url``; the JSON answer (asserting status 200)."""
+    status, body = http_get(url, timeout_s)
+    assert status == 200, body
+    return json.loads(body)
 
 
 def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
