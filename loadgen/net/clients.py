@@ -36,6 +36,8 @@ __all__ = ["NetworkSUT", "KServeHttpSUT", "KServeGrpcSUT", "TemplateHttpSUT", "O
 _monotonic_ns = time.monotonic_ns
 _SYNTHETIC_MAX = 256  # distinct synthetic samples prepared (indices wrap around them)
 _WARM_MAX = 1024  # connections opened before the run; more open as the load needs them
+_MEMO_MAX_BYTES = 64 * 1024  # responses up to this size have their check remembered
+_MEMO_MAX_ENTRIES = 4096
 
 
 class NetworkSUT(LoopSUT):
@@ -63,6 +65,7 @@ class NetworkSUT(LoopSUT):
         self.sink: Any = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.timeout_ns = int(net.timeout_ms * 1e6) if net.timeout_ms else 0
+        self._memo: Dict[bytes, Optional[str]] = {}
 
     # -- before the run
     def prepare(self) -> None:
@@ -114,6 +117,22 @@ class NetworkSUT(LoopSUT):
 
     def _fail(self, qid: int, kind: str, message: str) -> None:
         self.sink.fail(qid, kind, self.redactor.text(message))
+
+    def _checked(self, body: bytes, check) -> Optional[str]:
+        """``check(body)``, remembered by the response's bytes: a check is a function of
+        the bytes alone, and a model answering the same prepared requests mostly sends
+        the same bytes back, so most responses are checked by one dictionary lookup."""
+        self.checked += 1
+        if len(body) > _MEMO_MAX_BYTES:
+            return check(body)
+        memo = self._memo
+        try:
+            return memo[body]
+        except KeyError:
+            problem = check(body)
+            if len(memo) < _MEMO_MAX_ENTRIES:
+                memo[body] = problem
+            return problem
 
 
 # --------------------------------------------------------------------------- HTTP base
@@ -322,13 +341,15 @@ class KServeHttpSUT(_KServeInputs, _HttpSUT):
         self._set_requests([self._serialize("POST", path, kserve.json_request_body(s, specs)) for s in samples],
                            source)
 
+    def _check_json(self, body: bytes) -> Optional[str]:
+        return kserve.check_json_response(body, self.expected)
+
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         if status != 200:
             self._fail(req.query_id, f"http_{status}", f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
             return
         if self.check:
-            self.checked += 1
-            problem = kserve.check_json_response(body, self.expected)
+            problem = self._checked(body, self._check_json)
             if problem is not None:
                 self._fail(req.query_id, "invalid_response", problem)
                 return
@@ -888,6 +909,12 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
             qid, data, scheduled_ns = queue.popleft()
             await one(call, qid, data, scheduled_ns)
 
+    def _check_pb(self, raw: bytes) -> Optional[str]:
+        try:
+            return self._check(self._decode(raw), self.expected)
+        except Exception as e:  # protobuf's DecodeError and friends
+            return f"the response does not decode: {type(e).__name__}: {e}"
+
     async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
         timeout = None
         if self.timeout_ns:
@@ -900,11 +927,7 @@ class KServeGrpcSUT(_KServeInputs, NetworkSUT):
             return  # a deadline the timeout set: the engine counts it as timed out
         t = _monotonic_ns()
         if self.check:
-            self.checked += 1
-            try:
-                problem = self._check(self._decode(raw), self.expected)
-            except Exception as e:  # protobuf's DecodeError and friends
-                problem = f"the response does not decode: {type(e).__name__}: {e}"
+            problem = self._checked(raw, self._check_pb)
             if problem is not None:
                 self._fail(qid, "invalid_response", problem)
                 return
