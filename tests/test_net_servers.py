@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.servers.mlserver import find_mlserver, start_mlserver
-from tests.servers.procs import ServerUnavailable, require_servers
+from tests.servers.procs import ServerUnavailable, require_servers, wait_for_count
 from tests.servers.scripted_proc import start_scripted
 from tests.servers.triton import find_triton, start_triton
 from tests.test_cli_run import clean_env, run_cli
@@ -65,15 +65,6 @@ def run_doc(*args, timeout=90, expect=0):
     return doc
 
 
-def _wait_count(count_fn, expected, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    got = count_fn()
-    while got != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-        got = count_fn()
-    return got
-
-
 def _targets(server, model="add_one"):
     return {"http": f"{server.http_url}/v2/models/{model}/infer", "grpc": f"grpc://{server.grpc_target}/{model}"}
 
@@ -89,7 +80,7 @@ def test_mlserver_completed_count_equals_the_servers(mlserver, protocol, load):
     doc = run_doc("--sut", _targets(mlserver)[protocol], *load, "--server-metrics-url", mlserver.metrics_url)
     c = doc["counts"]
     assert c["failed"] == c["timed_out"] == 0 and c["completed"] > 100
-    assert _wait_count(lambda: mlserver.inference_count("add_one") - before, c["completed"]) == c["completed"]
+    assert wait_for_count(lambda: mlserver.inference_count("add_one") - before, c["completed"]) == c["completed"]
     net = doc["network"]
     assert net["protocol"] == ("kserve_v2_http" if protocol == "http" else "kserve_v2_grpc")
     assert net["responses_checked"] == c["completed"]
@@ -107,7 +98,7 @@ def test_triton_completed_count_equals_the_servers(triton, protocol):
                   "--query-count", "400", "--server-metrics-url", triton.metrics_url)
     c = doc["counts"]
     assert c["completed"] == 400 and c["failed"] == 0
-    assert _wait_count(lambda: triton.inference_count() - before, 400) == 400
+    assert wait_for_count(lambda: triton.inference_count() - before, 400) == 400
     assert doc["server_metrics"]["deltas"]['nv_inference_request_success{model="add_one",version="1"}'] == 400
     assert doc["network"]["model_metadata"]["platform"] == "python"
 
@@ -118,7 +109,7 @@ def test_triton_poisson_open_loop_over_grpc_with_typed_contents(triton):
                   "--duration-s", "1.5", "--grpc-contents", "typed")
     c = doc["counts"]
     assert c["failed"] == 0 and c["completed"] == c["issued"] > 150
-    assert _wait_count(lambda: triton.inference_count() - before, c["completed"]) == c["completed"]
+    assert wait_for_count(lambda: triton.inference_count() - before, c["completed"]) == c["completed"]
     assert "typed contents" in doc["network"]["payload"]["source"]
 
 

@@ -5,14 +5,13 @@ fails and says how to install it.
 """
 
 import subprocess
-import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from tests.servers.mlserver import INSTALL_HINT, MLServer, find_mlserver, start_mlserver
-from tests.servers.procs import get_json, post_json, require_servers
+from tests.servers.procs import check_add_one_over_rest, get_json, require_servers, wait_for_count
 
 pytestmark = pytest.mark.integration
 
@@ -61,41 +60,13 @@ def mlserver(tmp_path) -> Iterator[MLServer]:
         server.stop()
 
 
-
-
-
-
-def wait_count(server: MLServer, expected: int, **kwargs: Any) -> int:
-    """The inference count once it reaches expected, or the last one read after 5 s."""
-    deadline = time.monotonic() + 5.0
-    count = server.inference_count(**kwargs)
-    while count < expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-        count = server.inference_count(**kwargs)
-    return count
-
-
 def test_mlserver_rest_infer_metadata_and_count(mlserver: MLServer) -> None:
-    for i in range(N_REQUESTS):
-        data = [float(i * 16 + j) / 4 for j in range(16)]
-        reply = post_json(f"{mlserver.http_url}/v2/models/add_one/infer", {
-            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": data}]})
-        assert reply["model_name"] == "add_one"
-        [output] = reply["outputs"]
-        assert output["name"] == "OUTPUT0"
-        assert output["datatype"] == "FP32"
-        assert output["shape"] == [1, 16]
-        assert output["data"] == [x + 1 for x in data]
-
-    meta = get_json(f"{mlserver.http_url}/v2/models/add_one")
-    assert meta["name"] == "add_one"
-    assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
-    assert meta["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]
+    check_add_one_over_rest(mlserver.http_url, N_REQUESTS)
     nometa = get_json(f"{mlserver.http_url}/v2/models/add_one_nometa")
     assert nometa["name"] == "add_one_nometa"
     assert nometa["inputs"] == [] and nometa["outputs"] == []
 
-    assert wait_count(mlserver, N_REQUESTS, model="add_one") == N_REQUESTS
+    assert wait_for_count(lambda: mlserver.inference_count(model="add_one"), N_REQUESTS) == N_REQUESTS
     assert mlserver.inference_count("add_one", protocol="rest") == N_REQUESTS
     assert mlserver.inference_count("add_one", protocol="grpc") == 0
     assert mlserver.inference_count("add_one_nometa") == 0
@@ -106,6 +77,6 @@ def test_mlserver_grpc_infer_and_count(mlserver: MLServer) -> None:
     done = subprocess.run([str(python), "-c", GRPC_CLIENT, mlserver.grpc_target],
                           check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    assert wait_count(mlserver, 2, model="add_one") == 2
+    assert wait_for_count(lambda: mlserver.inference_count(model="add_one"), 2) == 2
     assert mlserver.inference_count("add_one", protocol="grpc") == 2
     assert mlserver.inference_count("add_one", protocol="rest") == 0

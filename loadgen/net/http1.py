@@ -108,9 +108,7 @@ class _Connection(asyncio.Protocol):
         # socket's bytes first and parsing after would date a burst of completions
         # earlier, but the closed loop's next queries would then carry the whole
         # burst's parsing as issue delay; measured, TTFT agreed less with the truth.)
-        self._receive(data, _monotonic_ns())
-
-    def _receive(self, data: bytes, t: int) -> None:
+        t = _monotonic_ns()
         if self.request is None:  # bytes nobody asked for: the connection is unusable
             self._close()
             return

@@ -17,7 +17,7 @@ import urllib.request
 from typing import Dict, List, Optional, Sequence
 
 __all__ = ["ServerProcess", "ServerUnavailable", "free_port", "get_json", "http_get", "install_server", "post_json",
-           "require_servers"]
+           "require_servers", "wait_for_count", "check_add_one_over_rest"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _INSTALLED: Dict[str, Optional[str]] = {}
@@ -47,6 +47,37 @@ def get_json(url: str, timeout_s: float = 10.0) -> dict:
     status, body = http_get(url, timeout_s)
     assert status == 200, body
     return json.loads(body)
+
+
+def wait_for_count(count, expected: int, timeout_s: float = 5.0) -> int:
+    """``count()`` once it reaches ``expected``, or the last value read after timeout_s (a
+    server may record a request just after its response went out)."""
+    deadline = time.monotonic() + timeout_s
+    got = count()
+    while got < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = count()
+    return got
+
+
+def check_add_one_over_rest(http_url: str, n_requests: int) -> dict:
+    """Sends n KServe v2 JSON requests to the add_one model (INPUT0 FP32 [1, 16]), checks
+    each answer is OUTPUT0 = INPUT0 + 1, and returns the model's metadata."""
+    for i in range(n_requests):
+        data = [float(i * 16 + j) / 4 for j in range(16)]
+        reply = post_json(f"{http_url}/v2/models/add_one/infer", {
+            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": data}]})
+        assert reply["model_name"] == "add_one"
+        [output] = reply["outputs"]
+        assert output["name"] == "OUTPUT0"
+        assert output["datatype"] == "FP32"
+        assert output["shape"] == [1, 16]
+        assert output["data"] == [x + 1 for x in data]
+    meta = get_json(f"{http_url}/v2/models/add_one")
+    assert meta["name"] == "add_one"
+    assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
+    assert meta["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]
+    return meta
 
 
 def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
