@@ -23,14 +23,14 @@ except ImportError as exc:  # pragma: no cover - only seen in an unbuilt source 
     ) from exc
 
 from loadgen.engine import Engine, EngineSettings, RunResult, load_trace, run
-from loadgen.hdrlog import (
+from loadgen.stats.hdrlog import (
     HistogramLogError,
     HistogramLogReader,
     HistogramLogWriter,
     LogEntry,
     read_log,
 )
-from loadgen.histogram import (
+from loadgen.stats.histogram import (
     DEFAULT_HIGHEST_TRACKABLE_VALUE,
     DEFAULT_PERCENTILES,
     HdrDecodeError,
@@ -41,7 +41,7 @@ from loadgen.histogram import (
 from loadgen.results import load_results
 from loadgen.sut import Batch, DemoSUT, FixedDelaySUT, NullSUT
 
-__version__ = "0.1.0"
+from loadgen._version import __version__
 
 __all__ = [
     "Batch",

@@ -15,9 +15,9 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
-from loadgen import __version__
-from loadgen.hdrlog import HistogramLogError, read_log
-from loadgen.histogram import DEFAULT_PERCENTILES, Histogram
+from loadgen._version import __version__
+from loadgen.stats.hdrlog import HistogramLogError, read_log
+from loadgen.stats.histogram import DEFAULT_PERCENTILES, Histogram
 from loadgen.options import OPTION_SPECS, OptionError, resolve
 from loadgen.results import ThresholdError, load_result, parse_threshold, render_summary, write_outputs
 

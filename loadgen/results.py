@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Any, Dict, Iterable, List, Sequence, Union
 
-from loadgen.histogram import Histogram
+from loadgen.stats.histogram import Histogram
 
 __all__ = [
     "SCHEMA",
@@ -64,7 +64,7 @@ def _cpu_model() -> str:
 
 def environment(pin_cpus: Sequence[int] = ()) -> Dict[str, Any]:
     """Where the run happened: versions, platform, CPU and the affinity used."""
-    from loadgen import __version__
+    from loadgen._version import __version__
 
     try:
         affinity = sorted(os.sched_getaffinity(0))
@@ -266,7 +266,7 @@ def _atomic_write(path: str, data: Union[str, bytes]) -> None:
 
 
 def _hlog_text(doc: Dict[str, Any]) -> str:
-    from loadgen.hdrlog import HistogramLogWriter
+    from loadgen.stats.hdrlog import HistogramLogWriter
 
     buf = io.StringIO()
     w = HistogramLogWriter(buf)

@@ -9,13 +9,13 @@ import gc
 import time
 from typing import Any, Callable, Dict, Optional
 
-from loadgen.engine import Engine, RunResult
+from loadgen.engine.engine import Engine, RunResult
 from loadgen.options import RunOptions
 from loadgen.results import SCHEMA, environment, evaluate_thresholds, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.scenarios.base import common_invalid_reasons
 from loadgen.net import is_network_sut, open_from_options
-from loadgen.sut_spec import load_sut
+from loadgen.sut.spec import load_sut
 
 __all__ = ["Progress", "prepare", "run_benchmark", "build_document"]
 

@@ -1,4 +1,4 @@
-"""MLPerf early stopping (loadgen.early_stopping) against values computed here,
+"""MLPerf early stopping (loadgen.stats.early_stopping) against values computed here,
 independently, with scipy and plain loops over sorted raw latencies.
 
 MLPerf's rule: each query is a Bernoulli trial, "over the latency" with probability
@@ -13,14 +13,14 @@ import zlib
 import numpy as np
 import pytest
 
-from loadgen.early_stopping import (
+from loadgen.stats.early_stopping import (
     CONFIDENCE,
     binomial_cdf_upper_q,
     min_passing_queries,
     percentile_estimate,
     server_early_stopping,
 )
-from loadgen.histogram import Histogram
+from loadgen.stats.histogram import Histogram
 
 stats = pytest.importorskip("scipy.stats")
 binom = stats.binom

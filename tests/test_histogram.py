@@ -161,7 +161,7 @@ def test_empty_histogram_statistics_are_zero():
     assert h.value_at_percentile(0) == 0
     assert h.value_at_percentile(100) == 0
     pct = h.percentiles()
-    assert set(pct) == set(loadgen.histogram.DEFAULT_PERCENTILES)
+    assert set(pct) == set(loadgen.stats.histogram.DEFAULT_PERCENTILES)
     assert all(v == 0 for v in pct.values())
     assert not h.counts().any()
     assert len(h.counts()) == h.counts_len

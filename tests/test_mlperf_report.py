@@ -21,7 +21,7 @@ import types
 import numpy as np
 import pytest
 
-from loadgen.histogram import Histogram
+from loadgen.stats.histogram import Histogram
 from loadgen.mlperf import report
 from loadgen.mlperf.figures import RunFigures
 from loadgen.mlperf.report import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..histogram import Histogram
+from ..stats.histogram import Histogram
 
 __all__ = ["RunFigures"]
 

@@ -52,8 +52,8 @@ from typing import (
 
 import numpy as np
 
-from ..early_stopping import min_passing_queries_fraction
-from ..histogram import Histogram
+from ..stats.early_stopping import min_passing_queries_fraction
+from ..stats.histogram import Histogram
 from .figures import RunFigures
 
 __all__ = [
@@ -940,7 +940,7 @@ def _package_identity() -> dict[str, Any]:
     except ImportError:  # not installed as a distribution (PackageNotFoundError)
         version = ""
     if not version:
-        from .. import __version__ as version
+        from .._version import __version__ as version
     digests: dict[str, str] = {}
     build_time: float | None = None
     for sub in ("", "mlperf"):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _core
-from ..histogram import Histogram
+from ..stats.histogram import Histogram
 from . import report
 from .figures import RunFigures
 from .settings import (

@@ -23,13 +23,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from loadgen.histogram import Histogram
+from loadgen.stats.histogram import Histogram
 from loadgen.net import kserve
 from loadgen.net.http1 import HttpPool, Request
 from loadgen.net.options import NetOptions, ssl_context
 from loadgen.net.targets import Target, host_port, model_path
 from loadgen.net.tensors import InputSpec, load_samples, numpy_dtype, synthetic_samples
-from loadgen.sut import LoopSUT
+from loadgen.sut.forms import LoopSUT
 
 __all__ = ["NetworkSUT", "KServeHttpSUT", "KServeGrpcSUT", "TemplateHttpSUT", "OpenAISUT", "open_target"]
 

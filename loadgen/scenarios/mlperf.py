@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
-from loadgen.early_stopping import percentile_estimate, server_early_stopping
-from loadgen.engine import EngineSettings, RunResult
+from loadgen.stats.early_stopping import percentile_estimate, server_early_stopping
+from loadgen.engine.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
 from loadgen.scenarios.base import Scenario
 

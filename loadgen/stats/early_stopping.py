@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from loadgen.histogram import Histogram
+from loadgen.stats.histogram import Histogram
 
 __all__ = [
     "EarlyStoppingResult",

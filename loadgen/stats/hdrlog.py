@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import IO, Iterator, Optional, Union
 
-from loadgen.histogram import HdrDecodeError, Histogram
+from loadgen.stats.histogram import HdrDecodeError, Histogram
 
 __all__ = [
     "HISTOGRAM_LOG_FORMAT_VERSION",

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from loadgen import _core
-from loadgen.histogram import Histogram
-from loadgen.sut import Batch, classify_sut
+from loadgen.stats.histogram import Histogram
+from loadgen.sut.forms import Batch, classify_sut
 
 __all__ = ["EngineSettings", "RunResult", "Engine", "run", "load_trace"]
 
@@ -749,7 +749,7 @@ def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides:
     Raises:
         ValueError: a setting or the SUT is invalid; the message names it.
     """
-    from loadgen.sut import NullSUT
+    from loadgen.sut.forms import NullSUT
 
     settings = settings or EngineSettings()
     if overrides:

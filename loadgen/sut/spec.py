@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from loadgen.sut import DemoSUT, FixedDelaySUT, NullSUT, classify_sut
+from loadgen.sut.forms import DemoSUT, FixedDelaySUT, NullSUT, classify_sut
 
 __all__ = ["SutSpecError", "load_sut"]
 
