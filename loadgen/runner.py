@@ -9,7 +9,7 @@ import gc
 import time
 from typing import Any, Callable, Dict, Optional
 
-from loadgen.engine.engine import Engine, RunResult
+from loadgen.engine import Engine, RunResult
 from loadgen.options import RunOptions
 from loadgen.results import SCHEMA, environment, evaluate_thresholds, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario

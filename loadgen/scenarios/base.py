@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-from loadgen.engine.engine import EngineSettings, RunResult
+from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
 
 __all__ = ["Scenario", "common_invalid_reasons"]

@@ -7,7 +7,7 @@ import math
 from typing import Any, Dict, List, Optional
 
 from loadgen.stats.early_stopping import percentile_estimate, server_early_stopping
-from loadgen.engine.engine import EngineSettings, RunResult
+from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
 from loadgen.scenarios.base import Scenario
 

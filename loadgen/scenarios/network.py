@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.engine.engine import EngineSettings, load_trace
+from loadgen.engine import EngineSettings, load_trace
 from loadgen.options import RunOptions, parse_stages
 from loadgen.scenarios.base import Scenario
 
