@@ -5,7 +5,7 @@ would generate for the same settings and seeds, issues them on the thread that c
 StartTest (no hand-off to another thread), and counts completions per sample, wait-free,
 from any thread. This module walks MLPerf's test modes around it (loading and unloading
 the QSL sets, accuracy then performance, the peak search) and writes MLPerf's logs
-through :mod:`loadgen.mlperf.report`.
+through :mod:`.summary`, :mod:`.detail_log` and :mod:`.accuracy_log`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from typing import Any, Callable
 
 from .. import _core
 from ..stats.histogram import Histogram
-from . import report
+from .accuracy_log import AccuracyLog
+from .detail_log import DetailLog, current_date_time_iso8601, log_paths, write_detail_results
+from .evaluate import Evaluation, evaluate
 from .figures import RunFigures
+from .summary import write_summary, write_summary_trailer
 from .settings import (
     EffectiveSettings,
     LogSettings,
@@ -277,7 +280,7 @@ class _Accuracy:
     """Accuracy runs: each sample's sequence id and QSL index, and the hooks that log
     the response bytes after the native run has counted the completion."""
 
-    def __init__(self, log: report.AccuracyLog) -> None:
+    def __init__(self, log: AccuracyLog) -> None:
         self.log = log
         self.samples: dict[int, tuple[int, int]] = {}  # id -> (seq_id, qsl index)
         self.first_tokens: dict[int, bytes] = {}
@@ -334,9 +337,9 @@ class _Test:
         self,
         sut: _SUT,
         qsl: _QSL,
-        detail: report.DetailLog,
+        detail: DetailLog,
         summary_fh: Any,
-        accuracy_log: report.AccuracyLog,
+        accuracy_log: AccuracyLog,
         copy_summary: bool,
     ) -> None:
         self.sut = sut
@@ -565,20 +568,20 @@ class _Test:
 
         return issue
 
-    def report(self, eff: EffectiveSettings, fig: RunFigures) -> report.Evaluation:
+    def report(self, eff: EffectiveSettings, fig: RunFigures) -> Evaluation:
         """Writes the summary and the detail result lines of a performance run."""
-        ev = report.evaluate(eff, fig)
+        ev = evaluate(eff, fig)
         if "interrupted" in fig.extra:
             ev.valid = False
             ev.recommendations.append(
                 f"The run was interrupted ({fig.extra['interrupted']})."
             )
         text = io.StringIO()
-        report.write_summary(text, eff, fig, ev, self.sut_name)
+        write_summary(text, eff, fig, ev, self.sut_name)
         self.summary_fh.write(text.getvalue())
         if self.copy_summary:
             print(text.getvalue(), end="")
-        report.write_detail_results(self.detail, eff, fig, ev)
+        write_detail_results(self.detail, eff, fig, ev)
         return ev
 
 
@@ -660,7 +663,7 @@ def _perf_constraints_met(eff: EffectiveSettings, fig: RunFigures) -> bool:
 
 def _judge(eff: EffectiveSettings, fig: RunFigures) -> tuple[bool, int]:
     """(meets the latency bound, the target-percentile sample latency in ns)."""
-    ev = report.evaluate(eff, fig)
+    ev = evaluate(eff, fig)
     return bool(ev.perf_constraints_met) and not fig.too_many_outstanding, int(
         ev.sample_latency_target_ns
     )
@@ -908,20 +911,20 @@ def _start(
     audit_config_filename: str,
 ) -> None:
     out = log_settings.log_output
-    test_date_time = report.current_date_time_iso8601()
-    paths = report.log_paths(out, test_date_time)
+    test_date_time = current_date_time_iso8601()
+    paths = log_paths(out, test_date_time)
     os.makedirs(out.outdir or ".", exist_ok=True)
     with (
         open(paths["summary"], "w") as summary_fh,
         open(paths["detail"], "w") as detail_fh,
         open(paths["accuracy"], "w") as accuracy_fh,
     ):
-        detail = report.DetailLog(
+        detail = DetailLog(
             detail_fh, copy_to_stdout=bool(out.copy_detail_to_stdout)
         )
         ts = requested.copy()
         use_tokens = bool(ts.use_token_latencies)
-        accuracy_log = report.AccuracyLog(
+        accuracy_log = AccuracyLog(
             accuracy_fh,
             use_tokens=use_tokens,
             needs_first_token=int(ts.scenario) != int(TestScenario.Offline),
@@ -981,7 +984,7 @@ def _start(
             raise
         finally:
             accuracy_log.close()
-            report.write_summary_trailer(
+            write_summary_trailer(
                 summary_fh, detail.warning_count, detail.error_count
             )
             detail.flush()
