@@ -35,12 +35,8 @@ from loadgen.mlperf.figures import RunFigures
 from loadgen.mlperf.number_text import cpp_divide, cpp_fixed, cpp_stream_double
 from loadgen.mlperf.summary import write_summary, write_summary_trailer
 from loadgen.stats.early_stopping import min_passing_queries_fraction as min_passing_queries
-from loadgen.mlperf.settings import (
-    TestMode,
-    TestScenario,
-    TestSettings,
-    effective_settings,
-)
+from loadgen.mlperf.effective import effective_settings
+from loadgen.mlperf.settings import TestMode, TestScenario, TestSettings
 
 scipy_special = pytest.importorskip("scipy.special")
 

@@ -25,6 +25,7 @@ from typing import IO, Any, Callable
 import numpy as np
 
 from ..stats.early_stopping import OrderStatistics
+from .detail_items import all_log_items
 from .evaluate import EXITED_EARLY_MESSAGE, LATENCY_PERCENTILES, Evaluation
 from .figures import RunFigures
 from .number_text import cpp_fixed
@@ -294,9 +295,7 @@ class DetailLog:
 
     def log_settings(self, eff: Any) -> None:
         """Writes the requested_* then the effective_* settings lines of ``eff``."""
-        from .settings import effective_log_items, requested_log_items
-
-        for key, value in requested_log_items(eff.requested) + effective_log_items(eff):
+        for key, value in all_log_items(eff):
             self._write(key, value, False, False, None, 1)
 
     def log_generated_queries(self, query_count: int, samples_per_query: int, duration_ns: int) -> None:

@@ -28,16 +28,9 @@ from .detail_log import DetailLog, current_date_time_iso8601, log_paths, write_d
 from .evaluate import Evaluation, evaluate
 from .figures import RunFigures
 from .summary import write_summary, write_summary_trailer
-from .settings import (
-    EffectiveSettings,
-    LogSettings,
-    TestMode,
-    TestScenario,
-    TestSettings,
-    apply_test05,
-    effective_settings,
-    take_config_errors,
-)
+from .config_file import take_config_errors
+from .effective import EffectiveSettings, apply_test05, effective_settings
+from .settings import LogSettings, TestMode, TestScenario, TestSettings
 
 __all__ = [
     "ConstructFastSUT",
