@@ -7,6 +7,50 @@ from .settings import TestScenario, TestSettings
 
 __all__ = ["all_log_items", "effective_log_items", "requested_log_items"]
 
+# The TestSettings fields MLPerf logs as requested_<field>, in its order: the
+# scenario's own, then those of every scenario.
+_REQUESTED_BY_SCENARIO: dict[TestScenario, tuple[str, ...]] = {
+    TestScenario.SingleStream: (
+        "single_stream_expected_latency_ns",
+        "single_stream_target_latency_percentile",
+    ),
+    TestScenario.MultiStream: (
+        "multi_stream_expected_latency_ns",
+        "multi_stream_target_latency_percentile",
+        "multi_stream_samples_per_query",
+    ),
+    TestScenario.Server: (
+        "server_target_qps",
+        "server_target_latency_ns",
+        "server_target_latency_percentile",
+        "server_coalesce_queries",
+        "server_find_peak_qps_decimals_of_precision",
+        "server_find_peak_qps_boundary_step_size",
+        "server_max_async_queries",
+        "server_num_issue_query_threads",
+    ),
+    TestScenario.Offline: ("offline_expected_qps",),
+}
+_REQUESTED_COMMON: tuple[str, ...] = (
+    "min_duration_ms",
+    "max_duration_ms",
+    "min_query_count",
+    "max_query_count",
+    "qsl_rng_seed",
+    "sample_index_rng_seed",
+    "schedule_rng_seed",
+    "accuracy_log_rng_seed",
+    "accuracy_log_probability",
+    "accuracy_log_sampling_target",
+    "print_timestamps",
+    "performance_issue_unique",
+    "performance_issue_same",
+    "performance_issue_same_index",
+    "performance_sample_count_override",
+    "accuracy_sample_count_override",
+    "sample_concatenate_permutation",
+)
+
 
 def requested_log_items(ts: TestSettings) -> list[tuple[str, object]]:
     """The ``requested_*`` detail log entries for ``ts``, in MLPerf's order.
@@ -22,80 +66,8 @@ def requested_log_items(ts: TestSettings) -> list[tuple[str, object]]:
         ("requested_scenario", ts.scenario.name),
         ("requested_test_mode", ts.mode.name),
     ]
-    if ts.scenario is TestScenario.SingleStream:
-        items += [
-            (
-                "requested_single_stream_expected_latency_ns",
-                ts.single_stream_expected_latency_ns,
-            ),
-            (
-                "requested_single_stream_target_latency_percentile",
-                ts.single_stream_target_latency_percentile,
-            ),
-        ]
-    elif ts.scenario is TestScenario.MultiStream:
-        items += [
-            (
-                "requested_multi_stream_expected_latency_ns",
-                ts.multi_stream_expected_latency_ns,
-            ),
-            (
-                "requested_multi_stream_target_latency_percentile",
-                ts.multi_stream_target_latency_percentile,
-            ),
-            (
-                "requested_multi_stream_samples_per_query",
-                ts.multi_stream_samples_per_query,
-            ),
-        ]
-    elif ts.scenario is TestScenario.Server:
-        items += [
-            ("requested_server_target_qps", ts.server_target_qps),
-            ("requested_server_target_latency_ns", ts.server_target_latency_ns),
-            (
-                "requested_server_target_latency_percentile",
-                ts.server_target_latency_percentile,
-            ),
-            ("requested_server_coalesce_queries", ts.server_coalesce_queries),
-            (
-                "requested_server_find_peak_qps_decimals_of_precision",
-                ts.server_find_peak_qps_decimals_of_precision,
-            ),
-            (
-                "requested_server_find_peak_qps_boundary_step_size",
-                ts.server_find_peak_qps_boundary_step_size,
-            ),
-            ("requested_server_max_async_queries", ts.server_max_async_queries),
-            (
-                "requested_server_num_issue_query_threads",
-                ts.server_num_issue_query_threads,
-            ),
-        ]
-    else:
-        items.append(("requested_offline_expected_qps", ts.offline_expected_qps))
-
-    items += [
-        ("requested_min_duration_ms", ts.min_duration_ms),
-        ("requested_max_duration_ms", ts.max_duration_ms),
-        ("requested_min_query_count", ts.min_query_count),
-        ("requested_max_query_count", ts.max_query_count),
-        ("requested_qsl_rng_seed", ts.qsl_rng_seed),
-        ("requested_sample_index_rng_seed", ts.sample_index_rng_seed),
-        ("requested_schedule_rng_seed", ts.schedule_rng_seed),
-        ("requested_accuracy_log_rng_seed", ts.accuracy_log_rng_seed),
-        ("requested_accuracy_log_probability", ts.accuracy_log_probability),
-        ("requested_accuracy_log_sampling_target", ts.accuracy_log_sampling_target),
-        ("requested_print_timestamps", ts.print_timestamps),
-        ("requested_performance_issue_unique", ts.performance_issue_unique),
-        ("requested_performance_issue_same", ts.performance_issue_same),
-        ("requested_performance_issue_same_index", ts.performance_issue_same_index),
-        (
-            "requested_performance_sample_count_override",
-            ts.performance_sample_count_override,
-        ),
-        ("requested_accuracy_sample_count_override", ts.accuracy_sample_count_override),
-        ("requested_sample_concatenate_permutation", ts.sample_concatenate_permutation),
-    ]
+    names = _REQUESTED_BY_SCENARIO[ts.scenario] + _REQUESTED_COMMON
+    items += [(f"requested_{name}", getattr(ts, name)) for name in names]
     if ts.use_token_latencies:
         items.append(("requested_use_token_latencies", ts.use_token_latencies))
         if ts.scenario is not TestScenario.Offline:

@@ -19,6 +19,22 @@ _U64_MASK = (1 << 64) - 1
 _NS_PER_MS = 1_000_000
 _NS_PER_S = 1_000_000_000
 
+# EffectiveSettings fields that take the requested value unchanged.
+_AS_REQUESTED = (
+    "qsl_rng_seed",
+    "sample_index_rng_seed",
+    "schedule_rng_seed",
+    "accuracy_log_rng_seed",
+    "accuracy_log_probability",
+    "accuracy_log_sampling_target",
+    "print_timestamps",
+    "performance_issue_unique",
+    "performance_issue_same",
+    "performance_issue_same_index",
+    "use_token_latencies",
+    "infer_token_latencies",
+)
+
 
 def _as_int64(value: int) -> int:
     """A 64-bit unsigned value read as two's-complement signed."""
@@ -163,22 +179,11 @@ def effective_settings(
         ValueError: SingleStream with ``sample_concatenate_permutation`` and a QSL
             performance sample count of 0 (MLPerf divides by it).
     """
-    if not isinstance(requested, TestSettings):
-        raise TypeError(
-            f"effective_settings: requested must be a TestSettings, "
-            f"got {describe(requested)}"
-        )
-    qsl_performance = unsigned64(
-        "effective_settings",
-        "qsl_performance_sample_count",
-        qsl_performance_sample_count,
-    )
-    qsl_total = unsigned64(
-        "effective_settings", "qsl_total_sample_count", qsl_total_sample_count
+    qsl_performance, qsl_total = _checked_arguments(
+        requested, qsl_performance_sample_count, qsl_total_sample_count
     )
     r = requested.copy()
     errors: list[str] = []
-
     # MLPerf keeps these as signed 64-bit millisecond counts.
     target_duration_ms = _as_int64(r.min_duration_ms)
     min_duration_ms = _as_int64(r.min_duration_ms)
@@ -188,14 +193,10 @@ def effective_settings(
     target_qps, target_latency_ns, target_latency_percentile, max_async_queries = _scenario_targets(
         r, errors
     )
-    samples_per_query = 1
+    samples_per_query = r.multi_stream_samples_per_query if scenario is TestScenario.MultiStream else 1
     performance_sample_count = r.performance_sample_count_override or qsl_performance
     accuracy_sample_count = r.accuracy_sample_count_override or qsl_total
     sample_concatenate_permutation = r.sample_concatenate_permutation
-
-    if scenario is TestScenario.MultiStream:
-        samples_per_query = r.multi_stream_samples_per_query
-
     if scenario is TestScenario.Offline:
         samples_per_query = _offline_samples_per_query(
             r, target_duration_ms, target_qps, performance_sample_count, min_query_count
@@ -207,9 +208,7 @@ def effective_settings(
             min_query_count, target_duration_ms, target_qps, qsl_performance
         )
     min_sample_count = (min_query_count * samples_per_query) & _U64_MASK
-
     errors += _issue_setting_errors(r, performance_sample_count)
-
     return EffectiveSettings(
         requested=r,
         scenario=scenario,
@@ -224,27 +223,31 @@ def effective_settings(
         max_duration_ns=max_duration_ms * _NS_PER_MS,
         min_query_count=min_query_count,
         max_query_count=r.max_query_count,
+        **{name: getattr(r, name) for name in _AS_REQUESTED},
         min_sample_count=min_sample_count,
-        qsl_rng_seed=r.qsl_rng_seed,
-        sample_index_rng_seed=r.sample_index_rng_seed,
-        schedule_rng_seed=r.schedule_rng_seed,
-        accuracy_log_rng_seed=r.accuracy_log_rng_seed,
-        accuracy_log_probability=r.accuracy_log_probability,
-        accuracy_log_sampling_target=r.accuracy_log_sampling_target,
-        print_timestamps=r.print_timestamps,
-        performance_issue_unique=r.performance_issue_unique,
-        performance_issue_same=r.performance_issue_same,
-        performance_issue_same_index=r.performance_issue_same_index,
         performance_sample_count=performance_sample_count,
         accuracy_sample_count=accuracy_sample_count,
         sample_concatenate_permutation=sample_concatenate_permutation,
-        use_token_latencies=r.use_token_latencies,
         server_ttft_latency=_as_int64(r.ttft_latency),
         server_tpot_latency=_as_int64(r.tpot_latency),
-        infer_token_latencies=r.infer_token_latencies,
         token_latency_scaling_factor=_as_int64(r.token_latency_scaling_factor),
         setting_errors=tuple(errors),
     )
+
+
+def _checked_arguments(requested: object, qsl_performance: object, qsl_total: object) -> tuple[int, int]:
+    if not isinstance(requested, TestSettings):
+        raise TypeError(
+            f"effective_settings: requested must be a TestSettings, "
+            f"got {describe(requested)}"
+        )
+    qsl_performance = unsigned64(
+        "effective_settings", "qsl_performance_sample_count", qsl_performance
+    )
+    qsl_total = unsigned64(
+        "effective_settings", "qsl_total_sample_count", qsl_total
+    )
+    return qsl_performance, qsl_total
 
 
 def _scenario_targets(r: TestSettings, errors: list[str]) -> tuple[float, int, float, int]:
