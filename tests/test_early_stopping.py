@@ -15,7 +15,9 @@ import pytest
 
 from loadgen.stats.early_stopping import (
     CONFIDENCE,
+    OrderStatistics,
     binomial_cdf_upper_q,
+    count_over,
     min_passing_queries,
     percentile_estimate,
     server_early_stopping,
@@ -224,43 +226,74 @@ def server_histogram(under: int, over: int, bound_ns: int) -> Histogram:
 BOUND = 10 * MS
 
 
+def server_verdict(h: Histogram, queries: int, percentile: float):
+    """The Server verdict with the overlatency count taken from the histogram."""
+    return server_early_stopping(
+        queries=queries, overlatency_count=count_over(h, BOUND), p=percentile / 100
+    )
+
+
 @pytest.mark.parametrize("percentile", [90.0, 99.0])
 @pytest.mark.parametrize("over", [0, 1, 3, 12])
 def test_server_verdict_flips_exactly_at_h_of_t_plus_t(percentile, over):
     needed = oracle_h(over, percentile) + over
     for queries, expect in ((needed, True), (needed - 1, False), (needed + 50, True)):
         h = server_histogram(queries - over, over, BOUND)
-        got = server_early_stopping(h, queries, BOUND, percentile)
+        got = server_verdict(h, queries, percentile)
         assert got.overlatency == over
         assert got.passed is expect, (queries, needed)
         assert got.queries == queries
         assert got.min_queries == oracle_h(0, percentile)
         assert got.estimate_ns is None
         if expect:
-            assert "early stopping met" in got.message
+            assert "early stopping met" in got.message and got.more_queries_needed == 0
         else:
             assert "not met" in got.message
             assert f"at least {needed - queries} more queries" in got.message
+            assert got.more_queries_needed == needed - queries
 
 
 def test_server_uses_the_issued_count_not_the_histogram_count():
     # Failed queries have no latency but were issued: the verdict counts them.
     h = server_histogram(400, 0, BOUND)
-    assert not server_early_stopping(h, 400, BOUND, 99.0).passed
-    assert server_early_stopping(h, 459, BOUND, 99.0).passed
+    assert not server_verdict(h, 400, 99.0).passed
+    assert server_verdict(h, 459, 99.0).passed
 
 
 def test_server_counts_only_latencies_over_the_bound():
-    # 1,000 values just under (same bucket or below) vs 1,000 well over.
-    h = histogram_of(np.concatenate([np.full(1_000, BOUND), np.full(5, 3 * BOUND)]))
-    got = server_early_stopping(h, 1_005, BOUND, 99.0)
+    # 1,000 values whose bucket lies wholly at or below the bound vs 5 well over.
+    h = histogram_of([BOUND])
+    at_bound = h.lowest_equivalent_value(BOUND) - 1
+    h = histogram_of(np.concatenate([np.full(1_000, at_bound), np.full(5, 3 * BOUND)]))
+    got = server_verdict(h, 1_005, 99.0)
     assert got.overlatency == 5
     assert got.passed is (1_005 >= oracle_h(5, 99.0) + 5)
 
 
+def test_count_over_counts_a_bucket_straddling_the_bound_as_over():
+    # The fallback's one rule: a latency is over when its reported value (the top of its
+    # bucket, capped at the exact maximum) is, as the reported percentiles say.
+    h = histogram_of(np.concatenate([np.full(10, BOUND), np.full(2, 3 * BOUND)]))
+    assert h.highest_equivalent_value(BOUND) > BOUND
+    assert count_over(h, BOUND) == 12
+    assert OrderStatistics(h).at(0) > BOUND
+    # ...unless the exact maximum shows that no value in the bucket is over.
+    assert count_over(histogram_of(np.full(10, BOUND)), BOUND) == 0
+    assert count_over(histogram_of([BOUND + 1]), BOUND) == 1
+    assert count_over(Histogram(), BOUND) == 0
+
+
+def test_server_verdict_takes_the_exact_count_as_given():
+    # The count is passed in, not derived: an exact count the engine kept wins.
+    assert server_early_stopping(queries=459, overlatency_count=0, p=0.99).passed
+    got = server_early_stopping(queries=459, overlatency_count=1, p=0.99)
+    assert not got.passed and got.overlatency == 1
+    assert got.more_queries_needed == oracle_h(1, 99.0) + 1 - 459
+
+
 def test_server_known_figure_p99_all_under_needs_459():
     h = server_histogram(459, 0, BOUND)
-    assert server_early_stopping(h, 459, BOUND, 99.0).passed
+    assert server_verdict(h, 459, 99.0).passed
     h = server_histogram(458, 0, BOUND)
-    got = server_early_stopping(h, 458, BOUND, 99.0)
+    got = server_verdict(h, 458, 99.0)
     assert not got.passed and "at least 1 more" in got.message

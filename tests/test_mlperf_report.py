@@ -1,4 +1,4 @@
-"""loadgen.mlperf.report against MLPerf LoadGen's rules and its real log files.
+"""loadgen.mlperf's evaluation and log writers against MLPerf LoadGen's rules and its real log files.
 
 Decisions are checked against a plain reimplementation of MLPerf's rules on the raw
 latencies (sorted vectors, scipy's incomplete beta); the files against what the real
@@ -22,29 +22,21 @@ import numpy as np
 import pytest
 
 from loadgen.stats.histogram import Histogram
-from loadgen.mlperf import report
-from loadgen.mlperf.figures import RunFigures
-from loadgen.mlperf.report import (
-    LATENCY_PERCENTILES,
-    AccuracyLog,
+from loadgen.mlperf.accuracy_log import AccuracyLog
+from loadgen.mlperf.detail_log import (
     DetailLog,
-    cpp_fixed,
-    cpp_stream_double,
     current_date_time_iso8601,
-    evaluate,
     log_paths,
-    min_passing_queries,
     power_date_time,
     write_detail_results,
-    write_summary,
-    write_summary_trailer,
 )
-from loadgen.mlperf.settings import (
-    TestMode,
-    TestScenario,
-    TestSettings,
-    effective_settings,
-)
+from loadgen.mlperf.evaluate import LATENCY_PERCENTILES, evaluate
+from loadgen.mlperf.figures import RunFigures
+from loadgen.mlperf.number_text import cpp_divide, cpp_fixed, cpp_stream_double
+from loadgen.mlperf.summary import write_summary, write_summary_trailer
+from loadgen.stats.early_stopping import min_passing_queries_fraction as min_passing_queries
+from loadgen.mlperf.effective import effective_settings
+from loadgen.mlperf.settings import TestMode, TestScenario, TestSettings
 
 scipy_special = pytest.importorskip("scipy.special")
 
@@ -348,7 +340,7 @@ def test_number_formats_match_cpp():
     assert cpp_fixed(0.9 * 100, 1) == "90.0"
     assert cpp_fixed(0.999 * 100) == "99.90"
     assert cpp_fixed(float("inf")) == "inf"
-    assert cpp_fixed(report._div(0.0, 0.0)) == "-nan"
+    assert cpp_fixed(cpp_divide(0.0, 0.0)) == "-nan"
     assert cpp_stream_double(1154990.4) == "1.15499e+06"
     assert cpp_stream_double(624062.3) == "624062"
     assert cpp_stream_double(2000.0) == "2000"

@@ -39,7 +39,7 @@ import pytest
 
 import loadgen.mlperf as ours
 from loadgen import _core
-from loadgen.mlperf import settings as our_settings
+from loadgen.mlperf import effective as our_effective
 
 try:
     import mlperf_loadgen as ref_lg
@@ -375,7 +375,7 @@ def _ref_and_ours_settings(scenario: str, mode: str, attrs: dict):
 
 def _expected_from_generator(scenario: str, accuracy: bool, ts, total: int, perf: int):
     """(load sets, issue calls, generated query counts) from the native generator."""
-    eff = our_settings.effective_settings(ts, perf, total)
+    eff = our_effective.effective_settings(ts, perf, total)
     padding = int(eff.samples_per_query) - 1 if scenario == "MultiStream" else 0
     count = int(eff.accuracy_sample_count) if accuracy else int(eff.performance_sample_count)
     sets = _core.mlperf_loadable_sets(

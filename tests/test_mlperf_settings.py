@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from loadgen.mlperf import config_file as CF
+from loadgen.mlperf import detail_items as DI
+from loadgen.mlperf import effective as E
 from loadgen.mlperf import settings as S
 
 lg = pytest.importorskip("mlperf_loadgen")
@@ -42,9 +45,9 @@ SDIST_CONF = Path("/tmp/mlsrc/mlcommons_loadgen-6.0.17/mlperf.conf")
 
 @pytest.fixture(autouse=True)
 def _fresh_config_state():
-    S._reset_config_state()
+    CF.reset_config_state()
     yield
-    S._reset_config_state()
+    CF.reset_config_state()
 
 
 # ------------------------------------------------------------------------ helpers
@@ -306,7 +309,7 @@ def compare_from_config(
         # mlperf_loadgen's first conf_type=1 call equals these two calls.
         ref.FromConfig("", model, scenario, 0)
         code_ref = ref.FromConfig(path, model, scenario, 2)
-        S._reset_config_state()
+        CF.reset_config_state()
     else:
         code_ref = ref.FromConfig(path, model, scenario, conf_type)
     code = mine.FromConfig(path, model, scenario, conf_type)
@@ -515,7 +518,7 @@ def test_from_config_generated(tmp_path, seed, junk_rate):
 
 def builtin_models() -> list[str]:
     models = set()
-    for line in S.BUILTIN_MLPERF_CONF.splitlines():
+    for line in CF.BUILTIN_MLPERF_CONF.splitlines():
         tokens = line.split()
         if len(tokens) == 3 and tokens[1] == "=" and not tokens[0].startswith("*"):
             models.add(tokens[0].rsplit(".", 2)[0])
@@ -579,7 +582,7 @@ def test_builtin_conf_known_values():
 def test_builtin_conf_is_the_release_file():
     if not SDIST_CONF.exists():
         pytest.skip("MLPerf LoadGen 6.0.17 sources not unpacked here")
-    assert S.BUILTIN_MLPERF_CONF == SDIST_CONF.read_text()
+    assert CF.BUILTIN_MLPERF_CONF == SDIST_CONF.read_text()
 
 
 def test_from_config_unreadable_paths(tmp_path):
@@ -603,7 +606,7 @@ def test_from_config_conf_type_1_missing_file_still_loads_builtin(tmp_path):
     ts = S.TestSettings()
     assert ts.FromConfig(str(tmp_path / "missing"), "resnet50", "Offline") == -2
     assert ts.performance_sample_count_override == 1024
-    S._reset_config_state()
+    CF.reset_config_state()
     ts = S.TestSettings()
     bad = write(tmp_path / "bad.conf", "resnet50.Offline.min_query_count = x\n")
     assert ts.FromConfig(bad, "resnet50", "Offline") == -22
@@ -640,27 +643,27 @@ def test_from_config_non_ascii_model(tmp_path):
 
 
 def test_config_errors_are_reported(tmp_path):
-    assert S.take_config_errors() == []
+    assert CF.take_config_errors() == []
     bad = write(tmp_path / "bad.conf", "a.b.c = x\nq w e\n*.*.mode = 9\n")
     assert S.TestSettings().FromConfig(bad, "m", "Offline", 2) == -22
-    errors = S.take_config_errors()
+    errors = CF.take_config_errors()
     assert len(errors) == 2
     assert "line 1" in errors[0] and "line 2" in errors[1]
-    assert S.take_config_errors() == []
+    assert CF.take_config_errors() == []
 
     mode = write(tmp_path / "mode.conf", "*.*.mode = 9\n")
     assert S.TestSettings().FromConfig(mode, "m", "Offline", 2) == 0
-    assert len(S.take_config_errors()) == 1
+    assert len(CF.take_config_errors()) == 1
 
     assert S.TestSettings().FromConfig(str(tmp_path / "nope"), "m", "Offline", 2) == -2
-    assert "nope" in S.take_config_errors()[0]
+    assert "nope" in CF.take_config_errors()[0]
 
     good = write(tmp_path / "good.conf", "")
     assert S.TestSettings().FromConfig(good, "m", "Offline") == 0
-    assert S.take_config_errors() == []
+    assert CF.take_config_errors() == []
     second = S.TestSettings()
     assert second.FromConfig(good, "resnet50", "Offline") == 0
-    assert len(S.take_config_errors()) == 1  # a second user configuration
+    assert len(CF.take_config_errors()) == 1  # a second user configuration
     assert second.performance_sample_count_override == 0  # no built-in this time
 
 
@@ -723,7 +726,7 @@ def test_builtin_conf_loaded_once_per_process_like_lg(tmp_path):
 def test_effective_offline_hand_checked():
     ts = S.TestSettings(scenario=SC.Offline, offline_expected_qps=1000)
     ts.min_duration_ms = 10000
-    eff = S.effective_settings(ts, 1024, 50000)
+    eff = E.effective_settings(ts, 1024, 50000)
     # 1.1 * 10 s * 1000/s = 11000 > min_query_count (100)
     assert eff.samples_per_query == 11000
     assert eff.min_query_count == 1 and eff.min_sample_count == 11000
@@ -735,14 +738,14 @@ def test_effective_offline_hand_checked():
     assert eff.requested == ts and eff.requested is not ts
 
     ts.min_query_count = 24576
-    assert S.effective_settings(ts, 1024, 50000).samples_per_query == 24576
+    assert E.effective_settings(ts, 1024, 50000).samples_per_query == 24576
     ts.offline_expected_qps = 0.5
     ts.min_query_count = 0
     ts.min_duration_ms = 1000  # 1.1 * 1 s * 0.5/s = 0.55 -> 0
-    assert S.effective_settings(ts, 1024, 50000).samples_per_query == 0
+    assert E.effective_settings(ts, 1024, 50000).samples_per_query == 0
     ts.performance_issue_unique = True
     ts.performance_sample_count_override = 77
-    eff = S.effective_settings(ts, 1024, 50000)
+    eff = E.effective_settings(ts, 1024, 50000)
     assert eff.samples_per_query == 77 and eff.performance_sample_count == 77
 
 
@@ -753,12 +756,12 @@ def test_effective_offline_truncation_of_the_slack_product():
         ts.offline_expected_qps = qps
         ts.min_duration_ms = duration_ms
         expected = int(1.1 * (duration_ms / 1000.0) * qps)
-        assert S.effective_settings(ts, 10, 10).samples_per_query == max(1, expected)
+        assert E.effective_settings(ts, 10, 10).samples_per_query == max(1, expected)
 
 
 def test_effective_single_and_multi_stream():
     ts = S.TestSettings()
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.target_qps == 1000.0 and eff.max_async_queries == 1
     assert eff.samples_per_query == 1 and eff.min_query_count == 100
     assert eff.target_duration_ns == eff.min_duration_ns == 10_000_000_000
@@ -766,7 +769,7 @@ def test_effective_single_and_multi_stream():
 
     ts = S.TestSettings(scenario=SC.MultiStream, multi_stream_samples_per_query=4)
     ts.min_query_count = 662
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.target_qps == 125.0 and eff.samples_per_query == 4
     assert eff.min_sample_count == 2648 and eff.target_latency_percentile == 0.99
 
@@ -777,21 +780,21 @@ def test_effective_single_stream_equal_issue_rule():
     ts.single_stream_expected_latency_ns = 10_000_000  # 100 queries/s
     ts.min_query_count = 100
     # 2 * 600 s * 100/s = 120000; next multiple of 43 strictly above: 120013
-    eff = S.effective_settings(ts, 43, 43)
+    eff = E.effective_settings(ts, 43, 43)
     assert eff.min_query_count == 120013 and eff.min_sample_count == 120013
     # Already a multiple: one more full round is added.
     ts.min_query_count = 129
     ts.min_duration_ms = 0
-    assert S.effective_settings(ts, 43, 43).min_query_count == 172
+    assert E.effective_settings(ts, 43, 43).min_query_count == 172
     # The QSL count is used, not the override.
     ts.performance_sample_count_override = 10
-    assert S.effective_settings(ts, 43, 43).min_query_count == 172
+    assert E.effective_settings(ts, 43, 43).min_query_count == 172
     # Not applied to other scenarios.
     ts.scenario = SC.MultiStream
-    assert S.effective_settings(ts, 43, 43).min_query_count == 129
+    assert E.effective_settings(ts, 43, 43).min_query_count == 129
     ts.scenario = SC.SingleStream
     with pytest.raises(ValueError):
-        S.effective_settings(ts, 0, 43)
+        E.effective_settings(ts, 0, 43)
 
 
 def test_effective_server_and_errors():
@@ -799,7 +802,7 @@ def test_effective_server_and_errors():
     ts.server_target_latency_ns = 15_000_000
     ts.server_max_async_queries = 8
     ts.server_target_latency_percentile = 0.97
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.target_qps == 250.5 and eff.target_latency_ns == 15_000_000
     assert eff.max_async_queries == 8 and eff.target_latency_percentile == 0.97
     assert eff.setting_errors == ()
@@ -808,7 +811,7 @@ def test_effective_server_and_errors():
     ts.performance_issue_same = True
     ts.performance_issue_same_index = 10
     ts.performance_issue_unique = True
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.target_qps == 1.0
     assert len(eff.setting_errors) == 3
     assert "server_target_qps" in eff.setting_errors[0]
@@ -816,7 +819,7 @@ def test_effective_server_and_errors():
     assert "performance_issue_unique" in eff.setting_errors[2]
 
     ts = S.TestSettings(scenario=SC.Offline, offline_expected_qps=math.nan)
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.target_qps == 1.0 and len(eff.setting_errors) == 1
 
 
@@ -825,7 +828,7 @@ def test_effective_wraps_like_cpp():
     ts.ttft_latency = U64
     ts.min_query_count = 2**63
     ts.scenario = SC.MultiStream
-    eff = S.effective_settings(ts, 10, 100)
+    eff = E.effective_settings(ts, 10, 100)
     assert eff.min_duration_ns == -1_000_000 and eff.min_duration_ms == -1
     assert eff.max_duration_ns == -(2**63) * 1_000_000
     assert eff.server_ttft_latency == -1
@@ -833,7 +836,7 @@ def test_effective_wraps_like_cpp():
 
 
 def test_double_to_uint64_conversion():
-    convert = S._double_to_uint64
+    convert = E._double_to_uint64
     assert convert(11000.999) == 11000
     assert convert(0.0) == 0 and convert(-0.0) == 0
     assert convert(-5.5) == 2**64 - 5
@@ -845,16 +848,16 @@ def test_double_to_uint64_conversion():
 
 def test_effective_settings_argument_types():
     with pytest.raises(TypeError):
-        S.effective_settings(lg.TestSettings(), 1, 1)
+        E.effective_settings(lg.TestSettings(), 1, 1)
     with pytest.raises(TypeError):
-        S.effective_settings(S.TestSettings(), -1, 1)
+        E.effective_settings(S.TestSettings(), -1, 1)
     with pytest.raises(TypeError):
-        S.effective_settings(S.TestSettings(), 1, 1.0)
-    eff = S.effective_settings(S.TestSettings(), np.int64(5), 6)
+        E.effective_settings(S.TestSettings(), 1, 1.0)
+    eff = E.effective_settings(S.TestSettings(), np.int64(5), 6)
     with pytest.raises(AttributeError):
         eff.target_qps = 2.0  # frozen
-    assert eff == S.effective_settings(S.TestSettings(), 5, 6)
-    assert hash(eff) == hash(S.effective_settings(S.TestSettings(), 5, 6))
+    assert eff == E.effective_settings(S.TestSettings(), 5, 6)
+    assert hash(eff) == hash(E.effective_settings(S.TestSettings(), 5, 6))
 
 
 def test_apply_test05():
@@ -862,10 +865,10 @@ def test_apply_test05():
     ts.test05_qsl_rng_seed = 11
     ts.test05_sample_index_rng_seed = 12
     ts.test05_schedule_rng_seed = 13
-    plain = S.apply_test05(ts)
+    plain = E.apply_test05(ts)
     assert plain == ts and plain is not ts
     ts.test05 = True
-    adjusted = S.apply_test05(ts)
+    adjusted = E.apply_test05(ts)
     assert adjusted.mode is MO.PerformanceOnly
     assert (
         adjusted.qsl_rng_seed,
@@ -1010,9 +1013,9 @@ def test_log_items_match_lg_detail_log(
     logged = [(k, v) for k, v in entries if k.startswith(("requested_", "effective_"))]
     errors = [v for k, v in entries if k == "error_invalid_test_settings"]
 
-    eff = S.effective_settings(mine, performance_count, total_count)
-    items = S.all_log_items(eff)
-    assert items == S.requested_log_items(mine) + S.effective_log_items(eff)
+    eff = E.effective_settings(mine, performance_count, total_count)
+    items = DI.all_log_items(eff)
+    assert items == DI.requested_log_items(mine) + DI.effective_log_items(eff)
     assert [k for k, _ in items] == [k for k, _ in logged]
     for (key, ref_value), (_, value) in zip(logged, items):
         assert logged_equal(ref_value, value), (key, ref_value, value)
@@ -1020,9 +1023,9 @@ def test_log_items_match_lg_detail_log(
 
 
 def test_log_item_value_types():
-    eff = S.effective_settings(S.TestSettings(scenario=SC.Server), 10, 100)
-    requested = dict(S.requested_log_items(eff.requested))
-    effective = dict(S.effective_log_items(eff))
+    eff = E.effective_settings(S.TestSettings(scenario=SC.Server), 10, 100)
+    requested = dict(DI.requested_log_items(eff.requested))
+    effective = dict(DI.effective_log_items(eff))
     assert requested["requested_scenario"] == "Server"
     assert requested["requested_test_mode"] == "PerformanceOnly"
     assert type(requested["requested_server_target_qps"]) is float

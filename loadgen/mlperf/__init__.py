@@ -15,7 +15,7 @@ raises NotImplementedError naming it. Knobs MLPerf has no setting for are in
 from __future__ import annotations
 
 from .._core import QuerySample, QuerySampleResponse
-from .runtime import (
+from .handles import (
     ConstructFastSUT,
     ConstructQDL,
     ConstructQSL,
@@ -24,11 +24,13 @@ from .runtime import (
     DestroyQDL,
     DestroyQSL,
     DestroySUT,
+)
+from .run_options import options
+from .runtime import (
     FirstTokenComplete,
     QuerySamplesComplete,
     StartTest,
     StartTestWithLogSettings,
-    options,
 )
 from .settings import (
     LoggingMode,

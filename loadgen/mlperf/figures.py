@@ -1,7 +1,7 @@
 """What one timed MLPerf-style run measured: the input of validity and log rendering.
 
 The runtime fills a :class:`RunFigures` per performance run (MLPerf's own
-``PerformanceResult``); :mod:`loadgen.mlperf.report` turns it, with the effective
+``PerformanceResult``); :mod:`loadgen.mlperf.evaluate` and the log writers turn it, with the effective
 settings, into the summary, the detail log and the validity decision. Latencies are
 integer nanoseconds measured from each query's scheduled time.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
-from loadgen.stats.early_stopping import percentile_estimate, server_early_stopping
+from loadgen.stats.early_stopping import count_over, percentile_estimate, server_early_stopping
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
 from loadgen.scenarios.base import Scenario
@@ -104,8 +104,12 @@ class Server(_Mlperf):
     def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
         if not 0 < o.latency_percentile < 100:
             return None
+        bound_ns = int(o.latency_bound_ms * 1e6)
         return server_early_stopping(
-            result.latency, result.counts["issued"], int(o.latency_bound_ms * 1e6), o.latency_percentile
+            queries=result.counts["issued"],
+            # Bucket fallback; the exact count is the engine's over_bound for bound_ns.
+            overlatency_count=count_over(result.latency, bound_ns),
+            p=o.latency_percentile / 100.0,
         ).as_dict()
 
     def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:

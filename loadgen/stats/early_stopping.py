@@ -1,33 +1,50 @@
-"""MLPerf's early-stopping estimates, computed from a latency histogram.
+"""MLPerf's early stopping: the one implementation behind ``loadgen run`` and ``loadgen.mlperf``.
 
 MLPerf Inference treats each query as a Bernoulli trial: "over the latency" or not. With
-``t`` overlatency queries, the run supports the claim "the true percentile p is met" at
+``t`` overlatency queries, the run supports the claim "the true quantile q is met" at
 confidence c when at least ``h(t)`` queries were under it, where ``h(t)`` is the least h
-for which P[Binomial(h + t, 1 - p) <= t] < 1 - c (MLPerf uses c = 0.99 and no tolerance).
+for which P[Binomial(h + t, 1 - q) <= t] < 1 - c (MLPerf uses c = 0.99 and no tolerance).
 
-- Server: t is the number of queries above the latency bound; the run passes early
-  stopping when ``queries >= h(t) + t``.
-- SingleStream/MultiStream: the estimate is the latency such that the claim holds: with
-  t the largest count for which ``queries >= h(t) + t``, it is the (queries - t + 1)-th
-  smallest latency (MLPerf: ``sorted[queries - t]``, 0-based).
+- Server (:func:`server_early_stopping`): t is the number of queries above the latency
+  bound, passed in; the run passes early stopping when ``queries >= h(t) + t``.
+- SingleStream/MultiStream (:func:`estimate_early_stopping`): the estimate is the latency
+  such that the claim holds: with t the largest count for which ``queries >= h(t) + t``,
+  it is the (queries - t + 1)-th smallest latency (MLPerf: ``sorted[queries - t]``).
 
-Latencies come from an HDR histogram, so ranks resolve to bucket precision.
+Latencies come from an HDR histogram, read through :class:`OrderStatistics`: the value
+reported for a rank is the highest value of the bucket holding it, capped at the exact
+largest latency (so the top rank is exact) and floored at the exact smallest. Quantiles
+are fractions (0.99) in the core functions, as MLPerf's settings give them; the
+``percentile`` arguments of :func:`min_passing_queries` and :func:`percentile_estimate`
+are percents (99.0), as ``loadgen run`` takes them.
+
+The Server overlatency count should be exact, counted at record time. Until the engine
+counts it, :func:`count_over` derives it from the histogram with the same rule as the
+reported values (a latency is over when its reported value is), and every caller passes
+its count to :func:`server_early_stopping` as ``overlatency_count``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from functools import lru_cache
+from typing import Optional, Union
 
 import numpy as np
 
 from loadgen.stats.histogram import Histogram
 
 __all__ = [
+    "CONFIDENCE",
     "EarlyStoppingResult",
+    "OrderStatistics",
     "binomial_cdf_upper_q",
+    "count_over",
+    "estimate_early_stopping",
+    "largest_passing_overlatency",
     "min_passing_queries",
+    "min_passing_queries_fraction",
     "percentile_estimate",
     "server_early_stopping",
 ]
@@ -87,14 +104,28 @@ def binomial_cdf_upper_q(h: int, t: int, p: float) -> float:
 
 
 def min_passing_queries(t: int, percentile: float, confidence: float = CONFIDENCE) -> int:
-    """Least h with P[Binomial(h + t, 1 - p) <= t] < 1 - confidence (p = percentile/100)."""
-    if t < 0:
-        raise ValueError(f"overlatency count must be >= 0, got {t}")
+    """h(t) for a percentile given in percent (90.0); see :func:`min_passing_queries_fraction`."""
     return min_passing_queries_fraction(t, percentile / 100.0, confidence)
 
 
+@lru_cache(maxsize=65536)
 def min_passing_queries_fraction(t: int, p: float, confidence: float = CONFIDENCE) -> int:
-    """min_passing_queries with the percentile as a fraction ``p`` in (0, 1)."""
+    """MLPerf's h(t): the fewest under-latency queries that let ``t`` overlatency ones pass.
+
+    Args:
+        t: queries over the latency (>= 0).
+        p: the quantile, a fraction strictly between 0 and 1 (0.9 for the 90th percentile).
+        confidence: the confidence of the claim (MLPerf: 0.99).
+
+    Returns:
+        The least h >= 1 with P[Binomial(h + t, 1 - p) <= t] < 1 - confidence.
+
+    Raises:
+        ValueError: ``t`` is negative or ``p`` is not strictly between 0 and 1.
+    """
+    t = int(t)
+    if t < 0:
+        raise ValueError(f"overlatency count must be >= 0, got {t}")
     if not 0.0 < p < 1.0:
         raise ValueError(f"percentile must be in (0, 100), got {p * 100}")
     limit = 1.0 - confidence
@@ -110,6 +141,77 @@ def min_passing_queries_fraction(t: int, p: float, confidence: float = CONFIDENC
     return lo
 
 
+def largest_passing_overlatency(queries: int, p: float, confidence: float = CONFIDENCE) -> int:
+    """The largest t with ``queries >= h(t) + t``, given that t = 1 qualifies."""
+    lo, hi = 1, max(1, queries - 1)
+    while lo < hi:  # h(t) + t grows with t, so bisect
+        mid = (lo + hi + 1) // 2
+        if queries >= min_passing_queries_fraction(mid, p, confidence) + mid:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# ------------------------------------------------------------------ order statistics
+
+
+class OrderStatistics:
+    """Order statistics of a histogram's values, to the precision of its buckets.
+
+    The value at a rank is the highest value of the bucket holding it, capped at the
+    exact largest value and floored at the exact smallest.
+
+    Attributes:
+        count: values recorded.
+        min / max: the exact smallest and largest values (0 when empty).
+    """
+
+    __slots__ = ("_cumulative", "_highest", "count", "max", "min")
+
+    def __init__(self, histogram: Optional[Histogram]) -> None:
+        self.count = 0 if histogram is None else int(histogram.total_count)
+        self.min = self.max = 0
+        if self.count:
+            core = histogram._h
+            self.min = int(getattr(core, "raw_min", histogram.min))
+            self.max = int(getattr(core, "raw_max", histogram.max))
+            _, highest, counts = histogram.recorded_buckets()
+            self._highest = np.minimum(np.asarray(highest, dtype=np.int64), self.max)
+            self._cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
+
+    def at(self, index: int) -> int:
+        """The value at 0-based ``index`` of the sorted values (clamped into range)."""
+        if not self.count:
+            return 0
+        rank = min(max(int(index), 0), self.count - 1) + 1
+        i = int(np.searchsorted(self._cumulative, rank, side="left"))
+        return max(int(self._highest[i]), self.min)
+
+    def _count_at_or_under(self, bound_ns: int) -> int:
+        first_over = int(np.searchsorted(self._highest, int(bound_ns), side="right"))
+        return int(self._cumulative[first_over - 1]) if first_over > 0 else 0
+
+
+def count_over(latency: Union[Histogram, OrderStatistics, None], bound_ns: int) -> int:
+    """How many latencies are over ``bound_ns``, to bucket precision (the fallback).
+
+    A latency counts as over when its reported value (:class:`OrderStatistics`) is: the
+    top of its bucket, capped at the exact maximum, is above the bound. A bucket that
+    straddles the bound therefore counts as over (at 3 significant figures it spans at
+    most 0.1% of the bound), so the count agrees with the reported percentiles. Where the
+    engine counts queries over the bound exactly at record time, pass that count to
+    :func:`server_early_stopping` instead.
+    """
+    view = latency if isinstance(latency, OrderStatistics) else OrderStatistics(latency)
+    if not view.count:
+        return 0
+    return view.count - view._count_at_or_under(bound_ns)
+
+
+# -------------------------------------------------------------------------- verdicts
+
+
 @dataclass(frozen=True)
 class EarlyStoppingResult:
     """An early-stopping verdict or estimate.
@@ -119,6 +221,8 @@ class EarlyStoppingResult:
         queries: queries the estimate is based on.
         min_queries: least number of queries early stopping can work with.
         overlatency: queries allowed/found above the estimate or bound (t).
+        more_queries_needed: Server: queries, all under the bound, still needed to pass
+            (0 when passed).
         passed: True when there were enough queries (and, for Server, the bound held).
         estimate_ns: the early-stopping latency estimate (None for Server).
         message: a sentence a user understands.
@@ -131,6 +235,7 @@ class EarlyStoppingResult:
     passed: bool
     estimate_ns: Optional[int]
     message: str
+    more_queries_needed: int = 0
 
     def as_dict(self) -> dict:
         return {
@@ -144,63 +249,73 @@ class EarlyStoppingResult:
         }
 
 
-def _value_at_rank(h: Histogram, rank: int) -> int:
-    """The rank-th smallest value (1-based), to bucket precision."""
-    lowest, highest, counts = h.recorded_buckets()
-    cumulative = np.cumsum(counts)
-    i = int(np.searchsorted(cumulative, rank, side="left"))
-    return int(highest[min(i, len(highest) - 1)])
+def estimate_early_stopping(
+    latency: OrderStatistics, queries: int, p: float, confidence: float = CONFIDENCE
+) -> EarlyStoppingResult:
+    """SingleStream/MultiStream: the early-stopping estimate of the ``p`` quantile.
+
+    Args:
+        latency: the latencies (query latencies for MultiStream).
+        queries: queries the estimate is based on (MLPerf: queries issued).
+        p: the quantile, a fraction (0.9).
+        confidence: the confidence of the claim.
+
+    Returns:
+        The estimate (``estimate_ns``; None and ``passed`` False when fewer than
+        ``min_queries`` queries ran) and t (``overlatency``).
+    """
+    percentile = p * 100
+    min_queries = min_passing_queries_fraction(1, p, confidence) + 1
+    if queries < min_queries:
+        return EarlyStoppingResult(
+            percentile, queries, min_queries, 0, False, None,
+            f"only {queries} queries; early stopping needs at least {min_queries} for the "
+            f"p{percentile:g} estimate",
+        )
+    t = largest_passing_overlatency(queries, p, confidence)
+    estimate = latency.at(queries - t)
+    return EarlyStoppingResult(
+        percentile, queries, min_queries, t, True, estimate,
+        f"early-stopping p{percentile:g} estimate {estimate / 1e6:.3f} ms "
+        f"(would discard the {t - 1} highest latencies of {queries})",
+    )
 
 
 def percentile_estimate(
     latency: Histogram, percentile: float, confidence: float = CONFIDENCE
 ) -> EarlyStoppingResult:
-    """SingleStream/MultiStream: the early-stopping estimate of a latency percentile."""
-    n = latency.total_count
-    min_queries = min_passing_queries(1, percentile, confidence) + 1
-    if n < min_queries:
-        return EarlyStoppingResult(
-            percentile, n, min_queries, 0, False, None,
-            f"only {n} queries; early stopping needs at least {min_queries} for the "
-            f"p{percentile:g} estimate",
-        )
-    # The largest t with n >= h(t) + t; h(t) + t grows with t, so bisect.
-    lo, hi = 1, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if n >= min_passing_queries(mid, percentile, confidence) + mid:
-            lo = mid
-        else:
-            hi = mid - 1
-    t = lo
-    estimate = _value_at_rank(latency, n - t + 1)
-    return EarlyStoppingResult(
-        percentile, n, min_queries, t, True, estimate,
-        f"early-stopping p{percentile:g} estimate {estimate / 1e6:.3f} ms "
-        f"(would discard the {t - 1} highest latencies of {n})",
+    """:func:`estimate_early_stopping` over every recorded latency, percentile in percent."""
+    return estimate_early_stopping(
+        OrderStatistics(latency), latency.total_count, percentile / 100.0, confidence
     )
 
 
 def server_early_stopping(
-    latency: Histogram, queries: int, bound_ns: int, percentile: float,
-    confidence: float = CONFIDENCE,
+    *, queries: int, overlatency_count: int, p: float, confidence: float = CONFIDENCE
 ) -> EarlyStoppingResult:
-    """Server: whether enough queries ran for the latency bound to hold at ``percentile``.
+    """Server: whether enough queries ran for the latency bound to hold at quantile ``p``.
 
-    Queries above the bound are counted to bucket precision: a bucket counts as over
-    when its lowest value exceeds the bound.
+    Args:
+        queries: queries issued (failed ones included: they were trials too).
+        overlatency_count: t, the queries over the latency bound: the engine's exact
+            count where it keeps one, else :func:`count_over` (the bucket fallback).
+        p: the quantile, a fraction (0.99).
+        confidence: the confidence of the claim.
+
+    Returns:
+        The verdict; ``more_queries_needed`` says how far a failed run fell short.
     """
-    first_over = latency.highest_equivalent_value(bound_ns) + 1
-    t = latency.count_between(first_over, latency.max) if latency.max >= first_over else 0
-    h = min_passing_queries(t, percentile, confidence)
-    passed = queries >= h + t
+    t = int(overlatency_count)
+    needed = min_passing_queries_fraction(t, p, confidence) + t
+    passed = queries >= needed
     if passed:
         message = f"early stopping met: {t} of {queries} queries over the bound"
     else:
         message = (
             f"early stopping not met: {t} of {queries} queries over the bound; at least "
-            f"{h + t - queries} more queries, all under the bound, would be needed"
+            f"{needed - queries} more queries, all under the bound, would be needed"
         )
     return EarlyStoppingResult(
-        percentile, queries, min_passing_queries(0, percentile, confidence), t, passed, None, message
+        p * 100, queries, min_passing_queries_fraction(0, p, confidence), t, passed, None,
+        message, 0 if passed else needed - queries,
     )
