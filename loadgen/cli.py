@@ -19,12 +19,14 @@ from loadgen._version import __version__
 from loadgen.stats.hdrlog import HistogramLogError, read_log
 from loadgen.stats.histogram import DEFAULT_PERCENTILES, Histogram
 from loadgen.options import OPTION_SPECS, OptionError, resolve
-from loadgen.results import ThresholdError, load_result, parse_threshold, render_summary, write_outputs
+from loadgen.results import (
+    ThresholdError, load_result, parse_threshold, render_summary, result_files, write_outputs,
+)
+from loadgen.units import NS_PER, TIME_UNITS
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-_UNITS_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
 class _UsageError(Exception):
@@ -76,7 +78,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     hlog.add_argument("paths", nargs="+", metavar="FILE", help="interval log files")
     hlog.add_argument("--tag", help="only intervals with this tag ('' for untagged)")
-    hlog.add_argument("--unit", choices=sorted(_UNITS_NS), default="us",
+    hlog.add_argument("--unit", choices=sorted(TIME_UNITS), default="us",
                       help="unit to print values in; recorded values are taken as ns (default: us)")
     hlog.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
@@ -127,7 +129,7 @@ def _progress_printer(out) -> Any:
 
     def show(p) -> None:
         line = (f"{p.elapsed_s:7.1f} s  issued {p.issued:>10,}  completed {p.completed:>10,}  "
-                f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / 1e6:8.3f} ms")
+                f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / NS_PER['ms']:8.3f} ms")
         if tty:
             out.write("\r" + line)
         else:
@@ -180,20 +182,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from loadgen.results import _result_files
+def _read(read: Any, path: str) -> Any:
+    """``read(path)``; a file that cannot be read, or is not what it should be, is bad input."""
+    try:
+        return read(path)
+    except OSError as e:
+        raise _UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    except HistogramLogError as e:
+        raise _UsageError(f"{path}: {e}") from None
+    except ValueError as e:  # load_result's message names the file
+        raise _UsageError(str(e)) from None
 
-    files = _result_files(args.paths)
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    files = result_files(args.paths)
     if not files:
         raise _UsageError(f"no result.json found in {', '.join(args.paths)}")
     status = EXIT_OK
     for path in files:
-        try:
-            doc = load_result(path)
-        except OSError as e:
-            raise _UsageError(f"cannot read {path}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise _UsageError(str(e)) from None
+        doc = _read(load_result, path)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
@@ -213,13 +220,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> dict:
     merged: dict = {}
     for path in paths:
-        try:
-            entries = read_log(path)
-        except OSError as e:
-            raise _UsageError(f"cannot read {path}: {e.strerror or e}") from None
-        except HistogramLogError as e:
-            raise _UsageError(f"{path}: {e}") from None
-        for entry in entries:
+        for entry in _read(read_log, path):
             key = entry.tag or ""
             if tag is not None and key != tag:
                 continue
@@ -249,7 +250,7 @@ def _cmd_hlog(args: argparse.Namespace) -> int:
         print("no intervals found" + (f" with tag {args.tag!r}" if args.tag is not None else ""),
               file=sys.stderr)
         return EXIT_INVALID
-    scale = _UNITS_NS[args.unit]
+    scale = NS_PER[args.unit]
     rows = {tag or "(untagged)": {"intervals": slot["intervals"], **_summarize(slot["histogram"], scale)}
             for tag, slot in sorted(merged.items())}
     if args.json:

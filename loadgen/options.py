@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from loadgen import defaults as D
+from loadgen.units import TIME_UNITS, parse_duration_s
+
 __all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_stages", "parse_duration_s", "resolve"]
 
 
@@ -132,18 +135,6 @@ def _cpu_list(v: Any) -> List[int]:
     return cpus
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|ms|s|m|h)?\s*$")
-_DURATION_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a duration (like 10s, 500ms, 2m)")
-    return float(m.group(1)) * _DURATION_S[m.group(2)]
-
-
 def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
     """Parses ``--stages``: 'DURATION:QPS' or 'DURATION:QPS1-QPS2' stages, comma separated.
 
@@ -210,50 +201,52 @@ class OptionSpec:
 
 
 OPTION_SPECS: Tuple[OptionSpec, ...] = (
-    OptionSpec("scenario", _choice(*SCENARIO_NAMES), "what to run (default: server)", "NAME"),
+    OptionSpec("scenario", _choice(*SCENARIO_NAMES), f"what to run (default: {D.SCENARIO})", "NAME"),
     OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
                "null, sleep:<us>, python:MODULE:ATTR (MODULE may be a file path), or a server: "
                "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
                "gRPC), openai+http://HOST:PORT/v1/completions or .../v1/chat/completions (streaming), "
-               "or any http URL with --request-template (default: demo)", "SUT"),
+               f"or any http URL with --request-template (default: {D.SUT})", "SUT"),
     OptionSpec("target_qps", _float(0, lo_open=True), "arrival rate for server, constant, poisson; expected "
-               "rate for offline (default: 1000 for server/constant/poisson)", "QPS"),
+               f"rate for offline (default: {D.TARGET_QPS:g} for server/constant/poisson)", "QPS"),
     OptionSpec("latency_bound_ms", _float(0, lo_open=True), "latency bound at --latency-percentile; required "
-               "for server (default 10), optional elsewhere", "MS"),
+               f"for server (default {D.LATENCY_BOUND_MS:g}), optional elsewhere", "MS"),
     OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
-               "(default: 90 single-stream, 99 otherwise)", "P"),
-    OptionSpec("duration_s", _float(0, lo_open=True), "stop issuing after this long (default: 10 for all "
+               f"(default: 90 single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
+    OptionSpec("duration_s", _float(0, lo_open=True), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
                "but offline, ramp and trace)", "S"),
     OptionSpec("query_count", _int(1), "stop after this many queries", "N"),
-    OptionSpec("min_duration_s", _float(0), "MLPerf scenarios: keep issuing at least this long (default 10)", "S"),
-    OptionSpec("min_query_count", _int(0), "MLPerf scenarios: keep issuing until this many queries (default 100)", "N"),
-    OptionSpec("samples_per_query", _int(1), "samples per query (default: 8 multi-stream, else 1)", "N"),
-    OptionSpec("sample_count", _int(1), "size of the sample set indices are drawn from (default 1024)", "N"),
-    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), "how samples are drawn (default random)"),
-    OptionSpec("concurrency", _int(1, 1 << 20), "concurrency scenario: queries in flight (default 1)", "N"),
+    OptionSpec("min_duration_s", _float(0), f"MLPerf scenarios: keep issuing at least this long (default {D.MLPERF_MIN_DURATION_S:g})", "S"),
+    OptionSpec("min_query_count", _int(0), f"MLPerf scenarios: keep issuing until this many queries "
+               f"(default {D.MLPERF_MIN_QUERY_COUNT})", "N"),
+    OptionSpec("samples_per_query", _int(1), f"samples per query (default: 8 multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
+    OptionSpec("sample_count", _int(1), f"size of the sample set indices are drawn from (default {D.SAMPLE_COUNT})", "N"),
+    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), f"how samples are drawn (default {D.SAMPLE_ORDER})"),
+    OptionSpec("concurrency", _int(1, 1 << 20), f"concurrency scenario: queries in flight (default {D.CONCURRENCY})", "N"),
     OptionSpec("max_in_flight", _int(0), "constant/poisson/ramp/trace: cap on outstanding queries (0 = none)", "N"),
     OptionSpec("stages", _str, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
     OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
-               "from the previous stage's (linear) (default step)"),
+               f"from the previous stage's (linear) (default {D.RAMP})"),
     OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing"),
     OptionSpec("trace", _str, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
-    OptionSpec("trace_unit", _choice("ns", "us", "ms", "s"), "unit of a text trace (default ms)"),
-    OptionSpec("seed", _int(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default 0)", "N"),
+    OptionSpec("trace_unit", _choice(*TIME_UNITS), f"unit of a text trace (default {D.TRACE_UNIT})"),
+    OptionSpec("seed", _int(0, 2**64 - 1), f"base seed; the per-stream seeds default to it (default {D.SEED})", "N"),
     OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, 1e6), "issue thread: spin this long before each scheduled time (default 100; "
-               "0 for network targets, whose own jitter is larger than what spinning saves)", "US"),
+    OptionSpec("spin_us", _float(0, 1e6), f"issue thread: spin this long before each scheduled time (default {D.SPIN_US:g}; "
+               f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),
     OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout, measured like latency from the "
                "scheduled time (default: none)", "MS"),
-    OptionSpec("grace_s", _float(0), "wait this long for outstanding queries at the end (default 10)", "S"),
-    OptionSpec("interval_s", _float(0), "time-series interval (default 1; 0 = none)", "S"),
-    OptionSpec("significant_figures", _int(1, 5), "histogram precision in decimal digits (default 3)", "N"),
-    OptionSpec("max_error_rate", _float(0, 1), "invalid when (failed + timed out) / issued exceeds this (default 0)", "FRACTION"),
+    OptionSpec("grace_s", _float(0), f"wait this long for outstanding queries at the end (default {D.GRACE_S:g})", "S"),
+    OptionSpec("interval_s", _float(0), f"time-series interval (default {D.INTERVAL_S:g}; 0 = none)", "S"),
+    OptionSpec("significant_figures", _int(1, 5), f"histogram precision in decimal digits (default {D.SIGNIFICANT_FIGURES})", "N"),
+    OptionSpec("max_error_rate", _float(0, 1), f"invalid when (failed + timed out) / issued exceeds this "
+               f"(default {D.MAX_ERROR_RATE:g})", "FRACTION"),
     OptionSpec("max_issue_delay_ms", _float(0, lo_open=True), "invalid as generator overload when the p99 issue "
-               "delay exceeds this (default 1)", "MS"),
+               f"delay exceeds this (default {D.MAX_ISSUE_DELAY_MS:g})", "MS"),
     OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
                "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True),
     OptionSpec("payload", _str, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
@@ -268,16 +261,16 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("ca_file", _str, "network: CA bundle to verify the server's TLS certificate", "FILE"),
     OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate"),
     OptionSpec("connections", _int(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
-               "(default: the concurrency or --max-in-flight; 64 for an uncapped open loop)", "N"),
+               f"(default: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open loop)", "N"),
     OptionSpec("ready_timeout_s", _float(0), "network: wait this long for the server to be ready before the run; "
-               "exit 2 if it is not (default 30)", "S"),
+               f"exit 2 if it is not (default {D.READY_TIMEOUT_S:g})", "S"),
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
-    OptionSpec("max_tokens", _int(1), "OpenAI: max_tokens of synthetic requests (default 128)", "N"),
-    OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default 64)", "N"),
+    OptionSpec("max_tokens", _int(1), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
+    OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas go in the result", "URL"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here", "DIR"),
@@ -297,8 +290,8 @@ _SPEC_BY_NAME: Dict[str, OptionSpec] = {s.name: s for s in OPTION_SPECS}
 class RunOptions:
     """Every option of ``loadgen run``; None means "the scenario's default"."""
 
-    scenario: str = "server"
-    sut: str = "demo"
+    scenario: str = D.SCENARIO
+    sut: str = D.SUT
     target_qps: Optional[float] = None
     latency_bound_ms: Optional[float] = None
     latency_percentile: Optional[float] = None
@@ -307,27 +300,27 @@ class RunOptions:
     min_duration_s: Optional[float] = None
     min_query_count: Optional[int] = None
     samples_per_query: Optional[int] = None
-    sample_count: int = 1024
-    sample_order: str = "random"
-    concurrency: int = 1
-    max_in_flight: int = 0
+    sample_count: int = D.SAMPLE_COUNT
+    sample_order: str = D.SAMPLE_ORDER
+    concurrency: int = D.CONCURRENCY
+    max_in_flight: int = D.MAX_IN_FLIGHT
     stages: Optional[str] = None
-    ramp: str = "step"
+    ramp: str = D.RAMP
     poisson_arrivals: bool = False
     trace: Optional[str] = None
-    trace_unit: str = "ms"
-    seed: int = 0
+    trace_unit: str = D.TRACE_UNIT
+    seed: int = D.SEED
     schedule_seed: Optional[int] = None
     sample_seed: Optional[int] = None
     spin_us: Optional[float] = None
     pin_cpus: List[int] = field(default_factory=list)
     inline_dispatch: bool = False
     timeout_ms: Optional[float] = None
-    grace_s: float = 10.0
-    interval_s: float = 1.0
-    significant_figures: int = 3
-    max_error_rate: float = 0.0
-    max_issue_delay_ms: float = 1.0
+    grace_s: float = D.GRACE_S
+    interval_s: float = D.INTERVAL_S
+    significant_figures: int = D.SIGNIFICANT_FIGURES
+    max_error_rate: float = D.MAX_ERROR_RATE
+    max_issue_delay_ms: float = D.MAX_ISSUE_DELAY_MS
     input: List[str] = field(default_factory=list)
     payload: Optional[str] = None
     request_template: Optional[str] = None
@@ -336,12 +329,12 @@ class RunOptions:
     ca_file: Optional[str] = None
     insecure: bool = False
     connections: int = 0
-    ready_timeout_s: float = 30.0
+    ready_timeout_s: float = D.READY_TIMEOUT_S
     no_response_check: bool = False
-    grpc_contents: str = "raw"
+    grpc_contents: str = D.GRPC_CONTENTS
     model: Optional[str] = None
-    max_tokens: int = 128
-    prompt_words: int = 64
+    max_tokens: int = D.MAX_TOKENS
+    prompt_words: int = D.PROMPT_WORDS
     server_metrics_url: Optional[str] = None
     output: Optional[str] = None
     json: bool = False

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.net import grpc_v2, kserve
-from loadgen.net.clients import OpenAISUT, _fill, _Stream
+from loadgen.net import kserve_common, kserve_grpc
+from loadgen.net.openai_stream import OpenAISUT, TokenStream
+from loadgen.net.template_http import fill_template
 from loadgen.net.http1 import HttpPool, Request, _Connection
 from loadgen.net.metrics import MetricsScraper, parse_prometheus
 from loadgen.net.options import NetOptions, Redactor, parse_header
@@ -193,7 +194,7 @@ def _events(n_tokens, usage, chat):
        cuts=st.lists(st.integers(0, 100_000), max_size=10))
 def test_sse_events_are_parsed_whatever_the_split(n, usage, chat, cuts):
     sut = _openai_sut()
-    s = _Stream(sut, 7, 1000)
+    s = TokenStream(sut, 7, 1000)
     events = _events(n, usage, chat)
     # Each event arrives 1 ms after the previous; pieces cut anywhere inside.
     wire, times = b"", []
@@ -223,7 +224,7 @@ def test_sse_events_are_parsed_whatever_the_split(n, usage, chat, cuts):
 ])
 def test_bad_streams_are_invalid_responses(events, problem):
     sut = _openai_sut()
-    s = _Stream(sut, 1, 0)
+    s = TokenStream(sut, 1, 0)
     for e in events:
         s.on_data(None, e, 10)
     s.on_response(None, 200, b"", 20)
@@ -265,12 +266,12 @@ OUT = [InputSpec("OUTPUT0", "FP32", (1, 16))]
     ({"error": "no"}, "no outputs list"),
 ])
 def test_kserve_json_responses_are_checked(body, problem):
-    got = kserve.check_json_response(json.dumps(body).encode(), OUT)
+    got = kserve_common.check_json_response(json.dumps(body).encode(), OUT)
     assert got == problem if problem is None else problem in got
 
 
 def test_kserve_non_json_response_is_reported():
-    assert "not JSON" in kserve.check_json_response(b"<html>", OUT)
+    assert "not JSON" in kserve_common.check_json_response(b"<html>", OUT)
 
 
 @pytest.mark.parametrize("contents", ["raw", "typed"])
@@ -278,33 +279,33 @@ def test_kserve_non_json_response_is_reported():
 def test_grpc_tensors_round_trip_in_both_forms(contents, datatype):
     spec = InputSpec("x", datatype, (2, 3))
     sample = synthetic_samples([spec], 1, seed=1)[0]
-    req = grpc_v2.infer_request("m", "", sample, [spec], contents)
-    req = grpc_v2.pb.ModelInferRequest.FromString(req.SerializeToString())
+    req = kserve_grpc.infer_request("m", "", sample, [spec], contents)
+    req = kserve_grpc.pb.ModelInferRequest.FromString(req.SerializeToString())
     assert bool(req.raw_input_contents) == (contents == "raw" or datatype == "FP16")
     # A server answering with the same tensor as output, in the same form.
-    resp = grpc_v2.pb.ModelInferResponse(model_name="m")
+    resp = kserve_grpc.pb.ModelInferResponse(model_name="m")
     out = resp.outputs.add(name="y", datatype=datatype, shape=[2, 3])
     if req.raw_input_contents:
         resp.raw_output_contents.append(req.raw_input_contents[0])
     else:
         out.contents.CopyFrom(req.inputs[0].contents)
-    decoded = grpc_v2.decode_outputs(resp)["y"]
+    decoded = kserve_grpc.decode_outputs(resp)["y"]
     assert decoded.shape == (2, 3)
     assert list(decoded.reshape(-1)) == list(sample["x"].reshape(-1))
-    assert grpc_v2.check_response(resp, [InputSpec("y", datatype, (-1, 3))]) is None
-    assert "expected" in grpc_v2.check_response(resp, [InputSpec("y", datatype, (3, 3))])
+    assert kserve_grpc.check_response(resp, [InputSpec("y", datatype, (-1, 3))]) is None
+    assert "expected" in kserve_grpc.check_response(resp, [InputSpec("y", datatype, (3, 3))])
 
 
 def test_grpc_responses_with_bad_contents_fail_the_check():
-    resp = grpc_v2.pb.ModelInferResponse()
+    resp = kserve_grpc.pb.ModelInferResponse()
     resp.outputs.add(name="y", datatype="FP32", shape=[1, 4])
     resp.raw_output_contents.append(b"\0" * 12)  # 3 floats for 4
-    assert "3 values" in grpc_v2.check_response(resp, [])
+    assert "3 values" in kserve_grpc.check_response(resp, [])
     resp.raw_output_contents[0] = b"\0" * 7
-    assert "whole number" in grpc_v2.check_response(resp, [])
+    assert "whole number" in kserve_grpc.check_response(resp, [])
     resp.raw_output_contents.append(b"")
-    assert "2 raw output contents for 1 outputs" in grpc_v2.check_response(resp, [])
-    assert "no outputs" in grpc_v2.check_response(grpc_v2.pb.ModelInferResponse(), [])
+    assert "2 raw output contents for 1 outputs" in kserve_grpc.check_response(resp, [])
+    assert "no outputs" in kserve_grpc.check_response(kserve_grpc.pb.ModelInferResponse(), [])
 
 
 # ---------------------------------------------------------------- targets and templates
@@ -337,10 +338,10 @@ def test_template_targets_and_password_redaction():
 
 def test_template_placeholders_fill_whole_values_and_inside_strings():
     tpl = {"instances": "{{sample}}", "id": "req-{{sample_index}}", "x": ["{{ sample.a }}", 3], "k": "plain"}
-    assert _fill(tpl, {"a": [1, 2]}, 4) == {"instances": {"a": [1, 2]}, "id": "req-4", "x": [[1, 2], 3],
+    assert fill_template(tpl, {"a": [1, 2]}, 4) == {"instances": {"a": [1, 2]}, "id": "req-4", "x": [[1, 2], 3],
                                              "k": "plain"}
     with pytest.raises(ValueError, match="no key 'b'"):
-        _fill({"v": "{{sample.b}}"}, {"a": 1}, 0)
+        fill_template({"v": "{{sample.b}}"}, {"a": 1}, 0)
 
 
 # --------------------------------------------------------------------- redaction, metrics

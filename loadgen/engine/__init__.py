@@ -1,6 +1,9 @@
-"""The Python face of the native issue engine: settings, trace loading, the engine and the
-drivers that feed Python SUTs."""
+"""The Python face of the native issue engine: settings (:mod:`.settings`), trace loading
+(:mod:`.trace`), the engine and its result (:mod:`.engine`), and the drivers that feed
+Python SUTs (:mod:`.dispatch`)."""
 
-from loadgen.engine.engine import Engine, EngineSettings, RunResult, load_trace, run
+from loadgen.engine.engine import Engine, RunResult, run
+from loadgen.engine.settings import EngineSettings
+from loadgen.engine.trace import load_trace
 
 __all__ = ["Engine", "EngineSettings", "RunResult", "load_trace", "run"]

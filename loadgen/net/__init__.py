@@ -4,14 +4,16 @@ same scenarios, schedules and measurement rule as in-process SUTs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["is_network_sut", "net_options", "open_from_options", "pool_size_for"]
+from loadgen import defaults
+from loadgen.sut.spec import is_network_sut
 
+if TYPE_CHECKING:  # the clients are imported when a target is opened
+    from loadgen.net.base import NetworkSUT
+    from loadgen.net.options import NetOptions
 
-def is_network_sut(spec: str) -> bool:
-    """Whether a ``--sut`` value names a server (a URL)."""
-    return "://" in spec
+__all__ = ["is_network_sut", "net_options", "open_from_options", "open_target", "pool_size_for"]
 
 
 def net_options(o: Any):
@@ -54,7 +56,7 @@ def pool_size_for(settings: Any) -> int:
         return settings.concurrency
     if settings.max_in_flight:
         return settings.max_in_flight
-    return 64
+    return defaults.OPEN_LOOP_CONNECTIONS
 
 
 def open_from_options(o: Any, settings: Any):
@@ -63,8 +65,6 @@ def open_from_options(o: Any, settings: Any):
     Raises:
         ValueError: bad target or options, or the server was not ready in time.
     """
-    from loadgen.net.clients import open_target
-
     if settings.samples_per_query != 1:
         raise ValueError(f"--sut {o.sut}: a network target sends one sample per request; "
                          f"samples_per_query must be 1 (got {settings.samples_per_query})")
@@ -74,3 +74,41 @@ def open_from_options(o: Any, settings: Any):
                            significant_figures=o.significant_figures)
     except ValueError as e:
         raise ValueError(net.redactor().text(str(e))) from None
+
+
+def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figures: int = 3) -> "NetworkSUT":
+    """The prepared network SUT for a ``--sut`` URL: ready server, serialized requests.
+
+    Args:
+        url: the ``--sut`` value.
+        net: the client options.
+        pool_size: connections (HTTP) to open when ``net.connections`` is 0: the load's
+            concurrency or in-flight cap.
+
+    Raises:
+        ValueError: bad URL or options, server not ready in time, payload that does not fit.
+    """
+    from loadgen.net.targets import parse_target
+
+    target = parse_target(url, template=bool(net.request_template))
+    if net.request_template and target.kind != "template":
+        raise ValueError(f"--request-template applies to http(s) URLs, not {target.kind} targets")
+    # The protocol's module is imported when its target is used (gRPC's needs protobuf).
+    if target.kind == "kserve_http":
+        from loadgen.net.kserve_http import KServeHttpSUT
+
+        sut = KServeHttpSUT(target, net, pool_size)
+    elif target.kind == "template":
+        from loadgen.net.template_http import TemplateHttpSUT
+
+        sut = TemplateHttpSUT(target, net, pool_size)
+    elif target.kind == "openai":
+        from loadgen.net.openai_stream import OpenAISUT
+
+        sut = OpenAISUT(target, net, pool_size, significant_figures)
+    else:
+        from loadgen.net.kserve_grpc import KServeGrpcSUT
+
+        sut = KServeGrpcSUT(target, net, pool_size)
+    sut.prepare()
+    return sut

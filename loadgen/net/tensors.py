@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["DTYPES", "InputSpec", "parse_input_spec", "load_samples", "synthetic_samples", "numpy_dtype"]
+__all__ = ["DTYPES", "InputSpec", "datatype_of", "load_samples", "numpy_dtype", "parse_input_spec", "synthetic_samples"]
 
 #: KServe v2 datatype -> numpy dtype (BYTES holds byte strings).
 DTYPES: Dict[str, np.dtype] = {
@@ -157,3 +157,9 @@ def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) ->
             raise ValueError(f"--payload: {path}: input {spec.name} has shape {list(spec.shape)} but each "
                              f"sample in the file has shape {list(shape)}")
     return [{k: a[i] for k, a in arrays.items()} for i in range(min(n, limit))]
+
+
+def datatype_of(arr: np.ndarray) -> str:
+    """The KServe datatype of an array (BYTES for anything not numeric or bool)."""
+    dtype = np.asarray(arr).dtype
+    return next((name for name, d in DTYPES.items() if d == dtype and name != "BYTES"), "BYTES")

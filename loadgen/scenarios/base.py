@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
+from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
+from loadgen.sut.spec import is_network_sut
+from loadgen.units import NS_PER, ms_to_ns
 
 __all__ = ["Scenario", "common_invalid_reasons"]
 
@@ -27,7 +30,7 @@ class Scenario:
     name = ""
     summary = ""
     mlperf = False
-    default_percentile = 99.0
+    default_percentile = defaults.LATENCY_PERCENTILE
     checks_overload = True
 
     def effective(self, opts: RunOptions) -> RunOptions:
@@ -37,18 +40,18 @@ class Scenario:
         if o.latency_percentile is None:
             o.latency_percentile = self.default_percentile
         if o.samples_per_query is None:
-            o.samples_per_query = 1
+            o.samples_per_query = defaults.SAMPLES_PER_QUERY
         if o.schedule_seed is None:
             o.schedule_seed = o.seed
         if o.spin_us is None:
-            o.spin_us = 0.0 if "://" in o.sut else 100.0
+            o.spin_us = defaults.NETWORK_SPIN_US if is_network_sut(o.sut) else defaults.SPIN_US
         if o.sample_seed is None:
             o.sample_seed = (o.seed + 1) % 2**64
         if self.mlperf:
             if o.min_duration_s is None:
-                o.min_duration_s = 10.0
+                o.min_duration_s = defaults.MLPERF_MIN_DURATION_S
             if o.min_query_count is None:
-                o.min_query_count = 100
+                o.min_query_count = defaults.MLPERF_MIN_QUERY_COUNT
         else:
             o.min_duration_s = o.min_duration_s or 0.0
             o.min_query_count = o.min_query_count or 0
@@ -92,7 +95,7 @@ class Scenario:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
+    return f"{ns / NS_PER['ms']:.3f} ms"
 
 
 def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
@@ -139,14 +142,14 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
             )
     if o.latency_bound_ms is not None and result.latency.total_count:
         value = result.latency.value_at_percentile(o.latency_percentile)
-        if value > o.latency_bound_ms * 1e6:
+        if value > ms_to_ns(o.latency_bound_ms):
             reasons.append(
                 f"latency bound missed: p{o.latency_percentile:g} latency is {_ms(value)}, "
                 f"above the bound of {o.latency_bound_ms:g} ms"
             )
     if scenario.checks_overload and result.issue_delay.total_count:
         p99 = result.issue_delay.value_at_percentile(99)
-        if p99 > o.max_issue_delay_ms * 1e6:
+        if p99 > ms_to_ns(o.max_issue_delay_ms):
             why = (
                 f"{c['cap_waits']} queries waited for the in-flight cap (--max-in-flight), "
                 "so the SUT's backlog held the generator back"

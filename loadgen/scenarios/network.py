@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadgen import defaults
 from loadgen.engine import EngineSettings, load_trace
 from loadgen.options import RunOptions, parse_stages
 from loadgen.scenarios.base import Scenario
 
 __all__ = ["Concurrency", "Constant", "Poisson", "Ramp", "Trace"]
-
-_DEFAULT_DURATION_S = 10.0
 
 
 class _Timed(Scenario):
@@ -20,7 +19,7 @@ class _Timed(Scenario):
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
         if o.duration_s is None and o.query_count is None:
-            o.duration_s = _DEFAULT_DURATION_S
+            o.duration_s = defaults.DURATION_S
         return o
 
     def _bounds(self, o: RunOptions) -> dict:
@@ -36,7 +35,7 @@ class Constant(_Timed):
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
         if o.target_qps is None:
-            o.target_qps = 1000.0
+            o.target_qps = defaults.TARGET_QPS
         return o
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
@@ -82,9 +81,6 @@ class Ramp(Scenario):
         )
 
 
-_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-
-
 class Trace(Scenario):
     name = "trace"
     summary = ("replays arrival offsets from --trace (one per line, in --trace-unit, or a .npy "
@@ -97,19 +93,10 @@ class Trace(Scenario):
         return o
 
     def offsets_ns(self, o: RunOptions) -> np.ndarray:
-        path = str(o.trace)
-        if path.endswith(".npy"):
-            return load_trace(path)
         try:
-            raw = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=1)
-        except OSError as e:
-            raise ValueError(f"--trace: cannot read {path}: {e.strerror or e}") from None
+            return load_trace(str(o.trace), unit=o.trace_unit)
         except ValueError as e:
-            raise ValueError(f"--trace: {path} must hold one number per line ({e})") from None
-        try:
-            return load_trace(raw * _UNIT_NS[o.trace_unit])
-        except ValueError as e:
-            raise ValueError(f"--trace: {path}: {e}") from None
+            raise ValueError(f"--trace: {e}") from None
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(

@@ -90,10 +90,14 @@ class Histogram:
         )
 
     @classmethod
-    def _wrap(cls, core: _core.HdrHistogram) -> Histogram:
+    def from_core(cls, core: _core.HdrHistogram) -> Histogram:
+        """A Histogram around a native ``_core.HdrHistogram`` (no copy): how the engine
+        and the MLPerf runtime hand out what the core recorded."""
         obj = cls.__new__(cls)
         obj._h = core
         return obj
+
+    _wrap = from_core  # the former name, still used by loadgen.mlperf
 
     # ----------------------------------------------------------------- recording
 
@@ -347,17 +351,17 @@ class Histogram:
                 raise HdrDecodeError("input is neither base64 text nor a V2 compressed histogram") from None
         if not isinstance(data, str):
             raise TypeError(f"decode() takes str or bytes, got {type(data).__name__}")
-        return cls._wrap(_core.HdrHistogram.decode_base64(data))
+        return cls.from_core(_core.HdrHistogram.decode_base64(data))
 
     @classmethod
     def decode_compressed(cls, data: bytes) -> Histogram:
         """Decodes the V2 compressed form. Raises HdrDecodeError when malformed."""
-        return cls._wrap(_core.HdrHistogram.decode_compressed(bytes(data)))
+        return cls.from_core(_core.HdrHistogram.decode_compressed(bytes(data)))
 
     @classmethod
     def decode_uncompressed(cls, data: bytes) -> Histogram:
         """Decodes a V2 uncompressed payload. Raises HdrDecodeError when malformed."""
-        return cls._wrap(_core.HdrHistogram.decode_uncompressed(bytes(data)))
+        return cls.from_core(_core.HdrHistogram.decode_uncompressed(bytes(data)))
 
     # ------------------------------------------------------------------ dunders
 

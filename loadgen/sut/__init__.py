@@ -1,8 +1,10 @@
-"""Systems under test: the forms a SUT may take (:mod:`loadgen.sut.forms`) and loading
-one from a ``--sut`` spec (:mod:`loadgen.sut.spec`)."""
+"""Systems under test: the forms a SUT may take (:mod:`loadgen.sut.forms`), loading one
+from a ``--sut`` spec (:mod:`loadgen.sut.spec`), and what a SUT may add to the result
+document (:mod:`loadgen.sut.report`)."""
 
 from loadgen.sut.forms import Batch, DemoSUT, FixedDelaySUT, LoopSUT, NullSUT, SUTForm, classify_sut
-from loadgen.sut.spec import SutSpecError, load_sut
+from loadgen.sut.report import NamedHistogram, ReportingSUT
+from loadgen.sut.spec import SutSpecError, is_network_sut, load_sut
 
-__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "SUTForm", "SutSpecError",
-           "classify_sut", "load_sut"]
+__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NamedHistogram", "NullSUT", "ReportingSUT",
+           "SUTForm", "SutSpecError", "classify_sut", "is_network_sut", "load_sut"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from loadgen.sut.forms import DemoSUT, FixedDelaySUT, NullSUT, classify_sut
 
-__all__ = ["SutSpecError", "load_sut"]
+__all__ = ["SutSpecError", "is_network_sut", "load_sut"]
 
 _DEMO_KEYS = {
     "workers": int, "max_batch": int, "service_us": float, "per_item_us": float,
@@ -21,6 +21,12 @@ _DEMO_KEYS = {
 
 class SutSpecError(ValueError):
     """A ``--sut`` value that names no usable SUT; the message says what was looked for."""
+
+
+def is_network_sut(spec: str) -> bool:
+    """Whether a ``--sut`` value names a server (a URL, opened by :mod:`loadgen.net`)
+    rather than an in-process SUT. The one place that decides it."""
+    return "://" in spec
 
 
 def load_sut(spec: str) -> Any:
@@ -50,7 +56,7 @@ def load_sut(spec: str) -> Any:
         return FixedDelaySUT(delay)
     if kind == "python":
         return _python(spec, rest)
-    if "://" in spec:
+    if is_network_sut(spec):
         raise SutSpecError(
             f"--sut {spec}: a server URL is opened with the run's options (loadgen run, or "
             "loadgen.net.open_target from Python), not by load_sut"

@@ -1,17 +1,23 @@
-"""KServe v2 / Open Inference Protocol: model metadata, JSON request bodies, and the checks
-a response must pass (over REST here; the gRPC forms are in :mod:`loadgen.net.grpc_v2`)."""
+"""KServe v2 / Open Inference Protocol, what REST and gRPC share: model metadata, the
+checks a response's outputs must pass, where a client's input specs and samples come from,
+and the JSON tensor codec (request bodies, and samples back from them). The gRPC forms are
+in :mod:`loadgen.net.kserve_grpc`."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from loadgen.net.tensors import InputSpec, numpy_dtype
+from loadgen.net.options import NetOptions
+from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind
+from loadgen.net.targets import Target
+from loadgen.net.tensors import InputSpec, datatype_of, load_samples, numpy_dtype, synthetic_samples
 
-__all__ = ["ModelMetadata", "parse_metadata", "json_request_body", "check_json_response", "check_outputs"]
+__all__ = ["KServeInputs", "ModelMetadata", "check_json_response", "check_outputs", "json_request_body",
+           "parse_metadata", "samples_from_json_body"]
 
 
 class ModelMetadata:
@@ -139,3 +145,56 @@ def _flat_len(data: Any) -> int:
     if data and isinstance(data[0], list):
         return sum(_flat_len(d) for d in data)
     return len(data)
+
+
+def samples_from_json_body(body: Any, where: str) -> Dict[str, np.ndarray]:
+    """The sample a KServe v2 JSON request body holds (the inverse of
+    :func:`json_request_body`); ValueError naming ``where`` when it is not one."""
+    if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
+        raise ValueError(f"{where}: not a KServe v2 request (an object with an inputs list)")
+    sample = {}
+    for t in body["inputs"]:
+        try:
+            dtype = numpy_dtype(str(t["datatype"]))
+            data = t["data"] if dtype.kind != "O" else [str(v).encode() for v in np.ravel(t["data"])]
+            sample[t["name"]] = np.asarray(data, dtype=dtype).reshape([int(d) for d in t["shape"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: input {t.get('name') if isinstance(t, dict) else t!r}: {e}") from None
+    return sample
+
+
+class KServeInputs:
+    """How a KServe client (REST or gRPC) finds its input specs and samples: ``--input``,
+    else the model's metadata; ``--payload`` samples, else synthetic ones."""
+
+    net: NetOptions
+    metadata: Optional[ModelMetadata]
+    target: Target
+
+    def input_specs(self) -> List[InputSpec]:
+        if self.net.inputs:
+            return list(self.net.inputs)
+        if self.metadata is not None and self.metadata.inputs:
+            return list(self.metadata.inputs)
+        raise ValueError(
+            f"the server gave no input metadata for model {self.target.model!r} (MLServer omits it for some "
+            "runtimes); give --input NAME:DTYPE:SHAPE for each input, or --payload FILE")
+
+    def samples(self) -> Tuple[List[Dict[str, np.ndarray]], List[InputSpec], str]:
+        limit = self.net.sample_count
+        path = self.net.payload
+        if path and payload_kind(path) in ("npy", "npz"):
+            specs = None
+            if self.net.inputs or (self.metadata is not None and self.metadata.inputs):
+                specs = self.input_specs()
+            samples = load_samples(path, specs, limit)
+            if specs is None:
+                first = samples[0]
+                specs = [InputSpec(k, datatype_of(v), tuple(np.shape(v))) for k, v in first.items()]
+            return samples, specs, path
+        specs = self.input_specs()
+        count = min(limit, SYNTHETIC_MAX)
+        return synthetic_samples(specs, count, self.net.seed), specs, f"synthetic ({count} samples, seed {self.net.seed})"
+
+    def expected_outputs(self) -> List[InputSpec]:
+        return list(self.metadata.outputs) if self.metadata is not None else []

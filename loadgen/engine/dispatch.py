@@ -1,0 +1,354 @@
+"""Dispatch: the drivers that feed Python SUTs from the native engine's queue.
+
+The issue thread never calls into Python per query: it queues what is due, and a
+dispatcher thread drains the queue in batches (one query at a time when the rate is low,
+hundreds when it is high) and hands the queries to the SUT in its form: a function per
+sample, a batched SUT with arrays, an ``async`` function on an event loop, or a loop SUT
+(:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks. Completions go
+back in arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, List, Optional
+
+import numpy as np
+
+from loadgen import _core
+from loadgen.engine.settings import EngineSettings
+from loadgen.sut.forms import Batch
+from loadgen.units import us_to_ns
+
+__all__ = ["DISPATCHED_FORMS", "Dispatcher"]
+
+_monotonic_ns = time.monotonic_ns
+
+#: The SUT forms a :class:`Dispatcher` feeds (the native forms need none).
+DISPATCHED_FORMS = ("function", "async", "batched", "loop")
+
+
+class Dispatcher:
+    """Feeds the queries an engine queues to a Python SUT, on a background thread.
+
+    Args:
+        core: the native engine.
+        sut: the SUT, in the form ``sut_form`` (one of :data:`DISPATCHED_FORMS`).
+        settings: the run's settings (batch size, spinning, query shape).
+
+    A loop SUT is opened on its event loop first; the dispatcher then starts the native
+    run itself, so that the first scheduled time comes after the SUT is ready. Any other
+    form expects the run to be started already.
+    """
+
+    def __init__(self, core: _core.Engine, sut: Any, sut_form: str, settings: EngineSettings) -> None:
+        self.core = core
+        self.sut = sut
+        self.sut_form = sut_form
+        self.settings = settings
+        #: The fatal error that ended the dispatcher, if any (re-raised by the engine).
+        self.error: Optional[BaseException] = None
+        #: Set once a loop SUT is open and the run started (or the dispatcher failed).
+        self.opened = threading.Event()
+        self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
+
+    def start(self) -> None:
+        """Starts the dispatcher thread; for a loop SUT, returns once it is open and the run
+        started.
+
+        Raises:
+            BaseException: what opening a loop SUT raised.
+        """
+        self._thread.start()
+        if self.sut_form == "loop":
+            self.opened.wait()
+            if self.error is not None:
+                self._thread.join(5.0)
+                raise self.error
+
+    def join(self, timeout_s: float) -> None:
+        """Waits up to ``timeout_s`` for the thread. A Python SUT call cannot be interrupted
+        from outside, so a stuck one is left to its (daemon) thread."""
+        self._thread.join(timeout_s)
+
+    def _drive_guarded(self) -> None:
+        try:
+            if self.sut_form == "function":
+                self._drive_function()
+            elif self.sut_form == "batched":
+                self._drive_batched()
+            else:
+                self._drive_async()
+        except BaseException as e:  # re-raised on the waiting thread
+            self.error = e
+            self.core.abort()
+            self.opened.set()
+
+    def _batches(self):
+        core, s = self.core, self.settings
+        spin_ns = us_to_ns(s.consumer_spin_us)
+        while True:
+            got = core.take_batch(s.batch_max, 0.1, spin_ns)
+            if got is None:
+                return
+            if len(got[0]):
+                yield got
+
+    def _drive_serial(self) -> None:
+        # One query at a time, completion and the next query in one native call: the
+        # whole per-query overhead is one Python call into the engine.
+        core, f = self.core, self.sut
+        spin_ns = us_to_ns(self.settings.consumer_spin_us)
+        take_one, complete_take_one = core.take_one, core.complete_take_one
+        nxt = take_one(0.1, spin_ns)
+        while nxt is not None:
+            if not nxt:  # timed out waiting; look again
+                nxt = take_one(0.1, spin_ns)
+                continue
+            qid, sample = nxt
+            try:
+                f(sample)
+            except Exception as e:  # a SUT error fails this query only
+                core.fail(qid, type(e).__name__, str(e))
+                nxt = take_one(0.1, spin_ns)
+                continue
+            nxt = complete_take_one(qid, 0, 0.1, spin_ns)
+
+    def _drive_function(self) -> None:
+        core, f = self.core, self.sut
+        if core.inline_issue and self.settings.samples_per_query == 1:
+            self._drive_serial()
+            return
+        monotonic_ns = time.monotonic_ns
+        single = self.settings.samples_per_query == 1
+        for ids, samples, _ in self._batches():
+            done: List[int] = []
+            stamps: List[int] = []
+            sample_list = _per_query(samples, single)
+            for qid, sample in zip(ids.tolist(), sample_list):
+                try:
+                    f(sample)
+                except Exception as e:  # a SUT error fails this query only
+                    core.fail(qid, type(e).__name__, str(e))
+                    continue
+                stamps.append(monotonic_ns())
+                done.append(qid)
+            if done:
+                core.complete_many(np.array(done, dtype=np.int64), np.array(stamps, dtype=np.int64))
+
+    def _drive_batched(self) -> None:
+        core, sut = self.core, self.sut
+        single = self.settings.samples_per_query == 1
+        for ids, samples, scheduled in self._batches():
+            batch = Batch(core, ids, samples[:, 0] if single else samples, scheduled)
+            try:
+                sut.issue(batch)
+            except Exception as e:
+                batch.fail(kind=type(e).__name__, message=str(e))
+
+    def _drive_async(self) -> None:
+        try:
+            import uvloop  # noqa: F401
+
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        driver = _LoopDriver(self, loop) if self.sut_form == "loop" else _AsyncDriver(self, loop)
+        try:
+            loop.run_until_complete(driver.run())
+        finally:
+            loop.close()
+
+
+
+def _per_query(samples: np.ndarray, single: bool) -> list:
+    """The sample of each query: an index when queries hold one sample, else its row."""
+    return samples[:, 0].tolist() if single else list(samples)
+
+
+class _AsyncDriver:
+    """Feeds queued queries to an async SUT, woken by the engine's eventfd."""
+
+    def __init__(self, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> None:
+        self.core = dispatcher.core
+        self.f = dispatcher.sut
+        self.settings = dispatcher.settings
+        self.loop = loop
+        self.tasks: set = set()
+        self.done_ids: List[int] = []
+        self.done_ts: List[int] = []
+        self.flush_scheduled = False
+        self.exhausted = asyncio.Event()
+
+    async def run(self) -> None:
+        fd = self.core.eventfd()
+        if fd < 0:
+            raise OSError("the engine could not create an eventfd for the asyncio SUT")
+        self.loop.add_reader(fd, self._on_ready)
+        self._on_ready()
+        try:
+            await self.exhausted.wait()
+            # Everything is handed out; let the rest finish until the engine ends
+            # (completion, or cancellation after the grace period).
+            while not self.core.wait(0.0):
+                if not self.tasks:
+                    await asyncio.sleep(0.001)
+                else:
+                    await asyncio.wait(self.tasks, timeout=0.01)
+        finally:
+            self.loop.remove_reader(fd)
+            for t in list(self.tasks):
+                t.cancel()
+            self._flush()
+
+    def _ready_batches(self, batch_max: int):
+        """The batches queued now. Sets ``exhausted`` when the run has nothing more to
+        give, else re-arms the eventfd once they are handed out."""
+        while True:
+            got = self.core.take_batch(batch_max, 0.0, 0)
+            if got is None:
+                self.exhausted.set()
+                return
+            if not len(got[0]):
+                self.core.arm_eventfd()
+                return
+            yield got
+
+    def _on_ready(self) -> None:
+        single = self.settings.samples_per_query == 1
+        for ids, samples, _ in self._ready_batches(self.settings.batch_max):
+            sample_list = _per_query(samples, single)
+            for qid, sample in zip(ids.tolist(), sample_list):
+                task = self.loop.create_task(self._one(qid, sample))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+
+    async def _one(self, qid: int, sample) -> None:
+        try:
+            await self.f(sample)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.core.fail(qid, type(e).__name__, str(e))
+            return
+        self.done_ts.append(time.monotonic_ns())
+        self.done_ids.append(qid)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.done_ids:
+            ids = np.array(self.done_ids, dtype=np.int64)
+            ts = np.array(self.done_ts, dtype=np.int64)
+            self.done_ids.clear()
+            self.done_ts.clear()
+            self.core.complete_many(ids, ts)
+        if self.core.inline_issue and not self.exhausted.is_set():
+            self._on_ready()  # closed loop: the completions (or failures) made room for more
+
+
+class _LoopDriver(_AsyncDriver):
+    """Feeds queued queries to a loop SUT (see :class:`loadgen.sut.LoopSUT`): no task per
+    query; the SUT completes queries through this driver's callbacks, which batch them
+    into one native call per loop iteration."""
+
+    def __init__(self, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(dispatcher, loop)
+        self.opened = dispatcher.opened
+        self.sut = dispatcher.sut
+        self.closed_loop = bool(self.core.inline_issue)
+        self._issue = self.sut.issue_query
+
+    async def run(self) -> None:
+        # A failure here reaches Dispatcher.start through _drive_guarded, which records
+        # it before waking the starter.
+        await self.sut.open_on_loop(self.loop, self)
+        self.core.start()
+        # The issue thread sets the start time as it begins (microseconds); asking for
+        # queries before that would find none and sleep until the next wake-up.
+        while not self.core.start_ns and not self.core.wait(0.0):
+            time.sleep(0)
+        self.opened.set()
+        try:
+            fd = self.core.eventfd()
+            if fd < 0:
+                raise OSError("the engine could not create an eventfd for the SUT's event loop")
+            self.loop.add_reader(fd, self._on_ready)
+            self._on_ready()
+            try:
+                await self.exhausted.wait()
+                while not self.core.wait(0.0):
+                    await asyncio.sleep(0.002)
+            finally:
+                self.loop.remove_reader(fd)
+                self._flush()
+        finally:
+            await self.sut.close_on_loop()
+
+    def _on_ready(self) -> None:
+        single = self.settings.samples_per_query == 1
+        issue = self._issue
+        batch_max = min(self.settings.batch_max, 256)  # woken per arrival: batches are small
+        for ids, samples, scheduled in self._ready_batches(batch_max):
+            sample_list = _per_query(samples, single)
+            for qid, sample, t in zip(ids.tolist(), sample_list, scheduled.tolist()):
+                try:
+                    issue(qid, sample, t)
+                except Exception as e:  # a SUT error fails this query only
+                    self.core.fail(qid, type(e).__name__, str(e))
+
+    # The sink the SUT calls, on the loop's thread. Open loop, completions are gathered
+    # into one native call per loop iteration. Closed loop, each completion issues the
+    # next query at once: deferring it to the end of the iteration would make it wait
+    # behind every other callback due, and that wait is issue delay.
+    def _issue_next(self) -> None:
+        # Closed loop: one completion freed one slot; take_one is the cheap native path
+        # (take_batch sizes its buffers for a whole batch).
+        take_one, issue, fail = self.core.take_one, self._issue, self.core.fail
+        while True:
+            got = take_one(0.0, 0)
+            if got is None:
+                self.exhausted.set()
+                return
+            if not got:
+                return
+            qid, sample = got
+            try:
+                issue(qid, sample, _monotonic_ns())
+                return
+            except Exception as e:  # a SUT error fails this query only; its slot is free again
+                fail(qid, type(e).__name__, str(e))
+
+    def complete(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` completed at ``t_ns``."""
+        if self.closed_loop:
+            self.core.complete(qid, t_ns)
+            if not self.exhausted.is_set():
+                self._issue_next()
+            return
+        self.done_ts.append(t_ns)
+        self.done_ids.append(qid)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
+        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
+        self.core.complete(qid, t_ns, n_tokens)
+        if self.closed_loop and not self.exhausted.is_set():
+            self._issue_next()
+
+    def first_token(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` produced its first token at ``t_ns``."""
+        self.core.first_token(qid, t_ns)
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        """Query ``qid`` failed; ``kind`` is its error class."""
+        self.core.fail(qid, kind, message)
+        if self.closed_loop and not self.exhausted.is_set():
+            self._issue_next()
+

@@ -1,0 +1,225 @@
+"""How the engine generates load: :class:`EngineSettings`, one typed structure with the
+unit in every name, its validation (naming the bad field) and its native form."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+from loadgen import _core, defaults
+from loadgen.engine.trace import load_trace
+from loadgen.units import s_to_ns as _ns
+
+__all__ = ["EngineSettings", "MODES", "SAMPLE_ORDERS", "allowed_cpus"]
+
+#: The arrival processes (``EngineSettings.mode``).
+MODES = ("constant", "poisson", "stages", "trace", "closed", "offline")
+#: How sample indices are drawn (``EngineSettings.sample_order``).
+SAMPLE_ORDERS = ("random", "sequential", "shuffled")
+_MODES, _ORDERS = MODES, SAMPLE_ORDERS
+
+
+def allowed_cpus() -> List[int]:
+    """The CPUs this process may run on (its affinity: a pod's cgroup cpuset), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+@dataclass
+class EngineSettings:
+    """How the engine generates load. Every quantity carries its unit in its name.
+
+    Attributes:
+        mode: arrival process: "constant" (evenly spaced at target_qps), "poisson"
+            (exponential gaps at target_qps), "stages" (piecewise rates, see stages),
+            "trace" (replay trace_offsets_ns), "closed" (keep ``concurrency`` queries
+            in flight: the next when one completes) or "offline" (all at t = 0).
+        target_qps: queries per second for constant and poisson.
+        stages: for "stages": a list of (duration_s, start_qps, end_qps); equal rates
+            make a step, different rates a linear ramp.
+        stages_poisson: Poisson arrivals within stages instead of even spacing.
+        trace_offsets_ns: for "trace": arrival offsets in ns from the start
+            (non-decreasing), or a path (see :func:`load_trace`).
+        concurrency: for "closed": queries in flight (1 = SingleStream).
+        max_in_flight: open loop: cap on outstanding queries (0 = none). A query that
+            meets the cap waits; its latency still counts from its scheduled time.
+        duration_s: stop issuing at this time (None = no limit).
+        query_count: stop after this many queries (None = no limit).
+        min_duration_s, min_query_count: MLPerf-style minimums: keep issuing until
+            both are met (a duration_s/query_count limit still stops the run).
+        samples_per_query: sample indices per query.
+        sample_count: size of the sample set the indices are drawn from.
+        sample_order: "random" (uniform, with replacement), "sequential" or
+            "shuffled" (a fresh permutation per pass).
+        schedule_seed, sample_seed: seeds of the arrival and sample streams.
+        spin_us: the issue thread sleeps until this long before each scheduled time and
+            spins the rest (0 = sleep only).
+        pin_cpus: CPUs to pin the issue thread to (empty = not pinned).
+        timeout_ms: per-query timeout, measured like latency from the scheduled time
+            (None = none); a query not done by then counts as timed out.
+        grace_s: how long to wait for outstanding queries after the last is issued;
+            then they are cancelled.
+        interval_s: time-series interval (0 = none).
+        significant_figures: precision of the histograms (1..5).
+        batch_max: most queries handed to a Python SUT in one batch.
+        consumer_spin_us: how long the Python dispatcher spins before sleeping when
+            no query is queued (lower latency at low rates; costs a core).
+        inline_dispatch: open loop with a function or batched Python SUT: the dispatcher
+            thread itself waits for each scheduled time and issues what is due, instead
+            of a separate issue thread handing queries over. One busy thread instead of
+            two and no cross-thread wake-up: steadier tail latency on small or shared
+            machines; the schedule is not watched while the SUT runs (lateness shows as
+            issue delay). Closed loop with a Python SUT always works this way.
+    """
+
+    mode: str = defaults.MODE
+    target_qps: Optional[float] = None
+    stages: Sequence[Tuple[float, float, float]] = ()
+    stages_poisson: bool = False
+    trace_offsets_ns: Any = None
+    concurrency: int = defaults.CONCURRENCY
+    max_in_flight: int = defaults.MAX_IN_FLIGHT
+    duration_s: Optional[float] = None
+    query_count: Optional[int] = None
+    min_duration_s: float = 0.0
+    min_query_count: int = 0
+    samples_per_query: int = defaults.SAMPLES_PER_QUERY
+    sample_count: int = defaults.SAMPLE_COUNT
+    sample_order: str = defaults.SAMPLE_ORDER
+    schedule_seed: int = defaults.SEED
+    sample_seed: int = defaults.SEED
+    spin_us: float = defaults.SPIN_US
+    pin_cpus: Sequence[int] = ()
+    timeout_ms: Optional[float] = None
+    grace_s: float = defaults.GRACE_S
+    interval_s: float = defaults.INTERVAL_S
+    significant_figures: int = defaults.SIGNIFICANT_FIGURES
+    batch_max: int = defaults.BATCH_MAX
+    consumer_spin_us: float = defaults.CONSUMER_SPIN_US
+    inline_dispatch: bool = False
+
+    def validate(self) -> None:
+        """Checks every field; raises ValueError naming the first bad one."""
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}; got {self.mode!r}")
+        if self.sample_order not in _ORDERS:
+            raise ValueError(f"sample_order must be one of {', '.join(_ORDERS)}; got {self.sample_order!r}")
+        if self.mode in ("constant", "poisson"):
+            if self.target_qps is None or not (math.isfinite(self.target_qps) and self.target_qps > 0):
+                raise ValueError(f"target_qps must be a finite rate > 0 for mode {self.mode!r}; got {self.target_qps}")
+        if self.mode == "stages" and not self.stages:
+            raise ValueError("stages must list (duration_s, start_qps, end_qps) for mode 'stages'")
+        if self.mode == "trace" and self.trace_offsets_ns is None:
+            raise ValueError("trace_offsets_ns is required for mode 'trace'")
+        if self.mode == "closed" and (not isinstance(self.concurrency, int) or self.concurrency < 1):
+            raise ValueError(f"concurrency must be an integer >= 1; got {self.concurrency!r}")
+        for name in ("duration_s",):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be > 0 (or None for no limit); got {v}")
+        if self.query_count is not None and (not isinstance(self.query_count, int) or self.query_count < 1):
+            raise ValueError(f"query_count must be an integer >= 1 (or None); got {self.query_count!r}")
+        for name in ("min_duration_s", "spin_us", "grace_s", "interval_s", "consumer_spin_us"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number >= 0; got {v!r}")
+        for name in ("min_query_count", "max_in_flight"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
+        for name in ("samples_per_query", "sample_count", "batch_max"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+        if self.timeout_ms is not None and not (math.isfinite(self.timeout_ms) and self.timeout_ms > 0):
+            raise ValueError(f"timeout_ms must be > 0 (or None); got {self.timeout_ms}")
+        if not 1 <= self.significant_figures <= 5:
+            raise ValueError(f"significant_figures must be in 1..5; got {self.significant_figures}")
+        if self.pin_cpus:
+            allowed = allowed_cpus()
+            bad = [c for c in self.pin_cpus if c not in allowed]
+            if bad:
+                raise ValueError(
+                    f"pin_cpus: CPU {bad[0]} is not available to this process "
+                    f"(allowed: {','.join(map(str, allowed))})"
+                )
+        for name in ("schedule_seed", "sample_seed"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 0 <= v < 2**64:
+                raise ValueError(f"{name} must be an integer in 0..2**64-1; got {v!r}")
+        bounded = (
+            self.duration_s is not None or self.query_count is not None
+            or self.min_duration_s > 0 or self.min_query_count > 0
+            or self.mode in ("stages", "trace")
+        )
+        if not bounded:
+            raise ValueError("the run needs a bound: set duration_s or query_count (both are unset)")
+
+    def to_core(self, sut_form: str, sut: Any) -> _core.EngineSettings:
+        """The native settings for this run (validates first)."""
+        self.validate()
+        s = _core.EngineSettings()
+        if self.mode == "closed":
+            s.load_mode = _core.LoadMode.closed_loop
+            s.concurrency = self.concurrency
+        else:
+            s.load_mode = _core.LoadMode.open_loop
+            s.arrival = getattr(_core.ArrivalKind, self.mode)
+        if self.target_qps is not None:
+            s.target_qps = float(self.target_qps)
+        if self.mode == "stages":
+            stages = []
+            for i, stage in enumerate(self.stages):
+                try:
+                    duration_s, start_qps, end_qps = stage
+                except (TypeError, ValueError):
+                    raise ValueError(f"stages[{i}] must be (duration_s, start_qps, end_qps); got {stage!r}") from None
+                if not duration_s > 0:
+                    raise ValueError(f"stages[{i}] duration_s must be > 0; got {duration_s}")
+                stages.append(_core.Stage(int(round(duration_s * 1e9)), float(start_qps), float(end_qps)))
+            s.stages = stages
+            s.stages_poisson = bool(self.stages_poisson)
+        if self.mode == "trace":
+            s.trace_offsets_ns = load_trace(self.trace_offsets_ns).tolist()
+        s.max_in_flight = self.max_in_flight
+        s.max_duration_ns = _ns(self.duration_s)
+        s.max_query_count = self.query_count or 0
+        s.min_duration_ns = _ns(self.min_duration_s)
+        s.min_query_count = self.min_query_count
+        s.samples_per_query = self.samples_per_query
+        s.sample_count = self.sample_count
+        s.sample_order = getattr(_core.SampleOrder, self.sample_order)
+        s.schedule_seed = self.schedule_seed
+        s.sample_seed = self.sample_seed
+        s.spin_ns = _ns(self.spin_us * 1e-6)
+        s.pin_cpus = [int(c) for c in self.pin_cpus]
+        s.timeout_ns = _ns(self.timeout_ms * 1e-3 if self.timeout_ms else 0)
+        s.grace_ns = _ns(self.grace_s)
+        s.interval_ns = _ns(self.interval_s)
+        s.significant_figures = self.significant_figures
+        if self.inline_dispatch and sut_form not in ("function", "batched"):
+            raise ValueError(
+                f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"
+            )
+        s.inline_dispatch = bool(self.inline_dispatch)
+        if sut_form == "null":
+            s.sut = _core.SutKind.null
+        elif sut_form == "fixed_delay":
+            s.sut = _core.SutKind.fixed_delay
+            s.sut_delay_ns = _ns(sut.delay_us * 1e-6)
+        elif sut_form == "demo":
+            s.sut = _core.SutKind.demo
+            s.demo_workers = sut.workers
+            s.demo_max_batch = sut.max_batch
+            s.demo_service_ns = _ns(sut.service_us * 1e-6)
+            s.demo_per_item_ns = _ns(sut.per_item_us * 1e-6)
+            s.demo_sigma = float(sut.sigma)
+            s.sut_seed = sut.seed
+        else:
+            s.sut = _core.SutKind.queue
+        return s
+

@@ -1,0 +1,212 @@
+"""What the network SUTs share: :class:`NetworkSUT` (readiness, the response-check
+memo, failures, the report) and :class:`HttpSUT` (requests as prepared bytes over the
+HTTP/1.1 pool).
+
+Each client does its slow work before the timed run, in :meth:`NetworkSUT.prepare`: it
+waits for the server to be ready, reads the model's metadata, and serializes one request
+per distinct sample, so that the hot path only sends prepared bytes. Every response is
+checked by default; a failed request is counted by its error class (connect_refused,
+connection_reset, timeout, http_<status>, grpc_<CODE>, invalid_response) and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from loadgen.net.http1 import HttpPool, Request
+from loadgen.net.kserve_common import ModelMetadata
+from loadgen.net.options import NetOptions, ssl_context
+from loadgen.net.targets import Target
+from loadgen.sut.forms import LoopSUT
+from loadgen.sut.report import NamedHistogram
+from loadgen.units import ms_to_ns
+
+__all__ = ["HttpSUT", "NetworkSUT", "http_get"]
+
+_WARM_MAX = 1024  # connections opened before the run; more open as the load needs them
+_MEMO_MAX_BYTES = 64 * 1024  # responses up to this size have their check remembered
+_MEMO_MAX_ENTRIES = 4096
+
+
+class NetworkSUT(LoopSUT):
+    """What the network clients share: readiness, payloads, checks and the report.
+
+    Args:
+        target: the parsed ``--sut`` URL.
+        net: the client options.
+        pool_size: connections to open when ``net.connections`` is 0.
+    """
+
+    protocol = ""
+
+    def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
+        self.target = target
+        self.net = net
+        self.connections = net.connections or pool_size
+        self.redactor = net.redactor()
+        self.check = net.check_responses
+        self.ready_wait_s = 0.0
+        self.metadata: Optional[ModelMetadata] = None
+        self.payload_source = ""
+        self.payload_bytes: List[int] = []
+        self.checked = 0
+        self.sink: Any = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.timeout_ns = ms_to_ns(net.timeout_ms)
+        self._memo: Dict[bytes, Optional[str]] = {}
+
+    # -- before the run
+    def prepare(self) -> None:
+        """Waits for readiness, reads metadata and serializes the requests.
+
+        Raises:
+            ValueError: the server never became ready, or the payload does not fit; the
+                message says which and what to do.
+        """
+        raise NotImplementedError
+
+    def _wait_ready(self, probe, what: str) -> None:
+        """Calls ``probe() -> (ready, detail)`` until it is ready or the readiness
+        timeout passes."""
+        start = time.monotonic()
+        deadline = start + self.net.ready_timeout_s
+        detail = ""
+        while True:
+            ready, detail = probe(max(0.2, min(2.0, deadline - time.monotonic())))
+            if ready:
+                self.ready_wait_s = time.monotonic() - start
+                return
+            if time.monotonic() >= deadline:
+                raise ValueError(self.redactor.text(
+                    f"{what} was not ready within {self.net.ready_timeout_s:g} s ({detail}); check that "
+                    "the server is running there, or wait longer with --ready-timeout-s"))
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    # -- what goes in the result document (the ReportingSUT protocol)
+    def histograms(self) -> Dict[str, NamedHistogram]:
+        """The client's own histograms (none here; see :class:`loadgen.sut.ReportingSUT`)."""
+        return {}
+
+    def report(self) -> Dict[str, Any]:
+        """What the result document says about the client side (redacted)."""
+        out: Dict[str, Any] = {
+            "target": self.target.url,
+            "protocol": self.protocol,
+            "connections": self.connections,
+            "ready_wait_s": self.ready_wait_s,
+            "response_check": self.check,
+            "responses_checked": self.checked,
+            "payload": {
+                "source": self.payload_source,
+                "distinct_requests": len(self.payload_bytes),
+                "request_bytes_mean": float(np.mean(self.payload_bytes)) if self.payload_bytes else 0.0,
+            },
+            "headers": [f"{k}: {v}" for k, v in self.net.headers],
+        }
+        if self.metadata is not None:
+            out["model_metadata"] = self.metadata.as_dict()
+        return self.redactor.doc(out)
+
+    def fail_query(self, qid: int, kind: str, message: str) -> None:
+        """Fails query ``qid`` with error class ``kind``; secrets are redacted from the
+        message."""
+        self.sink.fail(qid, kind, self.redactor.text(message))
+
+    def _checked(self, body: bytes, check) -> Optional[str]:
+        """``check(body)``, remembered by the response's bytes: a check is a function of
+        the bytes alone, and a model answering the same prepared requests mostly sends
+        the same bytes back, so most responses are checked by one dictionary lookup."""
+        self.checked += 1
+        if len(body) > _MEMO_MAX_BYTES:
+            return check(body)
+        memo = self._memo
+        try:
+            return memo[body]
+        except KeyError:
+            problem = check(body)
+            if len(memo) < _MEMO_MAX_ENTRIES:
+                memo[body] = problem
+            return problem
+
+
+def http_get(url: str, headers: Sequence[Tuple[str, str]], timeout_s: float, ctx) -> Tuple[int, bytes, str]:
+    """(status, body, problem) of a GET; status 0 and the problem when nothing answered."""
+    req = urllib.request.Request(url, headers=dict(headers), method="GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
+            return r.status, r.read(), ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), f"HTTP {e.code}"
+    except urllib.error.URLError as e:
+        reason = e.reason
+        return 0, b"", getattr(reason, "strerror", None) or str(reason)
+    except (OSError, ValueError) as e:
+        return 0, b"", f"{type(e).__name__}: {e}"
+
+
+class HttpSUT(NetworkSUT):
+    """A client over the lean HTTP/1.1 pool: requests are prepared bytes."""
+
+    def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
+        super().__init__(target, net, pool_size)
+        self.ssl = ssl_context(net.ca_file, net.insecure) if target.tls else None
+        self.requests: List[bytes] = []
+        self.pool: Optional[HttpPool] = None
+        self._stream = False
+        self._head_only = False
+
+    def _get(self, path: str, timeout_s: float) -> Tuple[int, bytes, str]:
+        return http_get(self.target.http_base + path, self.net.headers, timeout_s, self.ssl)
+
+    def _serialize(self, method: str, path: str, body: Optional[bytes],
+                   headers: Sequence[Tuple[str, str]] = ()) -> bytes:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.target.host_header}",
+                 "User-Agent: loadgen", "Accept: */*"]
+        given = {k.lower() for k, _ in list(headers) + list(self.net.headers)}
+        if body is not None:
+            if "content-type" not in given:
+                lines.append("Content-Type: application/json")
+            lines.append(f"Content-Length: {len(body)}")
+        lines += [f"{k}: {v}" for k, v in headers]
+        lines += [f"{k}: {v}" for k, v in self.net.headers]
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return data + body if body is not None else data
+
+    def _set_requests(self, requests: List[bytes], source: str) -> None:
+        if not requests:
+            raise ValueError(f"--payload: {source} gave no requests")
+        self.requests = requests
+        self.payload_bytes = [len(r) for r in requests]
+        self.payload_source = source
+
+    async def open_on_loop(self, loop, sink) -> None:
+        self.loop, self.sink = loop, sink
+        self.pool = HttpPool(loop, self.target.host, self.target.port, self.connections,
+                             ssl_context=self.ssl, server_hostname=self.target.host)
+        self.warm_connections = await self.pool.warm(min(self.connections, _WARM_MAX))
+
+    async def close_on_loop(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        req = Request(self.requests[sample_index % len(self.requests)], self, query_id, self._stream,
+                      self._head_only)
+        self.pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
+
+    def on_error(self, req: Request, kind: str, message: str) -> None:
+        self.fail_query(req.query_id, kind, message)
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        if self.pool is not None:
+            out.update(connects=self.pool.connects, connect_failures=self.pool.connect_failures,
+                       connections_opened_before_run=self.warm_connections, bytes_sent=self.pool.bytes_sent)
+        return out

@@ -1,0 +1,339 @@
+"""KServe v2 over gRPC: the codec (ModelInfer requests built from samples, in raw or
+typed contents; responses decoded from either form; the protocol's RPC paths) and
+:class:`KServeGrpcSUT`, the client on grpcio's asyncio API.
+
+Messages are from ``kserve_v2.proto`` (generated into :mod:`loadgen.net.kserve_v2_pb2`).
+grpcio itself is imported only when a client is made (``pip install 'loadgen[grpc]'``).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import struct
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from loadgen.net import kserve_v2_pb2 as pb
+from loadgen.net.base import NetworkSUT
+from loadgen.net.kserve_common import KServeInputs, ModelMetadata, check_outputs, samples_from_json_body
+from loadgen.net.options import NetOptions
+from loadgen.net.payloads import payload_kind, read_jsonl
+from loadgen.net.targets import Target, host_port
+from loadgen.net.tensors import InputSpec, datatype_of, numpy_dtype
+from loadgen.units import ns_to_s
+
+__all__ = ["KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "infer_request", "metadata_from_pb",
+           "output_summary", "pb"]
+
+_monotonic_ns = time.monotonic_ns
+
+#: The protocol's method paths.
+RPC = {name: f"/inference.GRPCInferenceService/{name}" for name in (
+    "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer")}
+
+# datatype -> field of InferTensorContents (FP16/BF16 have none: raw only)
+_TYPED_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+    "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+    "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+# Raw contents are little-endian.
+_RAW_DTYPE = {k: v.newbyteorder("<") for k, v in
+              ((k, numpy_dtype(k)) for k in ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8",
+                                             "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"))}
+
+
+def _raw_bytes(arr: np.ndarray, datatype: str) -> bytes:
+    if datatype == "BYTES":
+        parts = []
+        for v in arr.reshape(-1):
+            b = v if isinstance(v, bytes) else str(v).encode()
+            parts.append(struct.pack("<I", len(b)) + b)
+        return b"".join(parts)
+    return np.ascontiguousarray(arr, dtype=_RAW_DTYPE[datatype]).tobytes()
+
+
+def infer_request(model: str, version: str, sample: Dict[str, np.ndarray], specs: Sequence[InputSpec],
+                  contents: str = "raw", outputs: Sequence[str] = ()) -> pb.ModelInferRequest:
+    """A ModelInferRequest for one sample.
+
+    Args:
+        contents: "raw" (``raw_input_contents``, the compact form) or "typed" (each input's
+            ``contents`` field; FP16 inputs still go raw, as the protocol has no typed field
+            for them, so they force raw for the whole request).
+    """
+    if contents not in ("raw", "typed"):
+        raise ValueError(f"contents must be 'raw' or 'typed', got {contents!r}")
+    req = pb.ModelInferRequest(model_name=model, model_version=version)
+    use_raw = contents == "raw" or any(s.datatype not in _TYPED_FIELD for s in specs)
+    for spec in specs:
+        arr = np.asarray(sample[spec.name])
+        t = req.inputs.add(name=spec.name, datatype=spec.datatype, shape=list(arr.shape))
+        if use_raw:
+            req.raw_input_contents.append(_raw_bytes(arr, spec.datatype))
+        else:
+            field = getattr(t.contents, _TYPED_FIELD[spec.datatype])
+            flat = arr.reshape(-1)
+            if spec.datatype == "BYTES":
+                field.extend(v if isinstance(v, bytes) else str(v).encode() for v in flat)
+            else:
+                field.extend(flat.astype(numpy_dtype(spec.datatype)).tolist())
+    for name in outputs:
+        req.outputs.add(name=name)
+    return req
+
+
+def _count_bytes_elements(raw: bytes) -> int:
+    n, i = 0, 0
+    while i + 4 <= len(raw):
+        (size,) = struct.unpack_from("<I", raw, i)
+        i += 4 + size
+        n += 1
+    return n if i == len(raw) else -2  # -2: malformed length prefixes
+
+
+def output_summary(resp: pb.ModelInferResponse) -> Tuple[List[tuple], Optional[str]]:
+    """(name, datatype, shape, element count) per output, from raw or typed contents, and
+    a problem with the contents' layout (None when there is none)."""
+    raw = resp.raw_output_contents
+    if raw and len(raw) != len(resp.outputs):
+        return [], f"{len(raw)} raw output contents for {len(resp.outputs)} outputs"
+    out = []
+    for i, o in enumerate(resp.outputs):
+        dt = o.datatype.upper()
+        if raw:
+            if dt == "BYTES":
+                count = _count_bytes_elements(raw[i])
+                if count == -2:
+                    return [], f"output {o.name}: malformed BYTES raw contents"
+            elif dt in _RAW_DTYPE:
+                size = _RAW_DTYPE[dt].itemsize
+                if len(raw[i]) % size:
+                    return [], f"output {o.name}: {len(raw[i])} raw bytes is not a whole number of {dt}"
+                count = len(raw[i]) // size
+            else:
+                count = -1
+        else:
+            field = _TYPED_FIELD.get(dt)
+            count = len(getattr(o.contents, field)) if field else -1
+        out.append((o.name, dt, tuple(o.shape), count))
+    return out, None
+
+
+def check_response(resp: pb.ModelInferResponse, expected: Sequence[InputSpec]) -> Optional[str]:
+    """None when the response's outputs match ``expected``; else what is wrong."""
+    summary, problem = output_summary(resp)
+    if problem:
+        return problem
+    return check_outputs(summary, expected)
+
+
+def decode_outputs(resp: pb.ModelInferResponse) -> Dict[str, np.ndarray]:
+    """Each output as a numpy array of its shape, from raw or typed contents."""
+    out: Dict[str, np.ndarray] = {}
+    raw = resp.raw_output_contents
+    for i, o in enumerate(resp.outputs):
+        dt, shape = o.datatype.upper(), tuple(o.shape)
+        if raw:
+            if dt == "BYTES":
+                items, data, j = [], raw[i], 0
+                while j + 4 <= len(data):
+                    (size,) = struct.unpack_from("<I", data, j)
+                    items.append(data[j + 4:j + 4 + size])
+                    j += 4 + size
+                arr = np.array(items, dtype=object)
+            else:
+                arr = np.frombuffer(raw[i], dtype=_RAW_DTYPE[dt]).astype(numpy_dtype(dt))
+        else:
+            values = list(getattr(o.contents, _TYPED_FIELD[dt]))
+            arr = np.array(values, dtype=numpy_dtype(dt))
+        out[o.name] = arr.reshape(shape)
+    return out
+
+
+def metadata_from_pb(resp: pb.ModelMetadataResponse) -> ModelMetadata:
+    """ModelMetadata from its gRPC form."""
+    def tensors(items) -> List[InputSpec]:
+        return [InputSpec(t.name, t.datatype.upper(), tuple(t.shape)) for t in items]
+    return ModelMetadata(resp.name, list(resp.versions), resp.platform, tensors(resp.inputs), tensors(resp.outputs))
+
+
+# ------------------------------------------------------------------------------ client
+
+class KServeGrpcSUT(KServeInputs, NetworkSUT):
+    """KServe v2 gRPC ``ModelInfer`` on grpcio's asyncio API; requests are serialized
+    before the run and sent as bytes."""
+
+    protocol = "kserve_v2_grpc"
+
+    def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
+        # One HTTP/2 channel carries many concurrent calls; more channels only help at
+        # very high concurrency, so the default is one per 64 in flight.
+        super().__init__(target, net, max(1, math.ceil(pool_size / 64)))
+        try:
+            import grpc  # noqa: F401
+        except ImportError:
+            raise ValueError("gRPC targets need grpcio: pip install 'loadgen[grpc]'") from None
+        if target.tls and net.insecure:
+            raise ValueError("--insecure is not available for grpcs:// (grpcio always verifies); "
+                             "give the server's CA with --ca-file")
+        self.requests: List[bytes] = []
+        # None rather than an empty tuple: grpc skips its metadata handling then.
+        self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
+        self._channels: list = []
+        self._calls: list = []
+        self.in_flight = max(1, pool_size)  # calls in flight at most: one per worker
+        self._queue: collections.deque = collections.deque()
+        self._idle: list = []
+        self.tasks: set = set()
+
+    def _credentials(self):
+        import grpc
+
+        if not self.target.tls:
+            return None
+        root = None
+        if self.net.ca_file:
+            try:
+                with open(self.net.ca_file, "rb") as f:
+                    root = f.read()
+            except OSError as e:
+                raise ValueError(f"--ca-file: cannot read {self.net.ca_file}: {e.strerror or e}") from None
+        return grpc.ssl_channel_credentials(root_certificates=root)
+
+    def _sync_channel(self):
+        import grpc
+
+        creds = self._credentials()
+        target = host_port(self.target)
+        return grpc.secure_channel(target, creds) if creds else grpc.insecure_channel(target)
+
+    def prepare(self) -> None:
+        import grpc
+
+        channel = self._sync_channel()
+        try:
+            server_ready = channel.unary_unary(RPC["ServerReady"],
+                                               request_serializer=pb.ServerReadyRequest.SerializeToString,
+                                               response_deserializer=pb.ServerReadyResponse.FromString)
+            model_ready = channel.unary_unary(RPC["ModelReady"],
+                                              request_serializer=pb.ModelReadyRequest.SerializeToString,
+                                              response_deserializer=pb.ModelReadyResponse.FromString)
+            metadata = channel.unary_unary(RPC["ModelMetadata"],
+                                           request_serializer=pb.ModelMetadataRequest.SerializeToString,
+                                           response_deserializer=pb.ModelMetadataResponse.FromString)
+            name, version = self.target.model, self.target.version
+
+            def probe(timeout_s: float):
+                try:
+                    if not server_ready(pb.ServerReadyRequest(), timeout=timeout_s,
+                                        metadata=self.metadata_md).ready:
+                        return False, "ServerReady: not ready"
+                    if not model_ready(pb.ModelReadyRequest(name=name, version=version),
+                                       timeout=timeout_s, metadata=self.metadata_md).ready:
+                        return False, f"ModelReady({name!r}): not ready"
+                    return True, ""
+                except grpc.RpcError as e:
+                    return False, f"{e.code().name}: {e.details()}"
+
+            self._wait_ready(probe, f"gRPC server {host_port(self.target)}")
+            try:
+                self.metadata = metadata_from_pb(metadata(
+                    pb.ModelMetadataRequest(name=name, version=version), timeout=10.0,
+                    metadata=self.metadata_md))
+            except grpc.RpcError as e:
+                if not self.net.inputs and not self.net.payload:
+                    raise ValueError(f"ModelMetadata({name!r}) failed ({e.code().name}: {e.details()}); "
+                                     "give --input NAME:DTYPE:SHAPE or --payload FILE") from None
+        finally:
+            channel.close()
+        self.expected = self.expected_outputs()
+        if self.net.payload and payload_kind(self.net.payload) == "jsonl":
+            bodies = read_jsonl(self.net.payload)[: self.net.sample_count]
+            samples = [samples_from_json_body(b, f"--payload {self.net.payload} line {i + 1}")
+                       for i, b in enumerate(bodies)]
+            specs = [InputSpec(k, datatype_of(v), tuple(v.shape)) for k, v in samples[0].items()]
+            source = self.net.payload
+        else:
+            samples, specs, source = self.samples()
+        self.requests = [infer_request(name, version, s, specs, self.net.grpc_contents).SerializeToString()
+                         for s in samples]
+        self.payload_bytes = [len(r) for r in self.requests]
+        self.payload_source = source + f" ({self.net.grpc_contents} contents)"
+
+    async def open_on_loop(self, loop, sink) -> None:
+        import grpc
+
+        self.loop, self.sink = loop, sink
+        creds = self._credentials()
+        target = host_port(self.target)
+        # No retries: a load generator counts a failed call, it does not hide it, and
+        # the retry machinery costs CPU on every call.
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+                   ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
+        for _ in range(self.connections):
+            ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
+                  else grpc.aio.insecure_channel(target, options=options))
+            self._channels.append(ch)
+            self._calls.append(ch.unary_unary(RPC["ModelInfer"]))
+        self._decode = pb.ModelInferResponse.FromString
+        self._check = check_response
+        self._rpc_error = grpc.aio.AioRpcError
+        self._deadline_exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
+        for i in range(self.in_flight):
+            self.tasks.add(loop.create_task(self._worker(self._calls[i % len(self._calls)])))
+
+    async def close_on_loop(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        for ch in self._channels:
+            await ch.close(None)
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        self._queue.append((query_id, self.requests[sample_index % len(self.requests)], scheduled_ns))
+        if self._idle:
+            waiter = self._idle.pop()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _worker(self, call) -> None:
+        # Long-lived workers instead of a task per call: in a closed loop the worker that
+        # completes a query finds the next one queued by that completion and goes on with
+        # no task, future or wake-up in between.
+        queue, idle, one = self._queue, self._idle, self._one
+        while True:
+            if not queue:
+                waiter = self.loop.create_future()
+                idle.append(waiter)
+                await waiter
+                continue
+            qid, data, scheduled_ns = queue.popleft()
+            await one(call, qid, data, scheduled_ns)
+
+    def _check_pb(self, raw: bytes) -> Optional[str]:
+        try:
+            return self._check(self._decode(raw), self.expected)
+        except Exception as e:  # protobuf's DecodeError and friends
+            return f"the response does not decode: {type(e).__name__}: {e}"
+
+    async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
+        timeout = None
+        if self.timeout_ns:
+            timeout = max(ns_to_s(scheduled_ns + self.timeout_ns - _monotonic_ns()), 0.0)
+        try:
+            raw = await call(data, timeout=timeout, metadata=self.metadata_md)
+        except self._rpc_error as e:
+            if e.code() != self._deadline_exceeded or not self.timeout_ns:
+                self.fail_query(qid, f"grpc_{e.code().name}", e.details() or e.code().name)
+            return  # a deadline the timeout set: the engine counts it as timed out
+        t = _monotonic_ns()
+        if self.check:
+            problem = self._checked(raw, self._check_pb)
+            if problem is not None:
+                self.fail_query(qid, "invalid_response", problem)
+                return
+        self.sink.complete(qid, t)

@@ -1,0 +1,70 @@
+"""KServe v2 over REST: ``POST /v2/models/NAME[/versions/V]/infer`` with JSON tensors,
+every response's outputs checked against the model's metadata."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from loadgen.net.base import HttpSUT
+from loadgen.net.http1 import Request
+from loadgen.net.kserve_common import KServeInputs, check_json_response, json_request_body, parse_metadata
+from loadgen.net.payloads import payload_kind, raw_lines, read_jsonl
+from loadgen.net.targets import model_path
+
+__all__ = ["KServeHttpSUT"]
+
+
+class KServeHttpSUT(KServeInputs, HttpSUT):
+    """KServe v2 REST: ``POST /v2/models/NAME[/versions/V]/infer`` with JSON tensors."""
+
+    protocol = "kserve_v2_http"
+
+    def prepare(self) -> None:
+        base = self.target.http_base
+
+        def probe(timeout_s: float):
+            status, _, problem = self._get("/v2/health/ready", timeout_s)
+            if status != 200:
+                return False, f"GET {base}/v2/health/ready: {problem or status}"
+            status, _, problem = self._get(model_path(self.target) + "/ready", timeout_s)
+            if status != 200:
+                return False, f"model {self.target.model!r} not ready: GET {model_path(self.target)}/ready: {problem or status}"
+            return True, ""
+
+        self._wait_ready(probe, f"KServe server {base}")
+        status, body, problem = self._get(model_path(self.target), 10.0)
+        if status == 200:
+            try:
+                self.metadata = parse_metadata(json.loads(body))
+            except ValueError as e:
+                raise ValueError(f"GET {base}{model_path(self.target)}: {e}") from None
+        elif not self.net.inputs and not self.net.payload:
+            raise ValueError(f"GET {base}{model_path(self.target)} answered {problem or status}; "
+                             "give --input NAME:DTYPE:SHAPE or --payload FILE")
+        self.expected = self.expected_outputs()
+        path = self.target.path
+        if self.net.payload and payload_kind(self.net.payload) == "jsonl":
+            bodies = read_jsonl(self.net.payload)[: self.net.sample_count]
+            if any(isinstance(b, dict) and b.get("outputs") for b in bodies):
+                self.expected = []  # the requests choose their outputs
+            raw = raw_lines(self.net.payload, len(bodies))
+            self._set_requests([self._serialize("POST", path, line) for line in raw], self.net.payload)
+            return
+        samples, specs, source = self.samples()
+        self._set_requests([self._serialize("POST", path, json_request_body(s, specs)) for s in samples],
+                           source)
+
+    def _check_json(self, body: bytes) -> Optional[str]:
+        return check_json_response(body, self.expected)
+
+    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+        if status != 200:
+            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+            return
+        if self.check:
+            problem = self._checked(body, self._check_json)
+            if problem is not None:
+                self.fail_query(req.query_id, "invalid_response", problem)
+                return
+        self.sink.complete(req.query_id, t)

@@ -1,0 +1,268 @@
+"""OpenAI-compatible streaming: ``/v1/completions`` or ``/v1/chat/completions`` with
+``"stream": true``, Server-Sent Events parsed as they arrive. Time to first token and time
+per output token go to the engine; each inter-token gap and the output tokens per second
+of each request are this client's own histograms."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from loadgen.net.base import HttpSUT
+from loadgen.net.http1 import Request
+from loadgen.net.options import NetOptions
+from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
+from loadgen.net.targets import Target
+from loadgen.stats.histogram import Histogram
+from loadgen.sut.report import NamedHistogram
+
+__all__ = ["OpenAISUT", "TokenStream"]
+
+# A non-empty "text" (completions) or "content" (chat delta) string value.
+_TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+
+
+class TokenStream:
+    """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
+
+    __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
+                 "done", "error", "gaps")
+
+    def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
+        self.sut = sut
+        self.query_id = query_id
+        self.scheduled_ns = scheduled_ns
+        self.buf = b""
+        self.first_ns = 0
+        self.last_ns = 0
+        self.chunks = 0
+        self.usage_tokens = -1
+        self.done = False
+        self.error: Optional[str] = None
+        self.gaps: List[int] = []
+
+    def on_data(self, req: Request, piece: bytes, t: int) -> None:
+        buf = self.buf + piece
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                crlf = buf.find(b"\r\n\r\n")
+                if crlf < 0:
+                    break
+                event, buf = buf[:crlf], buf[crlf + 4:]
+            else:
+                event, buf = buf[:end], buf[end + 2:]
+            self._event(event, t)
+        self.buf = buf
+
+    def _event(self, event: bytes, t: int) -> None:
+        if event.startswith(b"data: {") and b"\n" not in event:  # the usual one-line event
+            data = event[6:]
+        else:
+            data = b"\n".join(line[5:].lstrip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
+                              if line.startswith(b"data:"))
+        if not data:
+            return
+        if data == b"[DONE]":
+            self.done = True
+            return
+        # Fast path: a plain token chunk (no usage, no error) is recognised without
+        # building its JSON; anything else is parsed in full.
+        if data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data:
+            if _TOKEN_FIELD.search(data):
+                self._token(t)
+            return
+        try:
+            doc = json.loads(data.decode("utf-8", "replace"))
+        except ValueError:
+            self.error = self.error or f"an event is not JSON: {data[:80]!r}"
+            return
+        if not isinstance(doc, dict):
+            self.error = self.error or f"an event is not a JSON object: {data[:80]!r}"
+            return
+        if "error" in doc:
+            self.error = self.error or f"the server sent an error event: {json.dumps(doc['error'])[:200]}"
+            return
+        usage = doc.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+        for choice in doc.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if text:
+                self._token(t)
+
+    def _token(self, t: int) -> None:
+        if self.first_ns == 0:
+            self.first_ns = t
+            self.sut.sink.first_token(self.query_id, t)
+        else:
+            self.gaps.append(t - self.last_ns)
+        self.last_ns = t
+        self.chunks += 1
+
+    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+        sut = self.sut
+        if status != 200:
+            text = self.buf[:200].decode("utf-8", "replace")
+            self.buf = b""
+            sut.fail_query(self.query_id, f"http_{status}", f"HTTP {status}: {text}")
+            return
+        if self.buf.strip():
+            self._event(self.buf, t)
+        problem = self.error
+        if problem is None and sut.check:
+            sut.checked += 1
+            if self.chunks == 0:
+                problem = "the stream had no tokens"
+            elif not self.done:
+                problem = "the stream ended without data: [DONE]"
+        if problem is not None:
+            sut.fail_query(self.query_id, "invalid_response", problem)
+            return
+        sut.record_stream(self, t)
+
+    def on_error(self, req: Request, kind: str, message: str) -> None:
+        self.sut.fail_query(self.query_id, kind, message)
+
+
+class OpenAISUT(HttpSUT):
+    """OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` with
+    ``"stream": true``: time to first token, each inter-token gap, time per output token
+    and output tokens per second, with the token count from the ``usage`` the server
+    sends, else from the chunks."""
+
+    protocol = "openai_stream"
+
+    def __init__(self, target: Target, net: NetOptions, pool_size: int, significant_figures: int = 3) -> None:
+        super().__init__(target, net, pool_size)
+        self._stream = True
+        self.model = net.model
+        self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
+        self._gaps: List[int] = []  # inter-token gaps not yet in the histogram
+        self.tokens_from_usage = 0
+        self.tokens_from_chunks = 0
+        self.output_tokens = 0
+
+    def prepare(self) -> None:
+        base = self.target.http_base + self.target.base_path
+        models_path = self.target.base_path + "/v1/models"
+        listed: List[str] = []
+
+        def probe(timeout_s: float):
+            status, body, problem = self._get(models_path, timeout_s)
+            if status == 200:
+                try:
+                    listed[:] = [str(m["id"]) for m in json.loads(body).get("data", [])]
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    pass
+                return True, ""
+            if status in (404, 405) and (self.model or self.net.payload):  # no /v1/models here
+                return True, ""
+            return False, f"GET {base}/v1/models: {problem or status}"
+
+        self._wait_ready(probe, f"OpenAI server {base}")
+        if not self.model and not self.net.payload:
+            if not listed:
+                raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
+            self.model = listed[0]
+        bodies, source = self._bodies()
+        self._set_requests([self._serialize("POST", self.target.path,
+                                            json.dumps(b, separators=(",", ":")).encode()) for b in bodies], source)
+
+    def _bodies(self) -> Tuple[List[dict], str]:
+        chat = self.target.endpoint == "chat"
+        if self.net.payload:
+            if payload_kind(self.net.payload) != "jsonl":
+                raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
+            bodies = []
+            for i, b in enumerate(read_jsonl(self.net.payload)[: self.net.sample_count]):
+                if not isinstance(b, dict):
+                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} is not a JSON object")
+                key = "messages" if chat else "prompt"
+                if key not in b:
+                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no {key!r} "
+                                     f"(this target is /v1/{'chat/' if chat else ''}completions)")
+                b = dict(b)
+                if "model" not in b and not self.model:
+                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
+                b.setdefault("model", self.model)
+                b["stream"] = True
+                b.setdefault("stream_options", {"include_usage": True})
+                bodies.append(b)
+            return bodies, self.net.payload
+        rng = np.random.default_rng(self.net.seed)
+        words = ("the", "model", "answer", "token", "server", "load", "latency", "stream", "time", "first",
+                 "query", "batch", "fast", "slow", "inference", "request")
+        count = min(self.net.sample_count, SYNTHETIC_MAX)
+        bodies = []
+        for _ in range(count):
+            prompt = " ".join(words[i] for i in rng.integers(0, len(words), self.net.prompt_words))
+            b: Dict[str, Any] = {"model": self.model, "max_tokens": self.net.max_tokens, "stream": True,
+                                 "stream_options": {"include_usage": True}}
+            if chat:
+                b["messages"] = [{"role": "user", "content": prompt}]
+            else:
+                b["prompt"] = prompt
+            bodies.append(b)
+        return bodies, f"synthetic ({count} prompts of {self.net.prompt_words} words, seed {self.net.seed})"
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        req = Request(self.requests[sample_index % len(self.requests)], TokenStream(self, query_id, scheduled_ns),
+                      query_id, True)
+        self.pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
+
+    def record_stream(self, s: TokenStream, t: int) -> None:
+        if s.usage_tokens >= 0:
+            n = s.usage_tokens
+            self.tokens_from_usage += 1
+        else:
+            n = s.chunks
+            self.tokens_from_chunks += 1
+        self.output_tokens += n
+        gaps = self._gaps
+        gaps += s.gaps
+        if len(gaps) >= 8192:
+            self._flush_gaps()
+        elapsed = t - s.scheduled_ns
+        if elapsed > 0 and n > 0:
+            self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
+        self.sink.complete_tokens(s.query_id, t, n)
+
+    def _flush_gaps(self) -> None:
+        if self._gaps:
+            self._itl.record_array(np.maximum(np.asarray(self._gaps, dtype=np.int64), 1))
+            self._gaps.clear()
+
+    @property
+    def itl(self) -> Histogram:
+        """Every inter-token gap so far (ns), in one histogram."""
+        self._flush_gaps()
+        return self._itl
+
+    def histograms(self) -> Dict[str, NamedHistogram]:
+        """Each inter-token gap (ns), and the output tokens per second of each request
+        (recorded as milli-tokens/s)."""
+        return {
+            "itl_ns": NamedHistogram(self.itl, "ns"),
+            "output_tokens_per_s": NamedHistogram(self.tokens_per_s, "tokens/s", scale=1000.0,
+                                                  recorded_unit="milli-tokens/s"),
+        }
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        u, c = self.tokens_from_usage, self.tokens_from_chunks
+        out["model"] = self.model
+        out["tokens"] = {
+            "source": "usage" if u and not c else "chunks" if c and not u else "mixed" if u and c else "none",
+            "queries_counted_from_usage": u,
+            "queries_counted_from_chunks": c,
+            "output_tokens": self.output_tokens,
+        }
+        return out

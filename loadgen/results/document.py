@@ -1,0 +1,203 @@
+"""The result document of a run: one versioned JSON document (``"schema":
+"loadgen.result/1"``) holding the settings, counts, every histogram (percentiles and the
+encoded HDR payload, and a ``"histograms"`` index of their units), the time series,
+validity with reasons, errors and the environment. Everything else is rendered from it
+(:mod:`loadgen.results.render`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import os
+import platform
+import sys
+from typing import Any, Dict, Sequence
+
+from loadgen._version import __version__
+from loadgen.engine import RunResult
+from loadgen.engine.settings import allowed_cpus
+from loadgen.options import RunOptions
+from loadgen.results.thresholds import evaluate_thresholds
+from loadgen.scenarios import Scenario
+from loadgen.scenarios.base import common_invalid_reasons
+from loadgen.stats.histogram import Histogram
+from loadgen.sut.report import NamedHistogram, ReportingSUT
+from loadgen.units import ns_to_s
+
+__all__ = ["SCHEMA", "build_document", "environment", "histogram_summary", "named_histogram_summary"]
+
+SCHEMA = "loadgen.result/1"
+_PCT_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9", 99.99: "p99.99"}
+
+# The engine's histograms: document key -> RunResult attribute. The first three are
+# always in the document; the token ones when something was recorded.
+_ENGINE_HISTOGRAMS = {"latency_ns": "latency", "service_time_ns": "service_time",
+                      "issue_delay_ns": "issue_delay", "ttft_ns": "ttft", "tpot_ns": "tpot"}
+_ALWAYS = ("latency_ns", "service_time_ns", "issue_delay_ns")
+
+
+def histogram_summary(h: Histogram) -> Dict[str, Any]:
+    """count, min, mean, max, stddev, p50..p99.99 (ns) and the base64 V2 ``hdr``."""
+    out: Dict[str, Any] = {
+        "count": h.total_count,
+        "min": h.min,
+        "mean": h.mean,
+        "max": h.max,
+        "stddev": h.stddev,
+    }
+    values = h.values_at_percentiles(list(_PCT_KEYS))
+    for key, value in zip(_PCT_KEYS.values(), values.tolist()):
+        out[key] = value
+    out["hdr"] = h.encode()
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(pin_cpus: Sequence[int] = ()) -> Dict[str, Any]:
+    """Where the run happened: versions, platform, CPU and the affinity used."""
+    return {
+        "loadgen_version": __version__,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity": allowed_cpus(),
+        "issue_thread_cpus": list(pin_cpus),
+    }
+
+
+def named_histogram_summary(named: NamedHistogram) -> Dict[str, Any]:
+    """:func:`histogram_summary` of a SUT's histogram, its figures in ``named.unit``: a
+    scaled histogram's figures are divided by its scale, and ``hdr_unit`` says what the
+    encoded ``hdr`` holds."""
+    summary = histogram_summary(named.histogram)
+    if named.scale == 1:
+        return summary
+    out = {k: (v / named.scale if k not in ("count", "hdr") else v) for k, v in summary.items()}
+    out["hdr_unit"] = named.recorded_unit
+    return out
+
+
+def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, interrupted: bool,
+                   given: Dict[str, Any], started_wall: float, sut: Any = None) -> Dict[str, Any]:
+    """The ``loadgen.result/1`` document of a finished run.
+
+    Args:
+        scenario: the scenario that ran; its metric, validity rules and early stopping.
+        o: the effective options.
+        result: what the engine measured.
+        interrupted: the run was stopped early.
+        given: the options as the user gave them.
+        started_wall: the wall-clock start, in seconds since the epoch.
+        sut: the SUT; a :class:`~loadgen.sut.ReportingSUT` adds its histograms and its
+            report (the ``"network"`` section).
+    """
+    c = dict(result.counts)
+    c["samples_completed"] = c["completed"] * o.samples_per_query
+    reasons = common_invalid_reasons(scenario, result, o, interrupted)
+    reasons += [r for r in scenario.invalid_reasons(result, o) if r not in reasons]
+    doc: Dict[str, Any] = {
+        "schema": SCHEMA,
+        "scenario": scenario.name,
+        "sut": o.sut,
+        "valid": not reasons,
+        "invalid_reasons": reasons,
+        "interrupted": interrupted,
+        "metric": scenario.metric(result, o),
+        "started_at": _dt.datetime.fromtimestamp(started_wall, tz=_dt.timezone.utc).isoformat(),
+        "started_at_epoch_s": started_wall,
+        "duration_s": result.duration_s,
+        "issue_duration_s": result.issue_duration_s,
+        "settings": _settings_section(o, result, given),
+        "counts": c,
+        "throughput": _throughput_section(o, result),
+    }
+    index = _add_engine_histograms(doc, result)
+    if isinstance(sut, ReportingSUT):
+        index.update(_add_sut_histograms(doc, sut.histograms()))
+        report = sut.report()
+        if report:
+            doc["network"] = report
+    doc["histograms"] = index
+    es = scenario.early_stopping(result, o)
+    if es is not None:
+        doc["early_stopping"] = es
+    doc["timeseries"] = [_timeseries_point(p) for p in result.timeseries]
+    doc["errors"] = {"counts": result.errors, "messages": result.error_messages}
+    doc["environment"] = environment(o.pin_cpus)
+    doc["thresholds"] = evaluate_thresholds(doc, o.fail_if, o.require)
+    return doc
+
+
+def _settings_section(o: RunOptions, result: RunResult, given: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "given": dict(given),
+        "effective": o.as_dict(),
+        "engine": {k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in dataclasses.asdict(result.settings).items() if k != "trace_offsets_ns"},
+    }
+
+
+def _throughput_section(o: RunOptions, result: RunResult) -> Dict[str, Any]:
+    issued = result.counts["issued"]
+    return {
+        "completed_qps": result.completed_qps,
+        "samples_per_s": result.samples_per_s,
+        "target_qps": o.target_qps,
+        "scheduled_qps": issued / result.issue_duration_s if result.issue_duration_s > 0 else 0.0,
+    }
+
+
+def _add_engine_histograms(doc: Dict[str, Any], result: RunResult) -> Dict[str, Dict[str, Any]]:
+    """Puts the engine's histograms in ``doc``; returns their index entries."""
+    index = {}
+    for key, attr in _ENGINE_HISTOGRAMS.items():
+        h: Histogram = getattr(result, attr)
+        if key in _ALWAYS or h.total_count:
+            doc[key] = histogram_summary(h)
+            index[key] = {"unit": "ns", "source": "engine"}
+    return index
+
+
+def _add_sut_histograms(doc: Dict[str, Any], named: Dict[str, NamedHistogram]) -> Dict[str, Dict[str, Any]]:
+    """Puts a SUT's non-empty histograms in ``doc`` under keys it does not have yet;
+    returns their index entries."""
+    index = {}
+    for key, nh in named.items():
+        if key in doc or not nh.histogram.total_count:
+            continue
+        doc[key] = named_histogram_summary(nh)
+        entry: Dict[str, Any] = {"unit": nh.unit, "source": "sut"}
+        if nh.scale != 1:
+            entry.update(scale=nh.scale, hdr_unit=nh.recorded_unit)
+        index[key] = entry
+    return index
+
+
+def _timeseries_point(p: Dict[str, Any]) -> Dict[str, Any]:
+    length_s = ns_to_s(p["length_ns"])
+    return {
+        "t_s": ns_to_s(p["start_offset_ns"]),
+        "length_s": length_s,
+        "issued": p["issued"],
+        "completed": p["completed"],
+        "qps": p["completed"] / length_s if p["length_ns"] > 0 else 0.0,
+        "p50_ns": p["latency_p50_ns"],
+        "p99_ns": p["latency_p99_ns"],
+        "max_ns": p["latency_max_ns"],
+        "latency_hdr": base64.b64encode(p["latency_hdr"]).decode("ascii"),
+    }

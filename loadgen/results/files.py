@@ -1,0 +1,123 @@
+"""Result files: writing a run's outputs to a folder, and reading result documents back
+(one, or many into a pandas DataFrame)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from typing import Any, Dict, Iterable, List, Union
+
+from loadgen.results.document import SCHEMA
+from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary
+
+__all__ = ["CSV_FILE", "HLOG_FILE", "RESULT_FILE", "SUMMARY_FILE", "load_result", "load_results",
+           "result_files", "write_outputs"]
+
+#: The names of the files :func:`write_outputs` writes.
+RESULT_FILE = "result.json"
+SUMMARY_FILE = "summary.txt"
+HLOG_FILE = "latency.hlog"
+CSV_FILE = "results.csv"
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _atomic_write(path: str, data: Union[str, bytes]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_outputs(doc: Dict[str, Any], directory: str) -> List[str]:
+    """Writes result.json, summary.txt, latency.hlog and appends to results.csv in
+    ``directory`` (created if needed), each atomically. Returns the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for name, data in (
+        (RESULT_FILE, json.dumps(doc, indent=2, sort_keys=False) + "\n"),
+        (SUMMARY_FILE, render_summary(doc)),
+        (HLOG_FILE, hlog_text(doc)),
+    ):
+        path = os.path.join(directory, name)
+        _atomic_write(path, data)
+        paths.append(path)
+    csv_path = os.path.join(directory, CSV_FILE)
+    existing = ""
+    if os.path.exists(csv_path):
+        with open(csv_path, encoding="utf-8") as f:
+            existing = f.read()
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS))
+    if not existing:
+        writer.writeheader()
+    writer.writerow(csv_row(doc))
+    _atomic_write(csv_path, existing + buf.getvalue())
+    paths.append(csv_path)
+    return paths
+
+
+def result_files(paths: Iterable[Union[str, os.PathLike]]) -> List[str]:
+    """The result documents among ``paths``: files as given, folders searched recursively
+    for :data:`RESULT_FILE`."""
+    files: List[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            for root, _, names in sorted(os.walk(p)):
+                files.extend(os.path.join(root, n) for n in sorted(names) if n == RESULT_FILE)
+        else:
+            files.append(p)
+    return files
+
+
+def load_result(path: Union[str, os.PathLike]) -> Dict[str, Any]:
+    """Reads one result document; ValueError when it is not one."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{os.fspath(path)} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("loadgen.result/"):
+        raise ValueError(f"{os.fspath(path)} is not a loadgen result (no 'schema': '{SCHEMA}')")
+    return doc
+
+
+def load_results(paths: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]):
+    """A pandas DataFrame with one row per result file and flattened keys as columns.
+
+    Args:
+        paths: result.json files and/or folders (searched recursively for result.json).
+
+    Raises:
+        ImportError: pandas is not installed (``pip install pandas``).
+        ValueError: a file is not a loadgen result.
+    """
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("load_results needs pandas: pip install pandas") from None
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    rows = []
+    for path in result_files(paths):
+        row = flatten(load_result(path))
+        row["path"] = path
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,157 @@
+"""Renderers of a result document: the text summary, the CSV row, the HdrHistogram
+interval log, and the flat view pandas loads. Each reads the document alone."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Dict, List
+
+from loadgen.stats.hdrlog import HistogramLogWriter
+from loadgen.stats.histogram import Histogram
+from loadgen.units import format_ns
+
+__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "hlog_text", "render_summary"]
+
+# The engine's histograms in the summary, in order, with their labels; a SUT's own
+# histograms in ns follow, labelled by their key.
+_SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service"),
+                       ("issue_delay_ns", "issue delay"), ("ttft_ns", "ttft"), ("itl_ns", "inter-token"),
+                       ("tpot_ns", "tpot"))
+
+
+def render_summary(doc: Dict[str, Any]) -> str:
+    """The human summary: VALID/INVALID and the reasons first, then the figures."""
+    lines = _verdict_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
+    lines += _network_lines(doc)
+    es = doc.get("early_stopping")
+    if es:
+        lines.append(f"early stop   {es['message']}")
+    lines += _error_lines(doc)
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_lines(doc: Dict[str, Any]) -> List[str]:
+    verdict = "VALID" if doc["valid"] else "INVALID"
+    m = doc["metric"]
+    lines = [f"{verdict}  {doc['scenario']} on {doc['sut']}: {m['name']} = {m['value']:,.3f} {m['unit']}"]
+    lines += [f"  - {reason}" for reason in doc["invalid_reasons"]]
+    for t in doc.get("thresholds", []):
+        mark = "ok  " if t["passed"] else "FAIL"
+        lines.append(f"  {mark} {'--fail-if' if t['kind'] == 'fail_if' else '--require'} {t['expr']}")
+    return lines
+
+
+def _run_lines(doc: Dict[str, Any]) -> List[str]:
+    c, tp = doc["counts"], doc["throughput"]
+    target = f" (target {tp['target_qps']:,.1f})" if tp.get("target_qps") else ""
+    return [
+        f"duration     {doc['duration_s']:.2f} s (issuing {doc['issue_duration_s']:.2f} s), "
+        f"started {doc['started_at']}",
+        f"queries      {c['issued']:,} issued, {c['completed']:,} completed, {c['failed']:,} failed, "
+        f"{c['timed_out']:,} timed out, {c['cancelled']:,} cancelled",
+        f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
+    ]
+
+
+def _histogram_lines(doc: Dict[str, Any]) -> List[str]:
+    shown = list(_SUMMARY_HISTOGRAMS)
+    known = {key for key, _ in shown}
+    for key, entry in doc.get("histograms", {}).items():
+        if key not in known and entry.get("unit") == "ns" and key.endswith("_ns"):
+            shown.append((key, key[:-3].replace("_", " ")))
+    lines = []
+    for key, label in shown:
+        h = doc.get(key)
+        if not h or not h["count"]:
+            continue
+        lines.append(
+            f"{label:<12} p50 {format_ns(h['p50'])}, p90 {format_ns(h['p90'])}, p99 {format_ns(h['p99'])}, "
+            f"p99.9 {format_ns(h['p99.9'])}, max {format_ns(h['max'])}"
+        )
+    tps = doc.get("output_tokens_per_s")
+    if tps and tps.get("count"):
+        lines.append(f"tokens/s     p50 {tps['p50']:,.1f}, p10 of requests below "
+                     f"{_low_percentile(tps):,.1f} (output tokens per second, per request)")
+    return lines
+
+
+def _low_percentile(summary: Dict[str, Any]) -> float:
+    """The 10th percentile of the tokens/s histogram (kept in milli-tokens/s)."""
+    return Histogram.decode(summary["hdr"]).value_at_percentile(10.0) / 1000.0
+
+
+def _network_lines(doc: Dict[str, Any]) -> List[str]:
+    net = doc.get("network")
+    if not net:
+        return []
+    lines = [f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s), "
+             f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}"]
+    tokens = net.get("tokens")
+    if tokens:
+        lines.append(f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}")
+    sm = doc.get("server_metrics")
+    if sm:
+        deltas = sm.get("deltas", {})
+        shown = sorted(deltas.items(), key=lambda kv: ("request" not in kv[0], kv[0]))[:4]
+        text = ", ".join(f"{k} +{v:,.0f}" for k, v in shown) or "no counter changed"
+        lines.append(f"server says  {text} ({sm['scrapes']} scrapes, {sm['failed_scrapes']} failed)")
+    return lines
+
+
+def _error_lines(doc: Dict[str, Any]) -> List[str]:
+    errors = doc.get("errors", {})
+    if not errors.get("counts"):
+        return []
+    lines = ["errors       " + ", ".join(f"{k}: {v}" for k, v in errors["counts"].items())]
+    lines += [f"             {msg}" for msg in errors.get("messages", [])[:5]]
+    return lines
+
+
+CSV_COLUMNS = (
+    "started_at", "scenario", "sut", "valid", "metric.name", "metric.value", "duration_s",
+    "counts.issued", "counts.completed", "counts.failed", "counts.timed_out", "counts.cancelled",
+    "throughput.completed_qps", "throughput.samples_per_s", "throughput.target_qps",
+    "latency_ns.p50", "latency_ns.p90", "latency_ns.p99", "latency_ns.p99.9", "latency_ns.max",
+    "issue_delay_ns.p99", "invalid_reasons",
+)
+
+
+def csv_row(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """The document's row of results.csv: :data:`CSV_COLUMNS` of its flat view."""
+    flat = flatten(doc)
+    row = {k: flat.get(k, "") for k in CSV_COLUMNS}
+    row["invalid_reasons"] = " | ".join(doc["invalid_reasons"])
+    return row
+
+
+def hlog_text(doc: Dict[str, Any]) -> str:
+    """The latency time series as an HdrHistogram interval log (one interval per point)."""
+    buf = io.StringIO()
+    w = HistogramLogWriter(buf)
+    w.write_header(doc.get("started_at_epoch_s", 0.0))
+    w.write_comment(f"[loadgen {doc['environment']['loadgen_version']} {doc['scenario']} on {doc['sut']}]")
+    for point in doc.get("timeseries", []):
+        if point.get("latency_hdr"):
+            w.write_interval(Histogram.decode(point["latency_hdr"]), start_s=point["t_s"],
+                             interval_s=point["length_s"], tag="latency")
+    return buf.getvalue()
+
+
+def flatten(doc: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """Nested keys joined with '.', leaving out the bulky parts (HDR payloads, time
+    series, environment lists)."""
+    out: Dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if key in ("hdr", "timeseries", "latency_hdr"):
+            continue
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, list):
+            if key == "invalid_reasons":
+                out[name] = " | ".join(map(str, value))
+            elif all(isinstance(v, (int, float, str, bool)) for v in value):
+                out[name] = ",".join(map(str, value))
+        else:
+            out[name] = value
+    return out
