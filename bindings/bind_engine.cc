@@ -6,14 +6,20 @@
 #include <string>
 #include <vector>
 
+#include "affinity.h"
 #include "clock.h"
 #include "engine.h"
+#include "native_suts.h"
+#include "py_counts.h"
 #include "py_histogram.h"
+#include "sample_selector.h"
 #include "schedule.h"
 
 namespace py = pybind11;
 using loadgen::Engine;
 using loadgen::EngineSettings;
+using loadgen::NativeSutSettings;
+using loadgen::SutKind;
 using loadgen_bindings::PyHistogram;
 
 namespace {
@@ -118,7 +124,49 @@ void bind_engine(py::module_& m) {
            },
            py::arg("n"));
 
-  py::class_<EngineSettings>(m, "EngineSettings")
+  py::class_<NativeSutSettings>(m, "NativeSutSettings",
+                                "Which SUT a run drives (kind) and the native SUTs' parameters.")
+      .def(py::init([](SutKind kind, int64_t delay_ns, int64_t workers, int64_t max_batch,
+                       int64_t service_ns, int64_t per_item_ns, double sigma, uint64_t seed) {
+             NativeSutSettings n;
+             n.kind = kind;
+             n.delay_ns = delay_ns;
+             n.workers = workers;
+             n.max_batch = max_batch;
+             n.service_ns = service_ns;
+             n.per_item_ns = per_item_ns;
+             n.sigma = sigma;
+             n.seed = seed;
+             return n;
+           }),
+           py::kw_only(), py::arg("kind") = SutKind::kNull, py::arg("delay_ns") = 0,
+           py::arg("workers") = 4, py::arg("max_batch") = 8, py::arg("service_ns") = 2'000'000,
+           py::arg("per_item_ns") = 250'000, py::arg("sigma") = 0.25, py::arg("seed") = 0)
+      .def_readwrite("kind", &NativeSutSettings::kind)
+      .def_readwrite("delay_ns", &NativeSutSettings::delay_ns)
+      .def_readwrite("workers", &NativeSutSettings::workers)
+      .def_readwrite("max_batch", &NativeSutSettings::max_batch)
+      .def_readwrite("service_ns", &NativeSutSettings::service_ns)
+      .def_readwrite("per_item_ns", &NativeSutSettings::per_item_ns)
+      .def_readwrite("sigma", &NativeSutSettings::sigma)
+      .def_readwrite("seed", &NativeSutSettings::seed);
+
+  py::class_<EngineSettings> settings(m, "EngineSettings");
+  // The demo and fixed-delay parameters once sat on EngineSettings itself; these names
+  // still read and write them, in `sut`.
+  auto alias = [&settings](const char* name, auto member) {
+    settings.def_property(
+        name, [member](const EngineSettings& s) { return s.sut.*member; },
+        [member](EngineSettings& s, decltype(NativeSutSettings{}.*member) v) { s.sut.*member = v; });
+  };
+  alias("sut_delay_ns", &NativeSutSettings::delay_ns);
+  alias("demo_workers", &NativeSutSettings::workers);
+  alias("demo_max_batch", &NativeSutSettings::max_batch);
+  alias("demo_service_ns", &NativeSutSettings::service_ns);
+  alias("demo_per_item_ns", &NativeSutSettings::per_item_ns);
+  alias("demo_sigma", &NativeSutSettings::sigma);
+  alias("sut_seed", &NativeSutSettings::seed);
+  settings
       .def(py::init<>())
       .def_readwrite("load_mode", &EngineSettings::load_mode)
       .def_readwrite("arrival", &EngineSettings::arrival)
@@ -146,14 +194,19 @@ void bind_engine(py::module_& m) {
       .def_readwrite("highest_trackable_ns", &EngineSettings::highest_trackable_ns)
       .def_readwrite("table_capacity", &EngineSettings::table_capacity)
       .def_readwrite("inline_dispatch", &EngineSettings::inline_dispatch)
-      .def_readwrite("sut", &EngineSettings::sut)
-      .def_readwrite("sut_delay_ns", &EngineSettings::sut_delay_ns)
-      .def_readwrite("demo_workers", &EngineSettings::demo_workers)
-      .def_readwrite("demo_max_batch", &EngineSettings::demo_max_batch)
-      .def_readwrite("demo_service_ns", &EngineSettings::demo_service_ns)
-      .def_readwrite("demo_per_item_ns", &EngineSettings::demo_per_item_ns)
-      .def_readwrite("demo_sigma", &EngineSettings::demo_sigma)
-      .def_readwrite("sut_seed", &EngineSettings::sut_seed)
+      .def_property(
+          "sut", py::cpp_function([](EngineSettings& s) -> NativeSutSettings& { return s.sut; },
+                                  py::return_value_policy::reference_internal),
+          [](EngineSettings& s, const py::object& v) {
+            // A bare SutKind (the older form) sets only the kind.
+            if (py::isinstance<SutKind>(v)) {
+              s.sut.kind = v.cast<SutKind>();
+            } else {
+              s.sut = v.cast<NativeSutSettings>();
+            }
+          },
+          "A NativeSutSettings (assigning a SutKind sets its kind).")
+      .def_readwrite("latency_bounds_ns", &EngineSettings::latency_bounds_ns)
       .def_readwrite("max_error_messages", &EngineSettings::max_error_messages);
 
   py::class_<Engine>(m, "Engine")
@@ -247,14 +300,16 @@ void bind_engine(py::module_& m) {
              d["outstanding"] = c.outstanding;
              d["unknown_completions"] = c.unknown_completions;
              d["cap_waits"] = c.cap_waits;
-             d["tokens"] = c.tokens;
+             loadgen_bindings::put_recorder_counts(d, c);
              return d;
            })
-      .def("latency", [](const Engine& e) { return PyHistogram(e.latency()); })
-      .def("service_time", [](const Engine& e) { return PyHistogram(e.service_time()); })
-      .def("issue_delay", [](const Engine& e) { return PyHistogram(e.issue_delay()); })
-      .def("ttft", [](const Engine& e) { return PyHistogram(e.ttft()); })
-      .def("tpot", [](const Engine& e) { return PyHistogram(e.tpot()); })
+      .def("over_bound", [](const Engine& e) { return e.recorder().over_bound(); },
+           "Latencies strictly over each of settings.latency_bounds_ns (exact counts).")
+      .def("latency", [](const Engine& e) { return PyHistogram(e.recorder().latency()); })
+      .def("service_time", [](const Engine& e) { return PyHistogram(e.recorder().service_time()); })
+      .def("issue_delay", [](const Engine& e) { return PyHistogram(e.recorder().issue_delay()); })
+      .def("ttft", [](const Engine& e) { return PyHistogram(e.recorder().ttft()); })
+      .def("tpot", [](const Engine& e) { return PyHistogram(e.recorder().tpot()); })
       .def("timeseries",
            [](const Engine& e) {
              py::list out;

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "clock.h"
-#include "mlperf_run.h"
+#include "mlperf/query_generator.h"
+#include "mlperf/run.h"
 #include "mlperf_types.h"
+#include "py_counts.h"
 #include "py_histogram.h"
 
 namespace py = pybind11;
@@ -294,7 +296,7 @@ void bind_mlperf(py::module_& m) {
                        bool performance_issue_same, int64_t performance_issue_same_index,
                        bool sample_concatenate_permutation, uint64_t sample_index_rng_seed,
                        uint64_t schedule_rng_seed, bool coalesce, int64_t spin_ns, int64_t table_capacity,
-                       int significant_figures) {
+                       int significant_figures, std::vector<int64_t> latency_bounds_ns) {
              GeneratorSettings g = generator_settings(scenario, accuracy, std::move(loaded_samples),
                                                       sample_distribution_end, samples_per_query,
                                                       target_duration_ns, min_query_count, target_qps,
@@ -315,6 +317,7 @@ void bind_mlperf(py::module_& m) {
              r.spin_ns = spin_ns;
              r.table_capacity = table_capacity;
              r.significant_figures = significant_figures;
+             r.latency_bounds_ns = std::move(latency_bounds_ns);
              return std::make_shared<MlperfRun>(r, std::move(g));
            }),
            py::kw_only(), py::arg("scenario"), py::arg("accuracy"), py::arg("loaded_samples"),
@@ -324,7 +327,8 @@ void bind_mlperf(py::module_& m) {
            py::arg("performance_issue_same") = false, py::arg("performance_issue_same_index") = 0,
            py::arg("sample_concatenate_permutation") = false, py::arg("sample_index_rng_seed") = 0,
            py::arg("schedule_rng_seed") = 0, py::arg("coalesce") = false, py::arg("spin_ns") = 0,
-           py::arg("table_capacity") = 1 << 17, py::arg("significant_figures") = 3)
+           py::arg("table_capacity") = 1 << 17, py::arg("significant_figures") = 3,
+           py::arg("latency_bounds_ns") = std::vector<int64_t>{})
       .def(
           "issue_all",
           [](MlperfRun& run, py::object issue, bool fast) {
@@ -359,10 +363,11 @@ void bind_mlperf(py::module_& m) {
           py::arg("timeout_s") = -1.0, "Waits for every issued sample; False on timeout.")
       .def(
           "complete_ids",
-          [](MlperfRun& run, const std::vector<uint64_t>& ids) {
-            return run.complete(ids.data(), ids.size(), now_ns(), nullptr);
+          [](MlperfRun& run, const std::vector<uint64_t>& ids, int64_t completed_ns) {
+            return run.complete(ids.data(), ids.size(), completed_ns != 0 ? completed_ns : now_ns(), nullptr);
           },
-          py::arg("ids"))
+          py::arg("ids"), py::arg("completed_ns") = 0,
+          "Completes samples by id at completed_ns (0: now); returns how many were not in flight.")
       .def("stop", &MlperfRun::stop)
       .def("drain_generator", &MlperfRun::drain_generator, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("generated_query_count", [](const MlperfRun& r) { return r.generator().generated(); })
@@ -385,7 +390,7 @@ void bind_mlperf(py::module_& m) {
              d["latency_sum_ns"] = c.latency_sum_ns;
              d["query_latency_sum_ns"] = c.query_latency_sum_ns;
              d["max_latency_ns"] = c.max_latency_ns;
-             d["tokens"] = c.tokens;
+             loadgen_bindings::put_recorder_counts(d, c);
              d["start_ns"] = c.start_ns;
              d["max_completion_ns"] = c.max_completion_ns;
              d["final_scheduled_offset_ns"] = c.final_scheduled_offset_ns;
@@ -399,11 +404,13 @@ void bind_mlperf(py::module_& m) {
              d["interrupted"] = c.interrupted;
              return d;
            })
-      .def("sample_latency", [](const MlperfRun& r) { return PyHistogram(r.sample_latency()); })
-      .def("query_latency", [](const MlperfRun& r) { return PyHistogram(r.query_latency()); })
-      .def("issue_delay", [](const MlperfRun& r) { return PyHistogram(r.issue_delay()); })
-      .def("first_token_latency", [](const MlperfRun& r) { return PyHistogram(r.first_token_latency()); })
-      .def("time_per_output_token", [](const MlperfRun& r) { return PyHistogram(r.time_per_output_token()); });
+      .def("over_bound", [](const MlperfRun& r) { return r.recorder().over_bound(); },
+           "Sample latencies strictly over each of latency_bounds_ns (exact counts).")
+      .def("sample_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().latency()); })
+      .def("query_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().query_latency()); })
+      .def("issue_delay", [](const MlperfRun& r) { return PyHistogram(r.recorder().issue_delay()); })
+      .def("first_token_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().ttft()); })
+      .def("time_per_output_token", [](const MlperfRun& r) { return PyHistogram(r.recorder().tpot()); });
 
   m.def(
       "mlperf_set_active",

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <vector>
 
 namespace loadgen {
 
@@ -23,13 +22,6 @@ bool wait_until_ns(int64_t deadline_ns, int64_t spin_ns, const std::atomic<bool>
 
 /// Sets the calling thread's timer slack to 1 ns (Linux), so sleeps end on time.
 void set_min_timer_slack() noexcept;
-
-/// Pins the calling thread to `cpus` (non-empty). Throws std::invalid_argument naming
-/// a CPU the process may not use.
-void pin_current_thread(const std::vector<int>& cpus);
-
-/// CPUs the process may run on (its affinity mask, which reflects a pod's cpuset).
-std::vector<int> allowed_cpus();
 
 /// A pause instruction for spin loops.
 inline void cpu_relax() noexcept {

@@ -14,9 +14,13 @@
 #include <vector>
 
 #include "hdr_histogram.h"
+#include "in_flight.h"
+#include "native_suts.h"
 #include "notifier.h"
+#include "recorder.h"
+#include "sample_selector.h"
 #include "schedule.h"
-#include "sharded_histogram.h"
+#include "timeseries.h"
 
 namespace loadgen {
 
@@ -24,14 +28,6 @@ namespace loadgen {
 enum class LoadMode {
   kOpenLoop,    ///< at the times an ArrivalSchedule gives
   kClosedLoop,  ///< `concurrency` queries in flight; the next when one completes
-};
-
-/// Where queries go.
-enum class SutKind {
-  kNull,        ///< completes each query at once, on the issue thread
-  kFixedDelay,  ///< completes each query `sut_delay_ns` after issue, from a completion thread
-  kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
-  kDemo,        ///< a simulated batching inference server (see EngineSettings::demo_*)
 };
 
 /// Everything a run needs. Durations in ns, rates in queries per second.
@@ -72,24 +68,19 @@ struct EngineSettings {
   /// always works this way.
   bool inline_dispatch = false;
 
-  SutKind sut = SutKind::kNull;
-  int64_t sut_delay_ns = 0;  ///< fixed-delay SUT
-  // The demo SUT: `demo_workers` workers; a free worker takes up to `demo_max_batch`
-  // waiting queries at once and serves them in demo_service_ns + demo_per_item_ns *
-  // (batch - 1), times a lognormal factor of median 1 and shape `demo_sigma`. Queueing
-  // and batching make its latency rise with load, as a real server's does.
-  int64_t demo_workers = 4;
-  int64_t demo_max_batch = 8;
-  int64_t demo_service_ns = 2'000'000;
-  int64_t demo_per_item_ns = 250'000;
-  double demo_sigma = 0.25;
-  uint64_t sut_seed = 0;
+  /// Where queries go, and the native SUTs' parameters.
+  NativeSutSettings sut;
+  /// Latency bounds (ns, 0..8 of them, each >= 1): recorder().over_bound() counts
+  /// exactly how many latencies were strictly over each.
+  std::vector<int64_t> latency_bounds_ns;
   int64_t max_error_messages = 10;
 };
 
 /// Counts at the end of a run (or so far). issued == completed + failed + timed_out +
-/// cancelled + outstanding.
-struct EngineCounts {
+/// cancelled + outstanding. The recorder's counts (tokens, out of range) come with them:
+/// out-of-range completions count as completed but are in no histogram, and make the
+/// run's latencies incomplete.
+struct EngineCounts : RecorderCounts {
   int64_t issued = 0;
   int64_t completed = 0;
   int64_t failed = 0;
@@ -98,25 +89,12 @@ struct EngineCounts {
   int64_t outstanding = 0;
   int64_t unknown_completions = 0;  ///< complete()/fail() of an id not in flight (late, duplicate, bogus)
   int64_t cap_waits = 0;            ///< queries that waited for the in-flight cap (or table space)
-  int64_t tokens = 0;               ///< output tokens reported at completion
-};
-
-/// One interval of the time series.
-struct IntervalPoint {
-  int64_t start_offset_ns = 0;  ///< from the run's start
-  int64_t length_ns = 0;
-  int64_t issued = 0;       ///< issued during the interval
-  int64_t completed = 0;    ///< completed during the interval
-  int64_t latency_p50_ns = 0;
-  int64_t latency_p99_ns = 0;
-  int64_t latency_max_ns = 0;
-  std::vector<uint8_t> latency_hdr;  ///< the interval's latency histogram, V2 compressed
 };
 
 /// An engine runs once. Thread-safety: every public method may be called from any
 /// thread; complete()/fail()/first_token() are wait-free apart from the first call on a
 /// thread (which registers its histogram shard) and fail()'s message bookkeeping.
-class Engine {
+class Engine : private CompletionSink {
  public:
   /// Validates the settings; throws std::invalid_argument naming the field.
   explicit Engine(EngineSettings settings);
@@ -159,7 +137,9 @@ class Engine {
 
   /// Completes query `id` at `completed_ns` (0: now). `n_tokens` >= 0 records output
   /// tokens (and time per output token after a first_token()). False when the id is
-  /// not in flight (late, duplicate or unknown); that is counted, never fatal.
+  /// not in flight (late, duplicate or unknown); that is counted, never fatal. A time
+  /// before the query was scheduled or issued, or a latency above highest_trackable_ns,
+  /// completes the query but is counted as out of range instead of recorded.
   bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1) noexcept {
     return complete_internal(id, completed_ns, n_tokens, true);
   }
@@ -173,13 +153,11 @@ class Engine {
   // --- results ---
 
   EngineCounts counts() const;
-  /// Merged snapshots (safe while running).
-  HdrHistogram latency() const { return latency_.snapshot(); }
-  HdrHistogram service_time() const { return service_.snapshot(); }
-  HdrHistogram issue_delay() const { return issue_delay_.snapshot(); }
-  HdrHistogram ttft() const { return ttft_.snapshot(); }
-  HdrHistogram tpot() const { return tpot_.snapshot(); }
-  std::vector<IntervalPoint> timeseries() const;
+  /// The histograms (latency, service time, issue delay, TTFT, TPOT) and the exact
+  /// over-bound counts (aligned with settings().latency_bounds_ns). Safe while running.
+  const Recorder& recorder() const noexcept { return recorder_; }
+  /// The intervals so far (every interval_ns; safe while running).
+  std::vector<IntervalPoint> timeseries() const { return timeseries_.points(); }
   /// Error counts by kind, and the first messages as "kind: message".
   std::map<std::string, int64_t> error_counts() const;
   std::vector<std::string> error_messages() const;
@@ -190,31 +168,11 @@ class Engine {
   /// An error that ended the run early (e.g. pinning failed on the issue thread), or "".
   std::string run_error() const;
   const EngineSettings& settings() const noexcept { return s_; }
-  int64_t table_capacity() const noexcept { return static_cast<int64_t>(mask_ + 1); }
+  int64_t table_capacity() const noexcept { return static_cast<int64_t>(table_.capacity()); }
 
  private:
-  // Slot states; the slot's state word is (id << 3) | state, so a stale id never matches.
-  enum : uint64_t { kFree = 0, kQueued = 1, kIssuing = 2, kIssued = 3, kClaimed = 4 };
-  struct alignas(64) Slot {
-    std::atomic<uint64_t> state{kFree};
-    int64_t scheduled_ns = 0;
-    int64_t issued_ns = 0;
-    std::atomic<int64_t> first_token_ns{0};
-  };
-  static uint64_t word(int64_t id, uint64_t state) noexcept {
-    return (static_cast<uint64_t>(id) << 3) | state;
-  }
-  // A query id is (sequence number << slot_bits_) | slot index: ids grow in issue order
-  // and name their slot, and any free slot can take the next query (a slow query does
-  // not hold up the ones after it). Ids fit in 61 bits, so the state word holds them.
-  static bool valid_id(int64_t id) noexcept { return id > 0 && (static_cast<uint64_t>(id) >> 61) == 0; }
-  int64_t make_id(int64_t seq, uint64_t slot_index) const noexcept {
-    return (seq << slot_bits_) | static_cast<int64_t>(slot_index);
-  }
-  Slot& slot(int64_t id) noexcept { return slots_[static_cast<uint64_t>(id) & mask_]; }
-  // A free slot index, scanning round-robin from free_cursor_; -1 when none is free.
-  int64_t find_free_slot() noexcept;
-  // Claims `id` from one of the given states; true when this caller now owns it.
+  // Completes issued query `id` (see complete()); counts an id not in flight as unknown
+  // when `count_unknown`.
   bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
                          bool count_unknown) noexcept;
   // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
@@ -233,9 +191,10 @@ class Engine {
   int64_t issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
                        int64_t* samples_out);
   void finish_issuing() noexcept;
+  void complete_native(int64_t id, int64_t t_ns) noexcept override {
+    complete_internal(id, t_ns, -1, false);
+  }
   void monitor_loop();
-  void completion_loop();
-  void demo_loop();
   bool should_stop_issuing(int64_t count, int64_t elapsed_ns, int64_t last_elapsed_ns) const noexcept;
   // Waits until in-flight < limit (or stop); false when stopped first.
   bool wait_for_room(int64_t limit, int64_t deadline_ns) noexcept;
@@ -243,7 +202,6 @@ class Engine {
   void track_timeout(int64_t id);
   void reap_timeouts(int64_t now) noexcept;
   void cancel_outstanding() noexcept;
-  void snapshot_interval(int64_t now);
 
   EngineSettings s_;
   std::unique_ptr<ArrivalSchedule> schedule_;
@@ -257,26 +215,16 @@ class Engine {
   int64_t inline_last_offset_ = -1;
   bool inline_cap_counted_ = false;
   std::atomic<int64_t> inline_next_due_ns_{0};  // 0: waiting for room, not for time
-  uint64_t mask_ = 0;
-  int slot_bits_ = 0;
-  uint64_t free_cursor_ = 0;  // owned by whichever thread issues
-  std::unique_ptr<Slot[]> slots_;
-  std::vector<int64_t> samples_;  // table_capacity * samples_per_query
+  InFlightTable table_;
+  uint64_t mask_ = 0;  // of ring_, which has the table's capacity
   std::unique_ptr<std::atomic<int64_t>[]> ring_;  // queue SUT: ids, SPSC-ish
   std::atomic<uint64_t> ring_head_{0};  // next to pop (consumers, under consumer_mutex_)
   std::atomic<uint64_t> ring_tail_{0};  // next to push (issue thread)
   std::mutex consumer_mutex_;
 
-  // Fixed-delay SUT: issue thread -> completion thread, in deadline order.
-  std::unique_ptr<std::atomic<int64_t>[]> delay_ring_;
-  std::unique_ptr<std::atomic<int64_t>[]> delay_due_;  // when each ring entry is due
-  std::atomic<uint64_t> delay_tail_{0};
-
-  ShardedHistogram latency_;
-  ShardedHistogram service_;
-  ShardedHistogram issue_delay_;
-  ShardedHistogram ttft_;
-  ShardedHistogram tpot_;
+  NativeSut native_;
+  Recorder recorder_;
+  TimeSeries timeseries_;
 
   std::atomic<int64_t> issued_{0};    // written by the issue thread only
   std::atomic<int64_t> resolved_{0};  // completed + failed + timed out + cancelled
@@ -286,7 +234,6 @@ class Engine {
   std::atomic<int64_t> cancelled_{0};
   std::atomic<int64_t> unknown_{0};
   std::atomic<int64_t> cap_waits_{0};
-  std::atomic<int64_t> tokens_{0};
   std::atomic<int64_t> last_free_ns_{0};
   // Timeouts: ids in issue order (= deadline order, as deadlines are scheduled + timeout).
   std::mutex timeout_mutex_;
@@ -296,7 +243,6 @@ class Engine {
   std::atomic<bool> abort_{false};
   std::atomic<bool> issuing_done_{false};
   std::atomic<bool> run_over_{false};  // every query resolved; threads about to exit
-  std::atomic<bool> closing_{false};   // cancelling: native SUTs stop completing
   std::atomic<bool> finished_{false};  // threads joined
   std::atomic<int64_t> start_ns_{0};
   std::atomic<int64_t> issue_end_ns_{0};
@@ -305,22 +251,15 @@ class Engine {
 
   Notifier room_;      // in-flight dropped (issue thread waits on it)
   Notifier queued_;    // queries queued / run over (consumers wait on it)
-  Notifier delayed_;   // fixed-delay queue has work
   Notifier done_;      // run finished, or stop requested (monitor waits on it)
 
   mutable std::mutex info_mutex_;
   std::map<std::string, int64_t> error_counts_;
   std::vector<std::string> error_messages_;
-  std::vector<IntervalPoint> timeseries_;
   std::string run_error_;
-  HdrHistogram interval_prev_;
-  int64_t interval_prev_issued_ = 0;
-  int64_t interval_prev_completed_ = 0;
-  int64_t interval_prev_ns_ = 0;
 
   std::thread issue_thread_;
   std::thread monitor_thread_;
-  std::thread completion_thread_;
   std::mutex join_mutex_;
 };
 

@@ -206,20 +206,10 @@ class EngineSettings:
                 f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"
             )
         s.inline_dispatch = bool(self.inline_dispatch)
-        if sut_form == "null":
-            s.sut = _core.SutKind.null
-        elif sut_form == "fixed_delay":
-            s.sut = _core.SutKind.fixed_delay
-            s.sut_delay_ns = _ns(sut.delay_us * 1e-6)
-        elif sut_form == "demo":
-            s.sut = _core.SutKind.demo
-            s.demo_workers = sut.workers
-            s.demo_max_batch = sut.max_batch
-            s.demo_service_ns = _ns(sut.service_us * 1e-6)
-            s.demo_per_item_ns = _ns(sut.per_item_us * 1e-6)
-            s.demo_sigma = float(sut.sigma)
-            s.sut_seed = sut.seed
+        if sut_form in ("null", "fixed_delay", "demo"):
+            # A native SUT knows its own settings; a bare "null" form needs none.
+            s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
         else:
-            s.sut = _core.SutKind.queue
+            s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
         return s
 

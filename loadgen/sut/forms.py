@@ -24,12 +24,22 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from loadgen import _core
+
 __all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "SUTForm", "classify_sut"]
 
 
 @dataclass(frozen=True)
 class NullSUT:
     """Native SUT that completes every query the moment it is issued."""
+
+    def native_settings(self) -> _core.NativeSutSettings:
+        """The engine's settings for this SUT.
+
+        Returns:
+            A ``_core.NativeSutSettings`` of kind ``null``.
+        """
+        return _core.NativeSutSettings(kind=_core.SutKind.null)
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,14 @@ class FixedDelaySUT:
     def __post_init__(self) -> None:
         if not (self.delay_us >= 0):
             raise ValueError(f"FixedDelaySUT.delay_us must be >= 0, got {self.delay_us}")
+
+    def native_settings(self) -> _core.NativeSutSettings:
+        """The engine's settings for this SUT.
+
+        Returns:
+            A ``_core.NativeSutSettings`` of kind ``fixed_delay`` with ``delay_ns``.
+        """
+        return _core.NativeSutSettings(kind=_core.SutKind.fixed_delay, delay_ns=_ns(self.delay_us))
 
 
 @dataclass(frozen=True)
@@ -85,11 +103,27 @@ class DemoSUT:
         if not 0 <= self.sigma <= 3:
             raise ValueError(f"DemoSUT.sigma must be in 0..3, got {self.sigma!r}")
 
+    def native_settings(self) -> _core.NativeSutSettings:
+        """The engine's settings for this SUT.
+
+        Returns:
+            A ``_core.NativeSutSettings`` of kind ``demo`` with these parameters in ns.
+        """
+        return _core.NativeSutSettings(
+            kind=_core.SutKind.demo, workers=self.workers, max_batch=self.max_batch,
+            service_ns=_ns(self.service_us), per_item_ns=_ns(self.per_item_us),
+            sigma=float(self.sigma), seed=self.seed,
+        )
+
     @property
     def capacity_qps(self) -> float:
         """Queries per second the demo server can sustain at full batches."""
         per_batch_us = self.service_us + self.per_item_us * (self.max_batch - 1)
         return self.workers * self.max_batch / per_batch_us * 1e6 if per_batch_us > 0 else float("inf")
+
+
+def _ns(us: float) -> int:
+    return int(round(us * 1e3))
 
 
 class LoopSUT:

@@ -1,12 +1,9 @@
 #pragma once
 // The issue loop behind loadgen.mlperf, the MLPerf LoadGen-compatible API.
 //
-// QueryGenerator yields, lazily and in order, the very queries the MLPerf LoadGen
-// pre-generates for the same settings and seeds (same sample indices, same scheduled
-// offsets, same count), so a harness sees the same load from either module while memory
-// stays flat in run length. MlperfRun walks them with MLPerf's issuing rules per
+// MlperfRun walks the queries of a QueryGenerator with MLPerf's issuing rules per
 // scenario and tracks completions per sample: wait-free from any thread, latency from
-// each query's scheduled time into per-thread HDR histograms.
+// each query's scheduled time, recorded by a Recorder.
 
 #include <atomic>
 #include <cstdint>
@@ -14,73 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "mlperf_rng.h"
+#include "in_flight.h"
+#include "mlperf/query_generator.h"
 #include "notifier.h"
-#include "sharded_histogram.h"
+#include "recorder.h"
 
 namespace loadgen {
 namespace mlperf {
-
-/// MLPerf's scenarios, with MLPerf's numbering.
-enum class Scenario : int { kSingleStream = 0, kMultiStream = 1, kServer = 2, kOffline = 3 };
-
-/// What decides the queries of one run (MLPerf's effective settings plus the loaded set).
-struct GeneratorSettings {
-  Scenario scenario = Scenario::kSingleStream;
-  bool accuracy = false;                  ///< accuracy-mode query set (else performance)
-  std::vector<int64_t> loaded_samples;    ///< the loaded QSL set, MultiStream padding included
-  int64_t sample_distribution_end = 0;    ///< loaded set size without padding (>= 1)
-  int64_t samples_per_query = 1;          ///< >= 1
-  int64_t target_duration_ns = 0;         ///< >= 0
-  int64_t min_query_count = 0;            ///< >= 0
-  double target_qps = 1.0;                ///< > 0
-  bool performance_issue_unique = false;
-  bool performance_issue_same = false;
-  int64_t performance_issue_same_index = 0;
-  bool sample_concatenate_permutation = false;
-  uint64_t sample_index_rng_seed = 0;
-  uint64_t schedule_rng_seed = 0;
-};
-
-/// Lazily yields MLPerf's queries. Not thread-safe.
-class QueryGenerator {
- public:
-  /// Throws std::invalid_argument naming a bad field.
-  explicit QueryGenerator(GeneratorSettings settings);
-  /// The next query: its sample indices into `samples` (resized) and its scheduled
-  /// offset (ns from the start). False when every query has been generated.
-  bool next(std::vector<int64_t>* samples, int64_t* scheduled_ns);
-  /// Generates the rest without keeping it (to learn the total count).
-  void drain();
-  int64_t generated() const noexcept { return generated_; }
-  /// Samples per query of the generated queries (Offline accuracy: the set size).
-  int64_t samples_per_query() const noexcept { return spq_; }
-  /// The offset after the last generated query (MLPerf's generated_query_duration).
-  int64_t end_timestamp_ns() const noexcept { return timestamp_; }
-
- private:
-  int64_t draw_index();
-  int64_t take(std::vector<int64_t>& from, size_t* pos);
-
-  GeneratorSettings s_;
-  Mt19937 sample_rng_;
-  Mt19937 schedule_rng_;
-  int64_t spq_ = 1;
-  int64_t gen_duration_ns_ = 0;
-  int64_t min_queries_ = 0;
-  bool equal_issue_ = false;
-  bool remainder_done_ = false;
-  int64_t generated_ = 0;
-  int64_t timestamp_ = 0;
-  int64_t prev_timestamp_ = 0;
-  int64_t period_ns_ = 0;
-  std::vector<int64_t> mode_indices_;  // accuracy mode: shuffled draw order
-  size_t mode_pos_ = 0;
-  std::vector<int64_t> unique_indices_;
-  size_t unique_pos_ = 0;
-  std::vector<int64_t> equal_indices_;
-  size_t equal_pos_ = 0;
-};
 
 /// How a run issues and ends (MLPerf's effective settings, durations in ns).
 struct RunSettings {
@@ -96,6 +33,9 @@ struct RunSettings {
   int64_t table_capacity = 1 << 17;  ///< queries tracked at once (power of 2)
   int significant_figures = 3;
   int64_t highest_trackable_ns = 3'600'000'000'000;
+  /// Sample latency bounds (ns, 0..8 of them, each >= 1): recorder().over_bound() counts the
+  /// sample latencies strictly over each, exactly.
+  std::vector<int64_t> latency_bounds_ns;
 };
 
 /// The SUT side of the issue loop: called on the issuing thread for each issue.
@@ -114,8 +54,9 @@ class IssueSink {
   virtual void before_wait() {}
 };
 
-/// Counts and times of a finished (or running) run.
-struct RunCounts {
+/// Counts and times of a finished (or running) run, with the recorder's counts (tokens,
+/// out of range): out-of-range samples count as completed, but are in no latency figure.
+struct RunCounts : RecorderCounts {
   int64_t queries_issued = 0;
   int64_t samples_issued = 0;
   int64_t issue_calls = 0;
@@ -126,7 +67,6 @@ struct RunCounts {
   int64_t latency_sum_ns = 0;
   int64_t query_latency_sum_ns = 0;
   int64_t max_latency_ns = 0;
-  int64_t tokens = 0;
   int64_t start_ns = 0;
   int64_t max_completion_ns = 0;
   int64_t final_scheduled_offset_ns = 0;
@@ -143,6 +83,7 @@ struct RunCounts {
 /// One run of the issue loop. complete()/first_token() may be called from any thread.
 class MlperfRun {
  public:
+  /// Throws std::invalid_argument naming a bad field.
   MlperfRun(RunSettings settings, GeneratorSettings generator);
   MlperfRun(const MlperfRun&) = delete;
   MlperfRun& operator=(const MlperfRun&) = delete;
@@ -162,26 +103,25 @@ class MlperfRun {
   void stop() noexcept { stop_.store(true, std::memory_order_release); }
 
   RunCounts counts() const;
-  HdrHistogram sample_latency() const { return sample_latency_.snapshot(); }
-  HdrHistogram query_latency() const { return query_latency_.snapshot(); }
-  HdrHistogram issue_delay() const { return issue_delay_.snapshot(); }
-  HdrHistogram first_token_latency() const { return ttft_.snapshot(); }
-  HdrHistogram time_per_output_token() const { return tpot_.snapshot(); }
+  /// The histograms (sample latency, query latency in MultiStream, issue delay, first
+  /// token, time per output token) and the exact over-bound counts of sample latencies
+  /// (aligned with RunSettings::latency_bounds_ns). Safe while running.
+  const Recorder& recorder() const noexcept { return recorder_; }
   const QueryGenerator& generator() const noexcept { return gen_; }
   /// Finishes generation (after issue_all) so generator().generated() is the total.
   void drain_generator() { gen_.drain(); }
   /// Bits of a sample id that hold the sample's position in its query.
-  int sample_bits() const noexcept { return sample_bits_; }
+  int sample_bits() const noexcept { return sample_ids_.bits(); }
 
  private:
   struct Slot {
-    // (seq << count_bits_) | samples still outstanding: one word, so a late or repeated
+    // (seq << count bits) | samples still outstanding: one word, so a late or repeated
     // completion can never touch a reused slot.
     std::atomic<uint64_t> word{0};
     // Read by completing threads while the issue thread may already be refilling the
     // slot: atomic, and trusted only when the word still names the query afterwards.
     std::atomic<int64_t> scheduled_ns{0};
-    int64_t issued_ns = 0;
+    std::atomic<int64_t> issued_ns{0};
     std::atomic<int64_t> done_ns{0};
     std::atomic<int64_t> first_token_ns{0};
   };
@@ -198,8 +138,8 @@ class MlperfRun {
 
   RunSettings s_;
   QueryGenerator gen_;
-  int sample_bits_ = 0;
-  int count_bits_ = 0;
+  TaggedWord sample_ids_;  // a sample's id: (seq << sample bits) | position in its query
+  TaggedWord words_;       // a slot's word: (seq << count bits) | samples outstanding
   uint64_t mask_ = 0;
   std::unique_ptr<Slot[]> slots_;
   // Queries of several samples: one done bit per sample, so a sample completed twice is
@@ -208,11 +148,7 @@ class MlperfRun {
   std::unique_ptr<std::atomic<uint64_t>[]> done_bits_;
   bool mark_sample(uint64_t seq, uint64_t position) noexcept;
 
-  ShardedHistogram sample_latency_;
-  ShardedHistogram query_latency_;
-  ShardedHistogram issue_delay_;
-  ShardedHistogram ttft_;
-  ShardedHistogram tpot_;
+  Recorder recorder_;
 
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> queries_issued_{0};
@@ -224,20 +160,12 @@ class MlperfRun {
   std::atomic<int64_t> query_latency_sum_{0};
   std::atomic<int64_t> max_latency_{0};
   std::atomic<int64_t> max_completion_{0};
-  std::atomic<int64_t> tokens_{0};
   RunCounts result_;  // issue-thread fields, final after issue_all()
   uint64_t seq_base_ = 0;  // this run's block of query numbers starts after it, so a late
   uint64_t last_seq_ = 0;  // completion of another run never matches a query of this one
   uint64_t last_published_ = 0;  // issue thread: the last query published
   Notifier done_;     // a query finished
 };
-
-/// MLPerf's loadable sets: the first `total_sample_count` QSL indices (at most
-/// `qsl_total_count`) shuffled with `qsl_rng_seed`, cut into sets of `set_size`, each
-/// padded with its first `padding` entries (MultiStream).
-std::vector<std::vector<int64_t>> loadable_sets(int64_t total_sample_count, int64_t qsl_total_count,
-                                                int64_t set_size, int64_t padding,
-                                                uint64_t qsl_rng_seed);
 
 }  // namespace mlperf
 }  // namespace loadgen

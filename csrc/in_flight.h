@@ -1,0 +1,148 @@
+#pragma once
+// Tracking queries in flight: the issue engine's slot table, and the pieces of it the
+// MLPerf issue loop shares (tagged words naming a slot's query, and the first-token
+// stamp that a reused slot cannot inherit).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace loadgen {
+
+/// Bits needed to hold every value in 0..n (0 for n = 0).
+inline int bits_for(uint64_t n) noexcept {
+  int b = 0;
+  while (b < 64 && (n >> b) != 0) ++b;
+  return b;
+}
+
+/// A 64-bit word packing a tag (a query's number) above a small field of `low_bits`
+/// bits (a slot index, a state, a count, a sample's position). A slot's word that holds
+/// its query's tag can never be mistaken for a later query's, since tags are not reused.
+class TaggedWord {
+ public:
+  constexpr TaggedWord() noexcept = default;
+  /// low_bits in 0..63.
+  explicit constexpr TaggedWord(int low_bits) noexcept
+      : bits_(low_bits), mask_((uint64_t{1} << low_bits) - 1) {}
+  constexpr uint64_t pack(uint64_t tag, uint64_t low) const noexcept { return (tag << bits_) | low; }
+  constexpr uint64_t tag(uint64_t word) const noexcept { return word >> bits_; }
+  constexpr uint64_t low(uint64_t word) const noexcept { return word & mask_; }
+  constexpr int bits() const noexcept { return bits_; }
+  constexpr uint64_t low_mask() const noexcept { return mask_; }
+
+ private:
+  int bits_ = 0;
+  uint64_t mask_ = 0;
+};
+
+/// How a first-token stamp went.
+enum class FirstTokenStamp {
+  kStamped,   ///< this call stamped the query's first token
+  kAlready,   ///< the query already had its first token
+  kGone,      ///< the query resolved (its slot perhaps reused) meanwhile; nothing stamped
+};
+
+/// Stamps `t_ns` (> 0) as a query's first token in `stamp` (0: none yet), once. The
+/// caller has seen its slot hold the query; `still_mine()` looks again after the stamp:
+/// if the query resolved meanwhile, the stamp (which would belong to the slot's next
+/// query) is taken back. Any thread; lock-free.
+template <class StillMine>
+FirstTokenStamp stamp_first_token(std::atomic<int64_t>& stamp, int64_t t_ns, StillMine still_mine) noexcept {
+  int64_t expect = 0;
+  if (!stamp.compare_exchange_strong(expect, t_ns, std::memory_order_acq_rel)) return FirstTokenStamp::kAlready;
+  if (!still_mine()) {
+    int64_t mine = t_ns;
+    stamp.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+    return FirstTokenStamp::kGone;
+  }
+  return FirstTokenStamp::kStamped;
+}
+
+/// The issue engine's in-flight table: one slot per outstanding query, any free slot
+/// taking the next query (a slow query does not hold up the ones after it).
+///
+/// A query id is (sequence number << slot bits) | slot index: ids grow in issue order,
+/// name their slot, and fit in 61 bits. A slot's state word is (id << 3) | state, so a
+/// stale id never matches a reused slot. Transitions:
+///   free -> queued -> issuing -> issued (queue SUT) or free -> issued (native SUTs);
+///   queued/issued -> claimed -> free (completed, failed, timed out or cancelled).
+/// Thread-safety: find_free_slot() and fill() belong to the one issuing thread; the
+/// state transitions and first-token stamps are lock-free from any thread.
+class InFlightTable {
+ public:
+  enum State : uint64_t { kFree = 0, kQueued = 1, kIssuing = 2, kIssued = 3, kClaimed = 4 };
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> state{kFree};
+    int64_t scheduled_ns = 0;
+    int64_t issued_ns = 0;
+    std::atomic<int64_t> first_token_ns{0};
+  };
+
+  /// `capacity` slots (a power of 2, >= 1), each with room for `samples_per_query`
+  /// (>= 1) sample indices.
+  InFlightTable(uint64_t capacity, int64_t samples_per_query);
+
+  uint64_t capacity() const noexcept { return mask_ + 1; }
+  /// Whether `id` can name a query at all (positive, within 61 bits).
+  static bool valid_id(int64_t id) noexcept { return id > 0 && (static_cast<uint64_t>(id) >> 61) == 0; }
+  int64_t make_id(int64_t seq, uint64_t slot_index) const noexcept {
+    return static_cast<int64_t>(ids_.pack(static_cast<uint64_t>(seq), slot_index));
+  }
+  uint64_t index(int64_t id) const noexcept { return static_cast<uint64_t>(id) & mask_; }
+  Slot& slot(int64_t id) noexcept { return slots_[index(id)]; }
+  Slot& at(uint64_t slot_index) noexcept { return slots_[slot_index]; }
+  /// The sample indices of query `id` (samples_per_query of them).
+  int64_t* samples(int64_t id) noexcept { return &samples_[index(id) * spq_]; }
+
+  static uint64_t word(int64_t id, uint64_t state) noexcept {
+    return kStates.pack(static_cast<uint64_t>(id), state);
+  }
+  static int64_t id_of(uint64_t word) noexcept { return static_cast<int64_t>(kStates.tag(word)); }
+  static uint64_t state_of(uint64_t word) noexcept { return kStates.low(word); }
+
+  /// A free slot's index, scanning round-robin from the last one taken; -1 when none
+  /// is free. Issuing thread only.
+  int64_t find_free_slot() noexcept;
+  /// Readies the free slot of new query `id` (not yet visible to other threads).
+  /// Issuing thread only.
+  Slot& fill(int64_t id, int64_t scheduled_ns, int64_t issued_ns) noexcept {
+    Slot& s = slot(id);
+    s.scheduled_ns = scheduled_ns;
+    s.issued_ns = issued_ns;
+    s.first_token_ns.store(0, std::memory_order_relaxed);
+    return s;
+  }
+  /// Publishes query `id` in `state` (a release store by its owner).
+  void set(int64_t id, uint64_t state) noexcept {
+    slot(id).state.store(word(id, state), std::memory_order_release);
+  }
+  /// Moves `id` from `from` to `to`; true when this caller made the move.
+  bool transition(int64_t id, uint64_t from, uint64_t to) noexcept {
+    uint64_t expect = word(id, from);
+    return slot(id).state.compare_exchange_strong(expect, word(id, to), std::memory_order_acq_rel);
+  }
+  /// Claims issued query `id` for its caller to resolve; false when `id` is not in
+  /// flight (late, duplicate, bogus).
+  bool claim_issued(int64_t id) noexcept { return valid_id(id) && transition(id, kIssued, kClaimed); }
+  /// Frees a claimed slot.
+  void free(int64_t id) noexcept { set(id, kFree); }
+  /// Claims whatever query slot `slot_index` holds once it is queued or issued (waiting
+  /// out a consumer or completer mid-way). Returns its id, or 0 when the slot is free.
+  int64_t claim_outstanding(uint64_t slot_index) noexcept;
+  /// Stamps the first token of issued query `id` at `t_ns` (> 0), once; on success
+  /// writes its scheduled time. False when not issued or already stamped.
+  bool stamp_first_token(int64_t id, int64_t t_ns, int64_t* scheduled_ns) noexcept;
+
+ private:
+  static constexpr TaggedWord kStates{3};
+  uint64_t mask_;
+  TaggedWord ids_;
+  uint64_t spq_;
+  uint64_t free_cursor_ = 0;  // issuing thread only
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<int64_t> samples_;  // capacity * samples_per_query
+};
+
+}  // namespace loadgen

@@ -1,0 +1,80 @@
+#include "recorder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "atomic_ops.h"
+#include "require.h"
+
+namespace loadgen {
+namespace {
+
+using detail::require;
+
+const RecorderSettings& validated(const RecorderSettings& s) {
+  require(s.highest_trackable_ns >= 2,
+          "highest_trackable_ns must be >= 2, got " + std::to_string(s.highest_trackable_ns));
+  require(s.significant_figures >= 1 && s.significant_figures <= 5,
+          "significant_figures must be in 1..5, got " + std::to_string(s.significant_figures));
+  require(s.latency_bounds_ns.size() <= Recorder::kMaxLatencyBounds,
+          "latency_bounds_ns takes at most " + std::to_string(Recorder::kMaxLatencyBounds) +
+              " bounds, got " + std::to_string(s.latency_bounds_ns.size()));
+  for (const int64_t b : s.latency_bounds_ns) {
+    require(b >= 1, "latency_bounds_ns: each bound must be >= 1 ns, got " + std::to_string(b));
+  }
+  return s;
+}
+
+}  // namespace
+
+Recorder::Recorder(const RecorderSettings& settings)
+    : top_(static_cast<uint64_t>(validated(settings).highest_trackable_ns)),
+      significant_figures_(settings.significant_figures),
+      n_bounds_(settings.latency_bounds_ns.size()),
+      latency_(1, settings.highest_trackable_ns, settings.significant_figures),
+      service_(1, settings.highest_trackable_ns, settings.significant_figures),
+      issue_delay_(1, settings.highest_trackable_ns, settings.significant_figures),
+      ttft_(1, settings.highest_trackable_ns, settings.significant_figures),
+      tpot_(1, settings.highest_trackable_ns, settings.significant_figures) {
+  std::copy(settings.latency_bounds_ns.begin(), settings.latency_bounds_ns.end(), bounds_.begin());
+  if (settings.query_latency) {
+    query_latency_ = std::make_unique<ShardedHistogram>(1, settings.highest_trackable_ns,
+                                                        settings.significant_figures);
+  }
+}
+
+void Recorder::count_out_of_range(int64_t latency_ns, int64_t samples) noexcept {
+  // Extremes first: a reader that sees the count sees extremes that include this one.
+  atomic_min(out_of_range_min_, latency_ns);
+  atomic_max(out_of_range_max_, latency_ns);
+  out_of_range_.fetch_add(samples, std::memory_order_release);
+}
+
+HdrHistogram Recorder::query_latency() const {
+  if (query_latency_) return query_latency_->snapshot();
+  return HdrHistogram(1, static_cast<int64_t>(top_), significant_figures_);
+}
+
+RecorderCounts Recorder::counts() const noexcept {
+  RecorderCounts c;
+  c.tokens = tokens_.load(std::memory_order_relaxed);
+  c.out_of_range = out_of_range_.load(std::memory_order_acquire);
+  if (c.out_of_range > 0) {
+    c.out_of_range_min_ns = out_of_range_min_.load(std::memory_order_relaxed);
+    c.out_of_range_max_ns = out_of_range_max_.load(std::memory_order_relaxed);
+  }
+  c.first_token_out_of_range = first_token_out_of_range_.load(std::memory_order_relaxed);
+  return c;
+}
+
+std::vector<int64_t> Recorder::over_bound() const {
+  std::vector<int64_t> out(n_bounds_);
+  for (size_t k = 0; k < n_bounds_; ++k) out[k] = over_[k].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::vector<int64_t> Recorder::latency_bounds_ns() const {
+  return std::vector<int64_t>(bounds_.begin(), bounds_.begin() + static_cast<std::ptrdiff_t>(n_bounds_));
+}
+
+}  // namespace loadgen

@@ -1,0 +1,156 @@
+#pragma once
+// What a run records about its queries, and the rules for recording it, shared by the
+// issue engine and the MLPerf issue loop: the latency, service time, issue delay, time to
+// first token and time per output token histograms (and, for MultiStream, per-query
+// latency), the output token sum, exact counts of latencies over configured bounds, and
+// completions whose times cannot be recorded. See DESIGN.md, "Nothing recorded is lost".
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "hdr_histogram.h"
+#include "sharded_histogram.h"
+
+namespace loadgen {
+
+/// How a Recorder is built. Validated by the Recorder's constructor.
+struct RecorderSettings {
+  /// Top of every histogram's range, ns (>= 2). A latency above it is out of range.
+  int64_t highest_trackable_ns = 3'600'000'000'000;
+  /// HDR precision, decimal digits (1..5).
+  int significant_figures = 3;
+  /// Latency bounds, ns: 0..8 of them, each >= 1. over_bound()[k] counts the latencies
+  /// strictly greater than latency_bounds_ns[k], exactly.
+  std::vector<int64_t> latency_bounds_ns;
+  /// Also keep a per-query latency histogram (record_query_latency()).
+  bool query_latency = false;
+};
+
+/// The counters of a Recorder, read together.
+struct RecorderCounts {
+  int64_t tokens = 0;  ///< output tokens reported at completion
+  /// Completions (weighted by samples) not recorded: completed before the query was
+  /// scheduled or issued, or with a latency above highest_trackable_ns.
+  int64_t out_of_range = 0;
+  /// Smallest and largest latency (completed - scheduled, signed ns) of those
+  /// completions; both 0 when out_of_range is 0.
+  int64_t out_of_range_min_ns = 0;
+  int64_t out_of_range_max_ns = 0;
+  /// First tokens not recorded: before the query was scheduled, more than
+  /// highest_trackable_ns after it, or after the query's completion (whose time per
+  /// output token is then not recorded either).
+  int64_t first_token_out_of_range = 0;
+};
+
+/// Records completions, first tokens and issue delays from any number of threads.
+/// Thread-safety: every record call is wait-free after the calling thread's first call
+/// (which registers its histogram shards), takes no lock and allocates nothing; reads
+/// (snapshots, counts) are safe while others record.
+class Recorder {
+ public:
+  /// At most this many latency bounds.
+  static constexpr size_t kMaxLatencyBounds = 8;
+
+  /// Throws std::invalid_argument naming the bad field (latency_bounds_ns,
+  /// highest_trackable_ns, significant_figures).
+  explicit Recorder(const RecorderSettings& settings);
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  /// One completion of `samples` samples (>= 1) of a query scheduled at `scheduled_ns`
+  /// and issued at `issued_ns`, completed at `completed_ns` (all on the one clock).
+  /// Records latency (completed - scheduled) and service time (completed - issued)
+  /// `samples` times, counts latencies over each bound, adds `tokens` (>= 0) to the
+  /// token sum, and, when `tpot_tokens` > 1 and `first_token_ns` > 0, records the time
+  /// per output token (completed - first token) / (tpot_tokens - 1).
+  /// Returns false, and records nothing but the out-of-range count and extremes and the
+  /// tokens, when a time is out of range (see RecorderCounts::out_of_range).
+  bool complete(int64_t scheduled_ns, int64_t issued_ns, int64_t completed_ns, int64_t samples = 1,
+                int64_t tokens = 0, int64_t tpot_tokens = 0, int64_t first_token_ns = 0) noexcept {
+    const int64_t latency = completed_ns - scheduled_ns;
+    const int64_t service = completed_ns - issued_ns;
+    // One unsigned compare each catches both a negative time and one above the range.
+    if (static_cast<uint64_t>(latency) > top_ || static_cast<uint64_t>(service) > top_) {
+      count_out_of_range(latency, samples);
+      if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
+      return false;
+    }
+    latency_.record_n(latency, samples);
+    service_.record_n(service, samples);
+    for (size_t k = 0; k < n_bounds_; ++k) {
+      if (latency > bounds_[k]) over_[k].fetch_add(samples, std::memory_order_relaxed);
+    }
+    if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
+    if (tpot_tokens > 1 && first_token_ns > 0) {
+      if (completed_ns >= first_token_ns) {
+        tpot_.record((completed_ns - first_token_ns) / (tpot_tokens - 1));
+      } else {
+        first_token_out_of_range_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return true;
+  }
+  /// The first token of a query scheduled at `scheduled_ns` came at `t_ns`: records the
+  /// time to first token, or counts it as out of range. Returns whether it was recorded.
+  bool first_token(int64_t scheduled_ns, int64_t t_ns) noexcept {
+    const int64_t ttft = t_ns - scheduled_ns;
+    if (static_cast<uint64_t>(ttft) > top_) {
+      first_token_out_of_range_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    return ttft_.record(ttft);
+  }
+  /// A query scheduled at `scheduled_ns` reached the SUT at `issued_ns`.
+  void issue_delay(int64_t scheduled_ns, int64_t issued_ns) noexcept {
+    issue_delay_.record(issued_ns - scheduled_ns);
+  }
+  /// Records one query's latency (ns) in the per-query histogram (settings.query_latency
+  /// must be set; otherwise a no-op). For latencies complete() already accepted.
+  void record_query_latency(int64_t latency_ns) noexcept {
+    if (query_latency_) query_latency_->record(latency_ns);
+  }
+
+  /// Merged snapshots (safe while recording).
+  HdrHistogram latency() const { return latency_.snapshot(); }
+  HdrHistogram service_time() const { return service_.snapshot(); }
+  HdrHistogram issue_delay() const { return issue_delay_.snapshot(); }
+  HdrHistogram ttft() const { return ttft_.snapshot(); }
+  HdrHistogram tpot() const { return tpot_.snapshot(); }
+  /// Empty (same layout) when the settings did not ask for it.
+  HdrHistogram query_latency() const;
+
+  RecorderCounts counts() const noexcept;
+  /// Latencies (weighted by samples) strictly over each bound, aligned with
+  /// latency_bounds_ns().
+  std::vector<int64_t> over_bound() const;
+  std::vector<int64_t> latency_bounds_ns() const;
+  int64_t highest_trackable_ns() const noexcept { return static_cast<int64_t>(top_); }
+  int significant_figures() const noexcept { return significant_figures_; }
+
+ private:
+  void count_out_of_range(int64_t latency_ns, int64_t samples) noexcept;
+
+  uint64_t top_;  // highest_trackable_ns
+  int significant_figures_;
+  size_t n_bounds_ = 0;
+  std::array<int64_t, kMaxLatencyBounds> bounds_{};
+  ShardedHistogram latency_;
+  ShardedHistogram service_;
+  ShardedHistogram issue_delay_;
+  ShardedHistogram ttft_;
+  ShardedHistogram tpot_;
+  std::unique_ptr<ShardedHistogram> query_latency_;
+  std::atomic<int64_t> tokens_{0};
+  std::atomic<int64_t> out_of_range_{0};
+  std::atomic<int64_t> out_of_range_min_{INT64_MAX};
+  std::atomic<int64_t> out_of_range_max_{INT64_MIN};
+  std::atomic<int64_t> first_token_out_of_range_{0};
+  // Written only when a latency is over a bound; on its own cache line, away from the
+  // read-mostly fields above.
+  alignas(64) std::array<std::atomic<int64_t>, kMaxLatencyBounds> over_{};
+};
+
+}  // namespace loadgen
