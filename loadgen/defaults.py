@@ -33,6 +33,9 @@ LATENCY_PERCENTILE = 99.0
 DURATION_S = 10.0  # the timed scenarios (constant, poisson, concurrency)
 MLPERF_MIN_DURATION_S = 10.0
 MLPERF_MIN_QUERY_COUNT = 100
+SINGLESTREAM_PERCENTILE = 90.0
+MULTISTREAM_SAMPLES_PER_QUERY = 8
+OFFLINE_EXPECTED_QPS = 10_000.0  # offline: the expected rate that sizes the run
 RAMP = "step"
 TRACE_UNIT = "ms"
 

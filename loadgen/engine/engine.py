@@ -8,7 +8,7 @@ schedule and never calls into Python per query. Python SUTs are fed by a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 from loadgen import _core
@@ -40,6 +40,8 @@ class RunResult:
         issue_duration_s: from the first scheduled time to the last issue.
         interrupted: the run was stopped early (stop(), Ctrl-C, an error).
         settings: the settings the run used.
+        over_bound: for each of ``settings.latency_bounds_ns``, the exact number of
+            latencies strictly greater than it.
     """
 
     counts: Dict[str, int]
@@ -56,6 +58,7 @@ class RunResult:
     interrupted: bool
     settings: EngineSettings
     samples_per_query: int = 1
+    over_bound: List[int] = field(default_factory=list)
 
     @property
     def completed_qps(self) -> float:
@@ -205,6 +208,7 @@ class Engine:
             interrupted=self._stopped,
             settings=self.settings,
             samples_per_query=self.settings.samples_per_query,
+            over_bound=list(c.over_bound()),
         )
 
 

@@ -74,6 +74,10 @@ class EngineSettings:
             two and no cross-thread wake-up: steadier tail latency on small or shared
             machines; the schedule is not watched while the SUT runs (lateness shows as
             issue delay). Closed loop with a Python SUT always works this way.
+        latency_bounds_ns: latency bounds (ns, up to 8) to count exactly: the engine
+            counts, as it records, every latency strictly greater than each bound
+            (``RunResult.over_bound``, in this order). Early stopping and bound checks
+            use these counts, never a histogram-bucket estimate.
     """
 
     mode: str = defaults.MODE
@@ -101,6 +105,7 @@ class EngineSettings:
     batch_max: int = defaults.BATCH_MAX
     consumer_spin_us: float = defaults.CONSUMER_SPIN_US
     inline_dispatch: bool = False
+    latency_bounds_ns: Sequence[int] = ()
 
     def validate(self) -> None:
         """Checks every field; raises ValueError naming the first bad one."""
@@ -201,6 +206,7 @@ class EngineSettings:
         s.grace_ns = _ns(self.grace_s)
         s.interval_ns = _ns(self.interval_s)
         s.significant_figures = self.significant_figures
+        s.latency_bounds_ns = [int(b) for b in self.latency_bounds_ns]
         if self.inline_dispatch and sut_form not in ("function", "batched"):
             raise ValueError(
                 f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"

@@ -375,7 +375,10 @@ def _validity_items(ev: Evaluation, scenario: int, use_tokens: bool) -> list[tup
         if not ev.min_duration_met:
             reason += ev.min_duration_recommendation + " "
         if not ev.min_queries_met:
-            reason += EXITED_EARLY_MESSAGE
+            reason += EXITED_EARLY_MESSAGE + " "
+        if ev.unrecorded_text:
+            reason += ev.unrecorded_text
+        reason = reason.rstrip()
         lines.append(("result_invalid_reason", reason.replace("\n", " ")))
     if not use_tokens:
         lines.append(("early_stopping_result", ev.early_stopping_text.replace("\n", " ")))

@@ -154,7 +154,8 @@ class Evaluation:
 
     Attributes:
         scenario_name / mode_name: MLPerf's names, e.g. ``"Server"``, ``"PerformanceOnly"``.
-        valid: all four checks passed ("Result is : VALID").
+        valid: all four checks passed ("Result is : VALID") and every reported time was
+            recorded (``unrecorded_text`` says what was not).
         min_duration_met / min_queries_met / perf_constraints_met / early_stopping_met:
             the four checks; ``min_queries_met`` covers both the query and sample minimums.
         has_perf_constraints: the scenario has a latency bound (Server).
@@ -189,6 +190,7 @@ class Evaluation:
     min_queries_met: bool = False
     perf_constraints_met: bool = True
     early_stopping_met: bool = True
+    unrecorded_text: str = ""
     has_perf_constraints: bool = False
     min_duration_recommendation: str = ""
     perf_constraints_recommendation: str = ""
@@ -247,6 +249,22 @@ class Evaluation:
         return "VALID" if self.valid else "INVALID"
 
 
+def _unrecorded_text(fig: RunFigures) -> str:
+    """Why the run is invalid when the SUT reported times the histograms cannot hold
+    ("" when it did not): those latencies are missing from every figure."""
+    parts = []
+    if fig.out_of_range:
+        parts.append(
+            f"{fig.out_of_range} sample completions reported a time before their query was "
+            "scheduled or issued, or beyond the latency histograms' range"
+        )
+    if fig.first_token_out_of_range:
+        parts.append(f"{fig.first_token_out_of_range} first tokens were reported at impossible times")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ": their latencies are not in the figures. Check the times the SUT reports."
+
+
 def _name(names: Mapping[int, str], value: Any) -> str:
     try:
         return names[int(value)]
@@ -301,9 +319,13 @@ def evaluate(eff: Any, fig: RunFigures) -> Evaluation:
     )
     _check_early_stopping(ev, eff, views, scenario)
     _check_perf_constraints(ev, eff, scenario)
+    ev.unrecorded_text = _unrecorded_text(fig)
     ev.valid = (
         ev.min_duration_met and ev.min_queries_met and ev.perf_constraints_met and ev.early_stopping_met
+        and not ev.unrecorded_text
     )
+    if ev.unrecorded_text:
+        ev.recommendations.append(ev.unrecorded_text)
     if not ev.perf_constraints_met:
         ev.recommendations.append(ev.perf_constraints_recommendation)
     if not ev.min_duration_met:
@@ -339,8 +361,12 @@ def _process_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _Views)
     ev.query_count = ev.queries_issued
     scenario = int(eff.scenario)
     if scenario == TestScenario.Server:
-        # Bucket fallback; the exact count is the engine's over_bound for target_latency_ns.
-        ev.overlatency_query_count = count_over(samples, int(getattr(eff, "target_latency_ns", 0)))
+        # The native run's exact count; figures built from a histogram alone fall back
+        # to bucket precision.
+        ev.overlatency_query_count = (
+            fig.over_bound if fig.over_bound is not None
+            else count_over(samples, int(getattr(eff, "target_latency_ns", 0)))
+        )
     if getattr(eff, "use_token_latencies", False):
         _process_token_latencies(ev, eff, fig, views, n)
     if scenario == TestScenario.MultiStream:
@@ -439,7 +465,14 @@ def _check_perf_constraints(ev: Evaluation, eff: Any, scenario: int) -> None:
     if scenario != TestScenario.Server:
         return
     if not getattr(eff, "use_token_latencies", False):
-        if ev.sample_latency_target_ns > int(getattr(eff, "target_latency_ns", 0)):
+        # The latency at MLPerf's percentile index (int(n * p), 0-based) is over the
+        # target exactly when more than n - 1 - int(n * p) latencies are.
+        n = ev.sample_count
+        over_target = (
+            ev.overlatency_query_count > n - 1 - int(n * ev.target_percentile)
+            if n else False
+        )
+        if over_target:
             ev.perf_constraints_met = False
             ev.perf_constraints_recommendation = "Reduce target QPS to improve latency."
         return

@@ -45,6 +45,12 @@ class RunFigures:
             what the query generator produced (MLPerf logs these three).
         start_ns: now_ns() at the start of issuing; end_ns: after the last completion.
         unknown_completions: completions of ids not in flight (late, duplicate, bogus).
+        over_bound: the native run's exact count of sample latencies over the target
+            latency (Server; None for figures built from a histogram alone, which then
+            count over the bound to bucket precision).
+        out_of_range: samples whose completion time the histograms cannot hold (before
+            the query was scheduled or issued, or beyond their range): counted, not recorded.
+        first_token_out_of_range: first tokens likewise.
     """
 
     sample_latency: Histogram
@@ -72,4 +78,7 @@ class RunFigures:
     start_ns: int = 0
     end_ns: int = 0
     unknown_completions: int = 0
+    over_bound: int | None = None
+    out_of_range: int = 0
+    first_token_out_of_range: int = 0
     extra: dict = field(default_factory=dict)

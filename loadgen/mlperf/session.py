@@ -322,7 +322,14 @@ def _new_run(eff: EffectiveSettings, loaded: list, distribution_end: int, accura
         and scenario == int(TestScenario.Server),
         spin_ns=int(options.spin_us * 1000),
         table_capacity=int(options.table_capacity),
+        latency_bounds_ns=_latency_bounds_ns(eff),
     )
+
+
+def _latency_bounds_ns(eff: EffectiveSettings) -> list[int]:
+    """Server: the target latency, counted exactly by the native run (over_bound()[0])."""
+    bound = int(getattr(eff, "target_latency_ns", 0))
+    return [bound] if int(eff.scenario) == int(TestScenario.Server) and bound >= 1 else []
 
 
 def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
@@ -364,4 +371,7 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         start_ns=start,
         end_ns=counts["max_completion_ns"],
         unknown_completions=counts["unknown_completions"],
+        over_bound=run.over_bound()[0] if run.over_bound() else None,
+        out_of_range=counts["out_of_range"],
+        first_token_out_of_range=counts["first_token_out_of_range"],
     )

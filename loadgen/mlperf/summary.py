@@ -26,7 +26,7 @@ def _summary_value(value: Any) -> str:
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, (float, np.floating)):
-        return cpp_stream_double(value)
+        return cpp_stream_double(float(value))
     return str(value)
 
 
@@ -127,6 +127,8 @@ def _validity_lines(ev: Evaluation, scenario: int, use_tokens: bool) -> list[str
             out.append(" * " + ev.min_duration_recommendation)
         if not ev.min_queries_met:
             out.append(f" * {EXITED_EARLY_MESSAGE}\n   See the detailed log for why this may have occurred.")
+        if ev.unrecorded_text:
+            out.append(" * " + ev.unrecorded_text)
     if scenario in (TestScenario.SingleStream, TestScenario.Server, TestScenario.MultiStream):
         if not use_tokens:
             out += ["Early Stopping Result:", ev.early_stopping_text]

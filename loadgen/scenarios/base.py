@@ -4,7 +4,7 @@ that apply to any run."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
@@ -75,6 +75,7 @@ class Scenario:
             interval_s=o.interval_s,
             significant_figures=o.significant_figures,
             inline_dispatch=o.inline_dispatch,
+            latency_bounds_ns=latency_bounds_ns(o),
             **kw,
         )
 
@@ -92,6 +93,22 @@ class Scenario:
     def measured_duration_s(self, result: RunResult) -> float:
         """The duration the minimum-duration rule checks: how long queries were issued."""
         return result.issue_duration_s
+
+
+def latency_bounds_ns(o: RunOptions) -> Tuple[int, ...]:
+    """The latency bounds the engine counts exactly for these options: ``--latency-bound-ms``
+    when set (``RunResult.over_bound[0]``), else none."""
+    return (ms_to_ns(o.latency_bound_ms),) if o.latency_bound_ms is not None else ()
+
+
+def percentile_over_bound(count: int, over: int, percentile: float) -> bool:
+    """Whether the ``percentile`` latency of ``count`` latencies is above a bound that
+    ``over`` of them exceed: exact, from the engine's over-bound count. The percentile is
+    the latency of rank ``max(1, round(count * percentile / 100))``, the rank the
+    histogram's percentiles use, so it is over the bound when more latencies exceed the
+    bound than lie above that rank."""
+    rank = max(1, int(count * percentile / 100.0 + 0.5))
+    return over > count - rank
 
 
 def _ms(ns: float) -> str:
@@ -140,13 +157,8 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
                 f"too few queries: {c['issued']} issued, fewer than the minimum "
                 f"{o.min_query_count} (--min-query-count)"
             )
-    if o.latency_bound_ms is not None and result.latency.total_count:
-        value = result.latency.value_at_percentile(o.latency_percentile)
-        if value > ms_to_ns(o.latency_bound_ms):
-            reasons.append(
-                f"latency bound missed: p{o.latency_percentile:g} latency is {_ms(value)}, "
-                f"above the bound of {o.latency_bound_ms:g} ms"
-            )
+    reasons += _bound_reasons(result, o)
+    reasons += _out_of_range_reasons(c)
     if scenario.checks_overload and result.issue_delay.total_count:
         p99 = result.issue_delay.value_at_percentile(99)
         if p99 > ms_to_ns(o.max_issue_delay_ms):
@@ -161,4 +173,45 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
                 f"generator overload: p99 issue delay is {_ms(p99)}, above "
                 f"{o.max_issue_delay_ms:g} ms (--max-issue-delay-ms): {why}"
             )
+    return reasons
+
+
+def _bound_reasons(result: RunResult, o: RunOptions) -> List[str]:
+    """The latency bound, judged on the engine's exact count of latencies over it."""
+    count = result.latency.total_count
+    if o.latency_bound_ms is None or not count or not result.over_bound:
+        return []
+    over = result.over_bound[0]
+    if not percentile_over_bound(count, over, o.latency_percentile):
+        return []
+    return [
+        f"latency bound missed: p{o.latency_percentile:g} latency is "
+        f"{_ms(result.latency.value_at_percentile(o.latency_percentile))}, above the bound of "
+        f"{o.latency_bound_ms:g} ms ({over} of {count} latencies, {over / count:.2%}, were over it)"
+    ]
+
+
+def _out_of_range_reasons(c: Dict[str, int]) -> List[str]:
+    """Completions (or first tokens) whose times could not be recorded: the SUT reported
+    a time before the query was scheduled or issued, or one beyond the histograms' range."""
+    reasons: List[str] = []
+    n = c.get("out_of_range", 0)
+    if n:
+        low, high = c.get("out_of_range_min_ns", 0), c.get("out_of_range_max_ns", 0)
+        what = []
+        if low < 0:
+            what.append(f"as early as {_ms(-low)} before the scheduled time")
+        if high > 0:
+            what.append(f"as late as {high / NS_PER['s']:.6g} s after it")
+        reasons.append(
+            f"{n} completions reported times the latency histograms cannot hold "
+            f"({' and '.join(what) or 'before the query was issued'}); their latencies are "
+            "not in the figures: check the completion times the SUT reports"
+        )
+    n = c.get("first_token_out_of_range", 0)
+    if n:
+        reasons.append(
+            f"{n} first tokens were reported before their query was scheduled, after it "
+            "completed, or beyond the histograms' range; their TTFT and TPOT are not in the figures"
+        )
     return reasons

@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
-from loadgen.stats.early_stopping import count_over, percentile_estimate, server_early_stopping
+from loadgen.stats.early_stopping import percentile_estimate, server_early_stopping
+from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
 from loadgen.scenarios.base import Scenario
+from loadgen.units import NS_PER
 
 __all__ = ["MultiStream", "Offline", "Server", "SingleStream"]
 
@@ -42,7 +44,7 @@ class _Stream(_Mlperf):
     def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
         return {
             "name": f"p{o.latency_percentile:g}_latency",
-            "value": result.latency.value_at_percentile(o.latency_percentile) / 1e6,
+            "value": result.latency.value_at_percentile(o.latency_percentile) / NS_PER["ms"],
             "unit": "ms",
         }
 
@@ -62,7 +64,7 @@ class SingleStream(_Stream):
     name = "single-stream"
     summary = ("one query of one sample in flight, the next when it completes; metric: the "
                "90th-percentile latency (--latency-percentile)")
-    default_percentile = 90.0
+    default_percentile = defaults.SINGLESTREAM_PERCENTILE
 
 
 class MultiStream(_Stream):
@@ -73,7 +75,7 @@ class MultiStream(_Stream):
 
     def effective(self, opts: RunOptions) -> RunOptions:
         if opts.samples_per_query is None:
-            opts = _replace(opts, samples_per_query=8)
+            opts = _replace(opts, samples_per_query=defaults.MULTISTREAM_SAMPLES_PER_QUERY)
         return super().effective(opts)
 
 
@@ -85,9 +87,9 @@ class Server(_Mlperf):
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
         if o.target_qps is None:
-            o.target_qps = 1000.0
+            o.target_qps = defaults.TARGET_QPS
         if o.latency_bound_ms is None:
-            o.latency_bound_ms = 10.0
+            o.latency_bound_ms = defaults.LATENCY_BOUND_MS
         return o
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
@@ -104,11 +106,10 @@ class Server(_Mlperf):
     def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
         if not 0 < o.latency_percentile < 100:
             return None
-        bound_ns = int(o.latency_bound_ms * 1e6)
         return server_early_stopping(
             queries=result.counts["issued"],
-            # Bucket fallback; the exact count is the engine's over_bound for bound_ns.
-            overlatency_count=count_over(result.latency, bound_ns),
+            # The engine's exact count over --latency-bound-ms (latency_bounds_ns[0]).
+            overlatency_count=result.over_bound[0],
             p=o.latency_percentile / 100.0,
         ).as_dict()
 
@@ -125,7 +126,7 @@ class Offline(_Mlperf):
                "1.1 x --min-duration-s x the expected --target-qps samples, and at least "
                "--min-query-count queries); metric: samples/s")
     checks_overload = False  # every query is due at t = 0: issue delay is the backlog by design
-    default_expected_qps = 10_000.0
+    default_expected_qps = defaults.OFFLINE_EXPECTED_QPS
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
