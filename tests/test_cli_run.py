@@ -1117,3 +1117,47 @@ def test_load_results_gives_one_row_per_run(saved_results):
     # A single file, and a list mixing files and folders.
     assert len(load_results(root / "a" / "result.json")) == 1
     assert len(load_results([root / "a" / "result.json", root / "deep"])) == 2
+
+
+IMPOSSIBLE_TIMES_SRC = """
+import time
+
+class SUT:
+    # A batched SUT that reports impossible completion times for some queries: far beyond
+    # the histograms' range, or before the query was scheduled.
+    def issue(self, batch):
+        for qid, scheduled in zip(batch.ids.tolist(), batch.scheduled_ns.tolist()):
+            k = qid % 7
+            if k == 0:
+                batch.complete_one(qid, completed_ns=2**62)
+            elif k == 1:
+                batch.complete_one(qid, completed_ns=max(scheduled - 5_000_000, 1))
+            else:
+                batch.complete_one(qid)
+"""
+
+
+def test_impossible_completion_times_are_counted_and_make_the_run_invalid(tmp_path):
+    sut = write(tmp_path / "bogus.py", IMPOSSIBLE_TIMES_SRC)
+    proc, doc = run_json("--scenario", "constant", "--target-qps", "2000", "--duration-s", "0.3",
+                         "--sut", f"python:{sut}:SUT", "--require", "p99<1ms", *RELAXED, "--output",
+                         tmp_path / "out", expect=1)
+    c = doc["counts"]
+    assert_counts_add_up(c)
+    assert c["out_of_range"] > 0
+    # Completed queries include them; the latency histogram holds only the recordable ones.
+    assert doc["latency_ns"]["count"] == c["completed"] - c["out_of_range"]
+    assert c["out_of_range_min_ns"] < 0 < 2**61 < c["out_of_range_max_ns"]
+    assert not doc["valid"]
+    assert any("cannot hold" in r and "before the scheduled time" in r for r in doc["invalid_reasons"])
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "unrecorded" in summary and f"{c['out_of_range']:,} completions" in summary
+
+
+def test_latency_bound_is_judged_on_the_exact_over_bound_count(tmp_path):
+    _, doc = run_json("--scenario", "constant", "--sut", "sleep:3000", "--target-qps", "100",
+                      "--duration-s", "0.3", "--latency-bound-ms", "2", *RELAXED, expect=1)
+    (bound,) = doc["latency_bounds"]
+    assert bound["bound_ns"] == 2_000_000
+    assert bound["over"] == doc["latency_ns"]["count"] == doc["counts"]["completed"]
+    assert any(r.startswith("latency bound missed") for r in doc["invalid_reasons"])

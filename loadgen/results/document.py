@@ -125,6 +125,11 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         "settings": _settings_section(o, result, given),
         "counts": c,
         "throughput": _throughput_section(o, result),
+        # Exact counts kept by the engine as it recorded (never a bucket estimate).
+        "latency_bounds": [
+            {"bound_ns": int(bound), "over": int(over)}
+            for bound, over in zip(result.settings.latency_bounds_ns, result.over_bound)
+        ],
     }
     index = _add_engine_histograms(doc, result)
     if isinstance(sut, ReportingSUT):

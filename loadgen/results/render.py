@@ -44,13 +44,23 @@ def _verdict_lines(doc: Dict[str, Any]) -> List[str]:
 def _run_lines(doc: Dict[str, Any]) -> List[str]:
     c, tp = doc["counts"], doc["throughput"]
     target = f" (target {tp['target_qps']:,.1f})" if tp.get("target_qps") else ""
-    return [
+    lines = [
         f"duration     {doc['duration_s']:.2f} s (issuing {doc['issue_duration_s']:.2f} s), "
         f"started {doc['started_at']}",
         f"queries      {c['issued']:,} issued, {c['completed']:,} completed, {c['failed']:,} failed, "
         f"{c['timed_out']:,} timed out, {c['cancelled']:,} cancelled",
         f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
     ]
+    unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
+    if unrecorded:
+        lines.append("unrecorded   " + ", ".join(unrecorded) + " (impossible times from the SUT)")
+    for bound in doc.get("latency_bounds", []):
+        lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
+    return lines
+
+
+# Counts of reported times the histograms could not hold, as the summary names them.
+_UNRECORDED = (("out_of_range", "completions"), ("first_token_out_of_range", "first tokens"))
 
 
 def _histogram_lines(doc: Dict[str, Any]) -> List[str]:
