@@ -207,6 +207,8 @@ void bind_engine(py::module_& m) {
           },
           "A NativeSutSettings (assigning a SutKind sets its kind).")
       .def_readwrite("latency_bounds_ns", &EngineSettings::latency_bounds_ns)
+      .def_readwrite("ttft_bounds_ns", &EngineSettings::ttft_bounds_ns)
+      .def_readwrite("tpot_bounds_ns", &EngineSettings::tpot_bounds_ns)
       .def_readwrite("max_error_messages", &EngineSettings::max_error_messages);
 
   py::class_<Engine>(m, "Engine")
@@ -305,6 +307,10 @@ void bind_engine(py::module_& m) {
            })
       .def("over_bound", [](const Engine& e) { return e.recorder().over_bound(); },
            "Latencies strictly over each of settings.latency_bounds_ns (exact counts).")
+      .def("over_ttft_bound", [](const Engine& e) { return e.recorder().over_ttft_bound(); },
+           "Times to first token strictly over each of settings.ttft_bounds_ns (exact counts).")
+      .def("over_tpot_bound", [](const Engine& e) { return e.recorder().over_tpot_bound(); },
+           "Times per output token strictly over each of settings.tpot_bounds_ns (exact counts).")
       .def("latency", [](const Engine& e) { return PyHistogram(e.recorder().latency()); })
       .def("service_time", [](const Engine& e) { return PyHistogram(e.recorder().service_time()); })
       .def("issue_delay", [](const Engine& e) { return PyHistogram(e.recorder().issue_delay()); })

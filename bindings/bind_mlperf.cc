@@ -296,7 +296,8 @@ void bind_mlperf(py::module_& m) {
                        bool performance_issue_same, int64_t performance_issue_same_index,
                        bool sample_concatenate_permutation, uint64_t sample_index_rng_seed,
                        uint64_t schedule_rng_seed, bool coalesce, int64_t spin_ns, int64_t table_capacity,
-                       int significant_figures, std::vector<int64_t> latency_bounds_ns) {
+                       int significant_figures, std::vector<int64_t> latency_bounds_ns,
+                       std::vector<int64_t> ttft_bounds_ns, std::vector<int64_t> tpot_bounds_ns) {
              GeneratorSettings g = generator_settings(scenario, accuracy, std::move(loaded_samples),
                                                       sample_distribution_end, samples_per_query,
                                                       target_duration_ns, min_query_count, target_qps,
@@ -318,6 +319,8 @@ void bind_mlperf(py::module_& m) {
              r.table_capacity = table_capacity;
              r.significant_figures = significant_figures;
              r.latency_bounds_ns = std::move(latency_bounds_ns);
+             r.ttft_bounds_ns = std::move(ttft_bounds_ns);
+             r.tpot_bounds_ns = std::move(tpot_bounds_ns);
              return std::make_shared<MlperfRun>(r, std::move(g));
            }),
            py::kw_only(), py::arg("scenario"), py::arg("accuracy"), py::arg("loaded_samples"),
@@ -328,7 +331,8 @@ void bind_mlperf(py::module_& m) {
            py::arg("sample_concatenate_permutation") = false, py::arg("sample_index_rng_seed") = 0,
            py::arg("schedule_rng_seed") = 0, py::arg("coalesce") = false, py::arg("spin_ns") = 0,
            py::arg("table_capacity") = 1 << 17, py::arg("significant_figures") = 3,
-           py::arg("latency_bounds_ns") = std::vector<int64_t>{})
+           py::arg("latency_bounds_ns") = std::vector<int64_t>{},
+           py::arg("ttft_bounds_ns") = std::vector<int64_t>{}, py::arg("tpot_bounds_ns") = std::vector<int64_t>{})
       .def(
           "issue_all",
           [](MlperfRun& run, py::object issue, bool fast) {
@@ -406,6 +410,10 @@ void bind_mlperf(py::module_& m) {
            })
       .def("over_bound", [](const MlperfRun& r) { return r.recorder().over_bound(); },
            "Sample latencies strictly over each of latency_bounds_ns (exact counts).")
+      .def("over_ttft_bound", [](const MlperfRun& r) { return r.recorder().over_ttft_bound(); },
+           "Times to first token strictly over each of ttft_bounds_ns (exact counts).")
+      .def("over_tpot_bound", [](const MlperfRun& r) { return r.recorder().over_tpot_bound(); },
+           "Times per output token strictly over each of tpot_bounds_ns (exact counts).")
       .def("sample_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().latency()); })
       .def("query_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().query_latency()); })
       .def("issue_delay", [](const MlperfRun& r) { return PyHistogram(r.recorder().issue_delay()); })

@@ -104,6 +104,8 @@ RecorderSettings recorder_settings(const EngineSettings& s) {
   r.highest_trackable_ns = s.highest_trackable_ns;
   r.significant_figures = s.significant_figures;
   r.latency_bounds_ns = s.latency_bounds_ns;
+  r.ttft_bounds_ns = s.ttft_bounds_ns;
+  r.tpot_bounds_ns = s.tpot_bounds_ns;
   return r;
 }
 

@@ -73,6 +73,10 @@ struct EngineSettings {
   /// Latency bounds (ns, 0..8 of them, each >= 1): recorder().over_bound() counts
   /// exactly how many latencies were strictly over each.
   std::vector<int64_t> latency_bounds_ns;
+  /// Time-to-first-token and time-per-output-token bounds, counted the same way
+  /// (recorder().over_ttft_bound(), over_tpot_bound()).
+  std::vector<int64_t> ttft_bounds_ns;
+  std::vector<int64_t> tpot_bounds_ns;
   int64_t max_error_messages = 10;
 };
 

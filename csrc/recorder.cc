@@ -16,27 +16,41 @@ const RecorderSettings& validated(const RecorderSettings& s) {
           "highest_trackable_ns must be >= 2, got " + std::to_string(s.highest_trackable_ns));
   require(s.significant_figures >= 1 && s.significant_figures <= 5,
           "significant_figures must be in 1..5, got " + std::to_string(s.significant_figures));
-  require(s.latency_bounds_ns.size() <= Recorder::kMaxLatencyBounds,
-          "latency_bounds_ns takes at most " + std::to_string(Recorder::kMaxLatencyBounds) +
-              " bounds, got " + std::to_string(s.latency_bounds_ns.size()));
-  for (const int64_t b : s.latency_bounds_ns) {
-    require(b >= 1, "latency_bounds_ns: each bound must be >= 1 ns, got " + std::to_string(b));
-  }
   return s;
 }
 
 }  // namespace
 
+BoundCounts::BoundCounts(const std::vector<int64_t>& bounds, const char* field) : n_(bounds.size()) {
+  require(bounds.size() <= kMax, std::string(field) + " takes at most " + std::to_string(kMax) +
+                                     " bounds, got " + std::to_string(bounds.size()));
+  for (const int64_t b : bounds) {
+    require(b >= 1, std::string(field) + ": each bound must be >= 1 ns, got " + std::to_string(b));
+  }
+  std::copy(bounds.begin(), bounds.end(), bounds_.begin());
+}
+
+std::vector<int64_t> BoundCounts::over() const {
+  std::vector<int64_t> out(n_);
+  for (size_t k = 0; k < n_; ++k) out[k] = over_[k].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::vector<int64_t> BoundCounts::bounds() const {
+  return std::vector<int64_t>(bounds_.begin(), bounds_.begin() + static_cast<std::ptrdiff_t>(n_));
+}
+
 Recorder::Recorder(const RecorderSettings& settings)
     : top_(static_cast<uint64_t>(validated(settings).highest_trackable_ns)),
       significant_figures_(settings.significant_figures),
-      n_bounds_(settings.latency_bounds_ns.size()),
       latency_(1, settings.highest_trackable_ns, settings.significant_figures),
       service_(1, settings.highest_trackable_ns, settings.significant_figures),
       issue_delay_(1, settings.highest_trackable_ns, settings.significant_figures),
       ttft_(1, settings.highest_trackable_ns, settings.significant_figures),
-      tpot_(1, settings.highest_trackable_ns, settings.significant_figures) {
-  std::copy(settings.latency_bounds_ns.begin(), settings.latency_bounds_ns.end(), bounds_.begin());
+      tpot_(1, settings.highest_trackable_ns, settings.significant_figures),
+      latency_over_(settings.latency_bounds_ns, "latency_bounds_ns"),
+      ttft_over_(settings.ttft_bounds_ns, "ttft_bounds_ns"),
+      tpot_over_(settings.tpot_bounds_ns, "tpot_bounds_ns") {
   if (settings.query_latency) {
     query_latency_ = std::make_unique<ShardedHistogram>(1, settings.highest_trackable_ns,
                                                         settings.significant_figures);
@@ -65,16 +79,6 @@ RecorderCounts Recorder::counts() const noexcept {
   }
   c.first_token_out_of_range = first_token_out_of_range_.load(std::memory_order_relaxed);
   return c;
-}
-
-std::vector<int64_t> Recorder::over_bound() const {
-  std::vector<int64_t> out(n_bounds_);
-  for (size_t k = 0; k < n_bounds_; ++k) out[k] = over_[k].load(std::memory_order_relaxed);
-  return out;
-}
-
-std::vector<int64_t> Recorder::latency_bounds_ns() const {
-  return std::vector<int64_t>(bounds_.begin(), bounds_.begin() + static_cast<std::ptrdiff_t>(n_bounds_));
 }
 
 }  // namespace loadgen

@@ -16,6 +16,33 @@
 
 namespace loadgen {
 
+/// Exact counts of values strictly over each of up to kMax bounds, kept as values are
+/// recorded (never estimated from histogram buckets).
+/// Thread-safety: count() from any thread, wait-free; reads while others count.
+class BoundCounts {
+ public:
+  static constexpr size_t kMax = 8;
+  /// Throws std::invalid_argument naming `field` when there are more than kMax bounds
+  /// or one is < 1.
+  BoundCounts(const std::vector<int64_t>& bounds, const char* field);
+  /// Adds `weight` to the count of every bound that `value` is strictly over.
+  void count(int64_t value, int64_t weight) noexcept {
+    for (size_t k = 0; k < n_; ++k) {
+      if (value > bounds_[k]) over_[k].fetch_add(weight, std::memory_order_relaxed);
+    }
+  }
+  /// The counts, aligned with bounds().
+  std::vector<int64_t> over() const;
+  std::vector<int64_t> bounds() const;
+
+ private:
+  size_t n_ = 0;
+  std::array<int64_t, kMax> bounds_{};
+  // Written only when a value is over a bound; on its own cache line, away from the
+  // read-mostly fields above.
+  alignas(64) std::array<std::atomic<int64_t>, kMax> over_{};
+};
+
 /// How a Recorder is built. Validated by the Recorder's constructor.
 struct RecorderSettings {
   /// Top of every histogram's range, ns (>= 2). A latency above it is out of range.
@@ -25,6 +52,10 @@ struct RecorderSettings {
   /// Latency bounds, ns: 0..8 of them, each >= 1. over_bound()[k] counts the latencies
   /// strictly greater than latency_bounds_ns[k], exactly.
   std::vector<int64_t> latency_bounds_ns;
+  /// Time-to-first-token and time-per-output-token bounds, ns, counted the same way
+  /// (over_ttft_bound(), over_tpot_bound()); 0..8 each, each >= 1.
+  std::vector<int64_t> ttft_bounds_ns;
+  std::vector<int64_t> tpot_bounds_ns;
   /// Also keep a per-query latency histogram (record_query_latency()).
   bool query_latency = false;
 };
@@ -52,7 +83,7 @@ struct RecorderCounts {
 class Recorder {
  public:
   /// At most this many latency bounds.
-  static constexpr size_t kMaxLatencyBounds = 8;
+  static constexpr size_t kMaxLatencyBounds = BoundCounts::kMax;
 
   /// Throws std::invalid_argument naming the bad field (latency_bounds_ns,
   /// highest_trackable_ns, significant_figures).
@@ -80,13 +111,13 @@ class Recorder {
     }
     latency_.record_n(latency, samples);
     service_.record_n(service, samples);
-    for (size_t k = 0; k < n_bounds_; ++k) {
-      if (latency > bounds_[k]) over_[k].fetch_add(samples, std::memory_order_relaxed);
-    }
+    latency_over_.count(latency, samples);
     if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
     if (tpot_tokens > 1 && first_token_ns > 0) {
       if (completed_ns >= first_token_ns) {
-        tpot_.record((completed_ns - first_token_ns) / (tpot_tokens - 1));
+        const int64_t tpot = (completed_ns - first_token_ns) / (tpot_tokens - 1);
+        tpot_.record(tpot);
+        tpot_over_.count(tpot, 1);
       } else {
         first_token_out_of_range_.fetch_add(1, std::memory_order_relaxed);
       }
@@ -101,6 +132,7 @@ class Recorder {
       first_token_out_of_range_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
+    ttft_over_.count(ttft, 1);
     return ttft_.record(ttft);
   }
   /// A query scheduled at `scheduled_ns` reached the SUT at `issued_ns`.
@@ -125,8 +157,12 @@ class Recorder {
   RecorderCounts counts() const noexcept;
   /// Latencies (weighted by samples) strictly over each bound, aligned with
   /// latency_bounds_ns().
-  std::vector<int64_t> over_bound() const;
-  std::vector<int64_t> latency_bounds_ns() const;
+  std::vector<int64_t> over_bound() const { return latency_over_.over(); }
+  std::vector<int64_t> latency_bounds_ns() const { return latency_over_.bounds(); }
+  /// Times to first token, and times per output token, strictly over each of
+  /// settings.ttft_bounds_ns / tpot_bounds_ns.
+  std::vector<int64_t> over_ttft_bound() const { return ttft_over_.over(); }
+  std::vector<int64_t> over_tpot_bound() const { return tpot_over_.over(); }
   int64_t highest_trackable_ns() const noexcept { return static_cast<int64_t>(top_); }
   int significant_figures() const noexcept { return significant_figures_; }
 
@@ -135,8 +171,6 @@ class Recorder {
 
   uint64_t top_;  // highest_trackable_ns
   int significant_figures_;
-  size_t n_bounds_ = 0;
-  std::array<int64_t, kMaxLatencyBounds> bounds_{};
   ShardedHistogram latency_;
   ShardedHistogram service_;
   ShardedHistogram issue_delay_;
@@ -148,9 +182,9 @@ class Recorder {
   std::atomic<int64_t> out_of_range_min_{INT64_MAX};
   std::atomic<int64_t> out_of_range_max_{INT64_MIN};
   std::atomic<int64_t> first_token_out_of_range_{0};
-  // Written only when a latency is over a bound; on its own cache line, away from the
-  // read-mostly fields above.
-  alignas(64) std::array<std::atomic<int64_t>, kMaxLatencyBounds> over_{};
+  BoundCounts latency_over_;
+  BoundCounts ttft_over_;
+  BoundCounts tpot_over_;
 };
 
 }  // namespace loadgen

@@ -235,3 +235,44 @@ def test_eight_bounds_are_accepted_and_each_counted():
     e = _core.Engine(s)
     drive_core_engine(e, lambda k: BASE_NS)
     assert e.over_bound() == [3] * 8
+
+
+def test_ttft_and_tpot_over_bound_counts_are_exact():
+    """First tokens at scheduled + a chosen TTFT, completions with a chosen token count:
+    the exact TTFT and TPOT over-bound counts equal numpy's on the raw values, including
+    values in the same HDR bucket as a bound."""
+    n = 120
+    ttft = tricky_latencies(BOUNDS_NS[:2], seed=11, n_random=n - 12)[:n]
+    tpot_per_token = (tricky_latencies(BOUNDS_NS[:2], seed=12, n_random=n - 12)[:n] // 1000).astype(np.int64)
+    tokens = 5
+    ttft_bounds = BOUNDS_NS[:2]
+    tpot_bounds = [b // 1000 for b in BOUNDS_NS[:2]]
+    s = core_queue_settings(n)
+    s.ttft_bounds_ns = ttft_bounds
+    s.tpot_bounds_ns = tpot_bounds
+    e = _core.Engine(s)
+    e.start()
+    k = 0
+    while True:
+        got = e.take_batch(64, 5.0)
+        if got is None:
+            break
+        ids, _, scheduled = got
+        for qid, sched in zip(ids.tolist(), scheduled.tolist()):
+            first = sched + int(ttft[k])
+            assert e.first_token(qid, first)
+            assert e.complete(qid, first + int(tpot_per_token[k]) * (tokens - 1), tokens)
+            k += 1
+    assert e.wait(20.0), "the run did not end"
+    assert k == n
+    assert e.over_ttft_bound() == [int(np.sum(ttft > b)) for b in ttft_bounds]
+    assert e.over_tpot_bound() == [int(np.sum(tpot_per_token > b)) for b in tpot_bounds]
+    assert e.counts()["first_token_out_of_range"] == 0
+
+
+def test_ttft_and_tpot_bounds_are_validated_by_name():
+    for field in ("ttft_bounds_ns", "tpot_bounds_ns"):
+        s = core_queue_settings(1)
+        setattr(s, field, [0])
+        with pytest.raises(ValueError, match=field):
+            _core.Engine(s)

@@ -19,6 +19,8 @@ RecorderSettings recorder_settings(const RunSettings& s) {
   r.highest_trackable_ns = std::max<int64_t>(s.highest_trackable_ns, 2);
   r.significant_figures = s.significant_figures;
   r.latency_bounds_ns = s.latency_bounds_ns;
+  r.ttft_bounds_ns = s.ttft_bounds_ns;
+  r.tpot_bounds_ns = s.tpot_bounds_ns;
   r.query_latency = s.scenario == Scenario::kMultiStream;
   return r;
 }

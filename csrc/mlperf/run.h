@@ -36,6 +36,10 @@ struct RunSettings {
   /// Sample latency bounds (ns, 0..8 of them, each >= 1): recorder().over_bound() counts the
   /// sample latencies strictly over each, exactly.
   std::vector<int64_t> latency_bounds_ns;
+  /// Time-to-first-token and time-per-output-token bounds, counted the same way
+  /// (recorder().over_ttft_bound(), over_tpot_bound()).
+  std::vector<int64_t> ttft_bounds_ns;
+  std::vector<int64_t> tpot_bounds_ns;
 };
 
 /// The SUT side of the issue loop: called on the issuing thread for each issue.

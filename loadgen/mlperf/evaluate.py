@@ -318,7 +318,7 @@ def evaluate(eff: Any, fig: RunFigures) -> Evaluation:
         eff.min_sample_count
     )
     _check_early_stopping(ev, eff, views, scenario)
-    _check_perf_constraints(ev, eff, scenario)
+    _check_perf_constraints(ev, eff, views, scenario)
     ev.unrecorded_text = _unrecorded_text(fig)
     ev.valid = (
         ev.min_duration_met and ev.min_queries_met and ev.perf_constraints_met and ev.early_stopping_met
@@ -344,6 +344,21 @@ class _Views:
         self.queries = OrderStatistics(fig.query_latency)
         self.first_tokens = OrderStatistics(fig.first_token_latency)
         self.tpots = OrderStatistics(fig.time_per_output_token)
+        self._exact = {"samples": fig.latency_over, "first_tokens": fig.ttft_over, "tpots": fig.tpot_over}
+
+    def count_over(self, name: str, bound_ns: int) -> int:
+        """How many values of view ``name`` are over ``bound_ns``: the native run's exact
+        count where it counted this bound, else to bucket precision."""
+        exact = self._exact[name].get(bound_ns)
+        return exact if exact is not None else count_over(getattr(self, name), bound_ns)
+
+    def over_at(self, name: str, index: int, bound_ns: int) -> bool:
+        """Whether the value at 0-based ``index`` (clamped) of view ``name``'s sorted values
+        is over ``bound_ns``: exactly when at least ``count - index`` values are."""
+        count = getattr(self, name).count
+        if not count:
+            return False
+        return self.count_over(name, bound_ns) >= count - min(max(index, 0), count - 1)
 
 
 def _process_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _Views) -> None:
@@ -363,10 +378,7 @@ def _process_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _Views)
     if scenario == TestScenario.Server:
         # The native run's exact count; figures built from a histogram alone fall back
         # to bucket precision.
-        ev.overlatency_query_count = (
-            fig.over_bound if fig.over_bound is not None
-            else count_over(samples, int(getattr(eff, "target_latency_ns", 0)))
-        )
+        ev.overlatency_query_count = views.count_over("samples", int(getattr(eff, "target_latency_ns", 0)))
     if getattr(eff, "use_token_latencies", False):
         _process_token_latencies(ev, eff, fig, views, n)
     if scenario == TestScenario.MultiStream:
@@ -398,7 +410,8 @@ def _process_token_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _
     ev.tpot_max_ns = tpots.max
     ev.tpot_percentiles_ns = _percentile_table(tpots, n)
     if int(eff.scenario) == TestScenario.Server:
-        ev.overlatency_first_token_count = count_over(first_tokens, int(getattr(eff, "target_latency_ns", 0)))
+        ev.overlatency_first_token_count = views.count_over(
+            "first_tokens", int(getattr(eff, "target_latency_ns", 0)))
 
 
 _MIN_DURATION_ADVICE = {
@@ -442,14 +455,13 @@ def _check_early_stopping(ev: Evaluation, eff: Any, views: _Views, scenario: int
         outcomes = [outcome]
     else:
         tpot_bound, ttft_bound = int(eff.server_tpot_latency), int(eff.server_ttft_latency)
-        # Bucket fallback; the exact counts are the engine's over_bound for these bounds.
-        tpot_over = count_over(views.tpots, tpot_bound) if scenario == TestScenario.Server else 0
+        tpot_over = views.count_over("tpots", tpot_bound) if scenario == TestScenario.Server else 0
         tpot_outcome = _early_stopping(ev, scenario, views.tpots, views.queries, tpot_over)
         ev.early_stopping_tpot_text = tpot_outcome.text
         outcomes = [tpot_outcome]
         ev.early_stopping_met = tpot_outcome.met
         if tpot_outcome.met:
-            ttft_over = count_over(views.first_tokens, ttft_bound) if scenario == TestScenario.Server else 0
+            ttft_over = views.count_over("first_tokens", ttft_bound) if scenario == TestScenario.Server else 0
             ttft_outcome = _early_stopping(ev, scenario, views.first_tokens, views.queries, ttft_over)
             ev.early_stopping_ttft_text = ttft_outcome.text
             ev.early_stopping_met = ttft_outcome.met
@@ -461,25 +473,21 @@ def _check_early_stopping(ev: Evaluation, eff: Any, views: _Views, scenario: int
             ev.early_stopping_latency_ms_ns = outcome.estimate_ms_ns
 
 
-def _check_perf_constraints(ev: Evaluation, eff: Any, scenario: int) -> None:
+def _check_perf_constraints(ev: Evaluation, eff: Any, views: _Views, scenario: int) -> None:
+    """Server: the latency at MLPerf's percentile index (int(n * p), 0-based) must be
+    within each bound, judged on exact over-bound counts."""
     if scenario != TestScenario.Server:
         return
+    index = int(ev.sample_count * ev.target_percentile)
     if not getattr(eff, "use_token_latencies", False):
-        # The latency at MLPerf's percentile index (int(n * p), 0-based) is over the
-        # target exactly when more than n - 1 - int(n * p) latencies are.
-        n = ev.sample_count
-        over_target = (
-            ev.overlatency_query_count > n - 1 - int(n * ev.target_percentile)
-            if n else False
-        )
-        if over_target:
+        if views.over_at("samples", index, int(getattr(eff, "target_latency_ns", 0))):
             ev.perf_constraints_met = False
             ev.perf_constraints_recommendation = "Reduce target QPS to improve latency."
         return
     advice = []
-    if ev.first_token_target_ns > int(eff.server_ttft_latency):
+    if views.over_at("first_tokens", index, int(eff.server_ttft_latency)):
         advice.append("TTFT constrain not met: Reduce target QPS to improve latency.")
-    if ev.tpot_target_ns > int(eff.server_tpot_latency):
+    if views.over_at("tpots", index, int(eff.server_tpot_latency)):
         advice.append("TPOT constrain not met: Reduce target QPS to improve latency.")
     if advice:
         ev.perf_constraints_met = False

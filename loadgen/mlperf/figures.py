@@ -45,9 +45,10 @@ class RunFigures:
             what the query generator produced (MLPerf logs these three).
         start_ns: now_ns() at the start of issuing; end_ns: after the last completion.
         unknown_completions: completions of ids not in flight (late, duplicate, bogus).
-        over_bound: the native run's exact count of sample latencies over the target
-            latency (Server; None for figures built from a histogram alone, which then
-            count over the bound to bucket precision).
+        latency_over / ttft_over / tpot_over: the native run's exact counts of sample
+            latencies, times to first token and times per output token over each bound it
+            was given (bound ns -> count). A bound missing here (figures built from
+            histograms alone) is counted to bucket precision instead.
         out_of_range: samples whose completion time the histograms cannot hold (before
             the query was scheduled or issued, or beyond their range): counted, not recorded.
         first_token_out_of_range: first tokens likewise.
@@ -78,7 +79,9 @@ class RunFigures:
     start_ns: int = 0
     end_ns: int = 0
     unknown_completions: int = 0
-    over_bound: int | None = None
+    latency_over: dict[int, int] = field(default_factory=dict)
+    ttft_over: dict[int, int] = field(default_factory=dict)
+    tpot_over: dict[int, int] = field(default_factory=dict)
     out_of_range: int = 0
     first_token_out_of_range: int = 0
     extra: dict = field(default_factory=dict)

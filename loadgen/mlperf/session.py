@@ -170,14 +170,14 @@ class Session:
             try:
                 # The numbering wrapper takes QuerySample lists and calls a fast SUT itself.
                 run.issue_all(issue, fast=self.sut.fast and not logging)
-            except BaseException as exc:  # noqa: BLE001 - Ctrl-C or issue_query's error, re-raised by run_once
+            except BaseException as exc:  # Ctrl-C or issue_query's error, re-raised by run_once
                 error = exc
             complete = False
             if error is None:
                 try:
                     self.sut.flush()
                     complete = run.wait_all(options.completion_timeout_s)
-                except BaseException as exc:  # noqa: BLE001 - Ctrl-C while draining, re-raised by run_once
+                except BaseException as exc:  # Ctrl-C while draining, re-raised by run_once
                     error = exc
             else:
                 # What was measured is kept: outstanding samples get a short grace.
@@ -322,14 +322,33 @@ def _new_run(eff: EffectiveSettings, loaded: list, distribution_end: int, accura
         and scenario == int(TestScenario.Server),
         spin_ns=int(options.spin_us * 1000),
         table_capacity=int(options.table_capacity),
-        latency_bounds_ns=_latency_bounds_ns(eff),
+        **_bounds_ns(eff),
     )
 
 
-def _latency_bounds_ns(eff: EffectiveSettings) -> list[int]:
-    """Server: the target latency, counted exactly by the native run (over_bound()[0])."""
-    bound = int(getattr(eff, "target_latency_ns", 0))
-    return [bound] if int(eff.scenario) == int(TestScenario.Server) and bound >= 1 else []
+def _bounds_ns(eff: EffectiveSettings) -> dict[str, list[int]]:
+    """Server: the bounds the native run counts exactly as it records: the target latency
+    (sample latencies and, as MLPerf counts its over-latency first tokens, first tokens),
+    and, in token runs, the TTFT and TPOT bounds."""
+    if int(eff.scenario) != int(TestScenario.Server):
+        return {}
+    target = int(getattr(eff, "target_latency_ns", 0))
+    ttft = [target]
+    tpot = []
+    if getattr(eff, "use_token_latencies", False):
+        ttft.append(int(eff.server_ttft_latency))
+        tpot.append(int(eff.server_tpot_latency))
+    return {"latency_bounds_ns": _usable([target]), "ttft_bounds_ns": _usable(ttft),
+            "tpot_bounds_ns": _usable(tpot)}
+
+
+def _usable(bounds: list[int]) -> list[int]:
+    """The distinct bounds the native run can count (a bound below 1 ns is never met)."""
+    return sorted({b for b in bounds if b >= 1})
+
+
+def _over(bounds: list[int], counts: list[int]) -> dict[int, int]:
+    return dict(zip(bounds, counts))
 
 
 def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
@@ -338,6 +357,7 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
     scenario = int(eff.scenario)
     use_tokens = bool(eff.use_token_latencies)
     multi = scenario == int(TestScenario.MultiStream)
+    bounds = _bounds_ns(eff)
     return RunFigures(
         sample_latency=Histogram._wrap(run.sample_latency()),
         sample_latency_sum_ns=counts["latency_sum_ns"],
@@ -371,7 +391,9 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         start_ns=start,
         end_ns=counts["max_completion_ns"],
         unknown_completions=counts["unknown_completions"],
-        over_bound=run.over_bound()[0] if run.over_bound() else None,
+        latency_over=_over(bounds["latency_bounds_ns"], run.over_bound()) if bounds else {},
+        ttft_over=_over(bounds["ttft_bounds_ns"], run.over_ttft_bound()) if bounds else {},
+        tpot_over=_over(bounds["tpot_bounds_ns"], run.over_tpot_bound()) if bounds else {},
         out_of_range=counts["out_of_range"],
         first_token_out_of_range=counts["first_token_out_of_range"],
     )
