@@ -6,16 +6,23 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from loadgen.engine import Engine
+from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions
 from loadgen.results.document import build_document
-from loadgen.scenarios import get_scenario
+from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
 
+if TYPE_CHECKING:
+    from loadgen.net.metrics import MetricsScraper
+
 __all__ = ["Progress", "prepare", "run_benchmark"]
+
+#: What :func:`prepare` returns: the scenario, the effective options, the engine settings
+#: and the SUT (any form :func:`loadgen.sut.classify_sut` accepts).
+_Prepared = Tuple[Scenario, RunOptions, EngineSettings, Any]
 
 
 @dataclasses.dataclass
@@ -29,7 +36,7 @@ class Progress:
     p99_ns: int
 
 
-def prepare(options: RunOptions):
+def prepare(options: RunOptions) -> _Prepared:
     """Scenario, effective options, engine settings and SUT for ``options``.
 
     Raises:
@@ -62,7 +69,7 @@ def run_benchmark(
     on_progress: Optional[Callable[[Progress], None]] = None,
     progress_interval_s: float = 1.0,
     stop_requested: Optional[Callable[[], bool]] = None,
-    prepared: Optional[tuple] = None,
+    prepared: Optional[_Prepared] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -132,7 +139,7 @@ def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], in
     return interrupted
 
 
-def _scraper(o: RunOptions, check: bool):
+def _scraper(o: RunOptions, check: bool) -> Optional[MetricsScraper]:
     """The Prometheus scraper of ``--server-metrics-url`` (None without one); with
     ``check``, one scrape first, raising ValueError when the endpoint does not answer."""
     if not o.server_metrics_url:

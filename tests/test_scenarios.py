@@ -127,6 +127,16 @@ def test_ramp_and_trace_require_their_inputs():
     assert get_scenario("ramp").engine_settings(o).stages == [(1.0, 100.0, 200.0)]
 
 
+def test_options_not_made_effective_name_the_unset_option():
+    # Engine settings need the defaults Scenario.effective fills in; without them the
+    # error names the option rather than failing on None.
+    with pytest.raises(ValueError, match="--samples-per-query is unset"):
+        get_scenario("constant").engine_settings(RunOptions(scenario="constant"))
+    with pytest.raises(ValueError, match="--min-duration-s is unset"):
+        get_scenario("server").engine_settings(RunOptions(scenario="server", samples_per_query=1,
+                                                          schedule_seed=1, sample_seed=2, spin_us=0.0))
+
+
 def test_seeds_default_from_the_base_seed():
     o = effective(scenario="constant", seed=41)
     assert o.schedule_seed == 41 and o.sample_seed == 42

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen import _core
 from loadgen.engine.settings import EngineSettings
@@ -28,6 +29,10 @@ _monotonic_ns = time.monotonic_ns
 
 #: The SUT forms a :class:`Dispatcher` feeds (the native forms need none).
 DISPATCHED_FORMS = ("function", "async", "batched", "loop")
+
+#: What the engine hands out at a time: query ids, their samples (one row of indices per
+#: query) and their scheduled times (ns).
+_Taken = Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 class Dispatcher:
@@ -86,7 +91,7 @@ class Dispatcher:
             self.core.abort()
             self.opened.set()
 
-    def _batches(self):
+    def _batches(self) -> Iterator[_Taken]:
         core, s = self.core, self.settings
         spin_ns = us_to_ns(s.consumer_spin_us)
         while True:
@@ -149,8 +154,9 @@ class Dispatcher:
                 batch.fail(kind=type(e).__name__, message=str(e))
 
     def _drive_async(self) -> None:
+        loop: asyncio.AbstractEventLoop
         try:
-            import uvloop  # noqa: F401
+            import uvloop
 
             loop = uvloop.new_event_loop()
         except ImportError:
@@ -163,7 +169,7 @@ class Dispatcher:
 
 
 
-def _per_query(samples: np.ndarray, single: bool) -> list:
+def _per_query(samples: npt.NDArray[np.int64], single: bool) -> List[Any]:
     """The sample of each query: an index when queries hold one sample, else its row."""
     return samples[:, 0].tolist() if single else list(samples)
 
@@ -176,7 +182,7 @@ class _AsyncDriver:
         self.f = dispatcher.sut
         self.settings = dispatcher.settings
         self.loop = loop
-        self.tasks: set = set()
+        self.tasks: Set[asyncio.Task[None]] = set()
         self.done_ids: List[int] = []
         self.done_ts: List[int] = []
         self.flush_scheduled = False
@@ -203,7 +209,7 @@ class _AsyncDriver:
                 t.cancel()
             self._flush()
 
-    def _ready_batches(self, batch_max: int):
+    def _ready_batches(self, batch_max: int) -> Iterator[_Taken]:
         """The batches queued now. Sets ``exhausted`` when the run has nothing more to
         give, else re-arms the eventfd once they are handed out."""
         while True:
@@ -225,7 +231,7 @@ class _AsyncDriver:
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
 
-    async def _one(self, qid: int, sample) -> None:
+    async def _one(self, qid: int, sample: Any) -> None:
         try:
             await self.f(sample)
         except asyncio.CancelledError:

@@ -50,7 +50,7 @@ class RunResult:
     issue_delay: Histogram
     ttft: Histogram
     tpot: Histogram
-    timeseries: List[dict]
+    timeseries: List[Dict[str, Any]]
     errors: Dict[str, int]
     error_messages: List[str]
     duration_s: float
@@ -163,7 +163,7 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ----------------------------------------------------------------- results

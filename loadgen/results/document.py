@@ -21,7 +21,7 @@ from loadgen.engine.settings import allowed_cpus
 from loadgen.options import RunOptions
 from loadgen.results.thresholds import evaluate_thresholds
 from loadgen.scenarios import Scenario
-from loadgen.scenarios.base import common_invalid_reasons
+from loadgen.scenarios.base import common_invalid_reasons, require
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram, ReportingSUT
 from loadgen.units import ns_to_s
@@ -107,7 +107,7 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
             report (the ``"network"`` section).
     """
     c = dict(result.counts)
-    c["samples_completed"] = c["completed"] * o.samples_per_query
+    c["samples_completed"] = c["completed"] * require(o.samples_per_query, "--samples-per-query")
     reasons = common_invalid_reasons(scenario, result, o, interrupted)
     reasons += [r for r in scenario.invalid_reasons(result, o) if r not in reasons]
     doc: Dict[str, Any] = {

@@ -8,10 +8,13 @@ import io
 import json
 import os
 import tempfile
-from typing import Any, Dict, Iterable, List, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Union
 
 from loadgen.results.document import SCHEMA
 from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["CSV_FILE", "HLOG_FILE", "RESULT_FILE", "SUMMARY_FILE", "load_result", "load_results",
            "result_files", "write_outputs"]
@@ -73,7 +76,7 @@ def write_outputs(doc: Dict[str, Any], directory: str) -> List[str]:
     return paths
 
 
-def result_files(paths: Iterable[Union[str, os.PathLike]]) -> List[str]:
+def result_files(paths: Iterable[Union[str, os.PathLike[str]]]) -> List[str]:
     """The result documents among ``paths``: files as given, folders searched recursively
     for :data:`RESULT_FILE`."""
     files: List[str] = []
@@ -87,7 +90,7 @@ def result_files(paths: Iterable[Union[str, os.PathLike]]) -> List[str]:
     return files
 
 
-def load_result(path: Union[str, os.PathLike]) -> Dict[str, Any]:
+def load_result(path: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
     """Reads one result document; ValueError when it is not one."""
     with open(path, encoding="utf-8") as f:
         try:
@@ -99,7 +102,9 @@ def load_result(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     return doc
 
 
-def load_results(paths: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]):
+def load_results(
+    paths: Union[str, os.PathLike[str], Iterable[Union[str, os.PathLike[str]]]],
+) -> pd.DataFrame:
     """A pandas DataFrame with one row per result file and flattened keys as columns.
 
     Args:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from loadgen.units import to_ns
 
@@ -21,7 +21,7 @@ _EXPR = re.compile(
     r"(?P<value>[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>ns|us|ms|s|%)?\s*$"
 )
 _LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p99.9", "p99.99", "mean", "max", "min")
-_OPS = {
+_OPS: Dict[str, Callable[[float, float], bool]] = {
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
     ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
 }
@@ -47,7 +47,7 @@ def _metric_value(doc: Dict[str, Any], metric: str) -> float:
     return float(counts[metric])
 
 
-def parse_threshold(expr: str) -> tuple:
+def parse_threshold(expr: str) -> Tuple[str, str, float]:
     """'p99<5ms' -> (metric, op, value in the metric's base unit). Raises ThresholdError."""
     m = _EXPR.match(expr)
     if not m:

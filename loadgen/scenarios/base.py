@@ -4,7 +4,7 @@ that apply to any run."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypeVar
 
 from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
@@ -12,7 +12,18 @@ from loadgen.options import RunOptions
 from loadgen.sut.spec import is_network_sut
 from loadgen.units import NS_PER, ms_to_ns
 
-__all__ = ["Scenario", "common_invalid_reasons"]
+__all__ = ["Scenario", "common_invalid_reasons", "require"]
+
+_T = TypeVar("_T")
+
+
+def require(value: Optional[_T], flag: str) -> _T:
+    """``value``, an option that :meth:`Scenario.effective` fills in; ValueError naming
+    ``flag`` (like ``--latency-percentile``) when it is unset, as it is in options that
+    did not go through ``effective``."""
+    if value is None:
+        raise ValueError(f"{flag} is unset: pass the options through Scenario.effective() first")
+    return value
 
 
 class Scenario:
@@ -63,12 +74,12 @@ class Scenario:
 
     def _base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
         return EngineSettings(
-            samples_per_query=o.samples_per_query,
+            samples_per_query=require(o.samples_per_query, "--samples-per-query"),
             sample_count=o.sample_count,
             sample_order=o.sample_order,
-            schedule_seed=o.schedule_seed,
-            sample_seed=o.sample_seed,
-            spin_us=o.spin_us,
+            schedule_seed=require(o.schedule_seed, "--schedule-seed"),
+            sample_seed=require(o.sample_seed, "--sample-seed"),
+            spin_us=require(o.spin_us, "--spin-us"),
             pin_cpus=tuple(o.pin_cpus),
             timeout_ms=o.timeout_ms,
             grace_s=o.grace_s,
@@ -145,17 +156,19 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
         reasons.append("no query was issued")
     if scenario.mlperf:
         measured = scenario.measured_duration_s(result)
-        if measured < o.min_duration_s and not interrupted:
+        min_duration_s = require(o.min_duration_s, "--min-duration-s")
+        min_query_count = require(o.min_query_count, "--min-query-count")
+        if measured < min_duration_s and not interrupted:
             reasons.append(
                 f"too short: the run measured {measured:.2f} s, less than the minimum "
-                f"{o.min_duration_s:g} s (--min-duration-s)"
+                f"{min_duration_s:g} s (--min-duration-s)"
                 + ("; raise --target-qps (the expected rate) so more samples are issued"
                    if scenario.name == "offline" else "")
             )
-        if c["issued"] < o.min_query_count:
+        if c["issued"] < min_query_count:
             reasons.append(
                 f"too few queries: {c['issued']} issued, fewer than the minimum "
-                f"{o.min_query_count} (--min-query-count)"
+                f"{min_query_count} (--min-query-count)"
             )
     reasons += _bound_reasons(result, o)
     reasons += _out_of_range_reasons(c)
@@ -182,11 +195,12 @@ def _bound_reasons(result: RunResult, o: RunOptions) -> List[str]:
     if o.latency_bound_ms is None or not count or not result.over_bound:
         return []
     over = result.over_bound[0]
-    if not percentile_over_bound(count, over, o.latency_percentile):
+    percentile = require(o.latency_percentile, "--latency-percentile")
+    if not percentile_over_bound(count, over, percentile):
         return []
     return [
-        f"latency bound missed: p{o.latency_percentile:g} latency is "
-        f"{_ms(result.latency.value_at_percentile(o.latency_percentile))}, above the bound of "
+        f"latency bound missed: p{percentile:g} latency is "
+        f"{_ms(result.latency.value_at_percentile(percentile))}, above the bound of "
         f"{o.latency_bound_ms:g} ms ({over} of {count} latencies, {over / count:.2%}, were over it)"
     ]
 

@@ -10,7 +10,7 @@ from loadgen.stats.early_stopping import percentile_estimate, server_early_stopp
 from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
-from loadgen.scenarios.base import Scenario
+from loadgen.scenarios.base import Scenario, require
 from loadgen.units import NS_PER
 
 __all__ = ["MultiStream", "Offline", "Server", "SingleStream"]
@@ -37,21 +37,25 @@ class _Stream(_Mlperf):
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
-            o, mode="closed", concurrency=1, min_duration_s=o.min_duration_s,
-            min_query_count=o.min_query_count, duration_s=o.duration_s, query_count=o.query_count,
+            o, mode="closed", concurrency=1,
+            min_duration_s=require(o.min_duration_s, "--min-duration-s"),
+            min_query_count=require(o.min_query_count, "--min-query-count"),
+            duration_s=o.duration_s, query_count=o.query_count,
         )
 
     def metric(self, result: RunResult, o: RunOptions) -> Dict[str, Any]:
+        percentile = require(o.latency_percentile, "--latency-percentile")
         return {
-            "name": f"p{o.latency_percentile:g}_latency",
-            "value": result.latency.value_at_percentile(o.latency_percentile) / NS_PER["ms"],
+            "name": f"p{percentile:g}_latency",
+            "value": result.latency.value_at_percentile(percentile) / NS_PER["ms"],
             "unit": "ms",
         }
 
     def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
-        if not 0 < o.latency_percentile < 100:
+        percentile = require(o.latency_percentile, "--latency-percentile")
+        if not 0 < percentile < 100:
             return None
-        return percentile_estimate(result.latency, o.latency_percentile).as_dict()
+        return percentile_estimate(result.latency, percentile).as_dict()
 
     def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
         es = self.early_stopping(result, o)
@@ -94,8 +98,10 @@ class Server(_Mlperf):
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
-            o, mode="poisson", target_qps=o.target_qps, min_duration_s=o.min_duration_s,
-            min_query_count=o.min_query_count, duration_s=o.duration_s, query_count=o.query_count,
+            o, mode="poisson", target_qps=o.target_qps,
+            min_duration_s=require(o.min_duration_s, "--min-duration-s"),
+            min_query_count=require(o.min_query_count, "--min-query-count"),
+            duration_s=o.duration_s, query_count=o.query_count,
             max_in_flight=o.max_in_flight,
         )
 
@@ -104,13 +110,14 @@ class Server(_Mlperf):
         return {"name": "scheduled_qps", "value": scheduled, "unit": "queries/s"}
 
     def early_stopping(self, result: RunResult, o: RunOptions) -> Optional[Dict[str, Any]]:
-        if not 0 < o.latency_percentile < 100:
+        percentile = require(o.latency_percentile, "--latency-percentile")
+        if not 0 < percentile < 100:
             return None
         return server_early_stopping(
             queries=result.counts["issued"],
             # The engine's exact count over --latency-bound-ms (latency_bounds_ns[0]).
             overlatency_count=result.over_bound[0],
-            p=o.latency_percentile / 100.0,
+            p=percentile / 100.0,
         ).as_dict()
 
     def invalid_reasons(self, result: RunResult, o: RunOptions) -> List[str]:
@@ -134,16 +141,19 @@ class Offline(_Mlperf):
             o.target_qps = self.default_expected_qps
         if o.query_count is None:
             # Rounded first, so that 1.1 * 1 s * 100/s is 110 samples, not 111.
-            samples = math.ceil(round(1.1 * o.min_duration_s * o.target_qps, 6))
-            queries = math.ceil(samples / o.samples_per_query)
-            o.query_count = max(1, o.min_query_count, queries)
+            min_duration_s = require(o.min_duration_s, "--min-duration-s")
+            samples = math.ceil(round(1.1 * min_duration_s * o.target_qps, 6))
+            queries = math.ceil(samples / require(o.samples_per_query, "--samples-per-query"))
+            o.query_count = max(1, require(o.min_query_count, "--min-query-count"), queries)
         return o
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        s = self._base_settings(o, mode="offline", query_count=o.query_count)
+        query_count = require(o.query_count, "--query-count")
+        s = self._base_settings(o, mode="offline", query_count=query_count)
         # Everything is issued at t = 0, so the grace period is the whole run: allow the
         # expected duration three times over on top of --grace-s.
-        expected_s = o.query_count * o.samples_per_query / o.target_qps
+        samples = query_count * require(o.samples_per_query, "--samples-per-query")
+        expected_s = samples / require(o.target_qps, "--target-qps")
         s.grace_s = o.grace_s + 3 * expected_s
         return s
 

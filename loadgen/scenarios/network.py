@@ -3,6 +3,8 @@ optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace re
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 import numpy as np
 
 from loadgen import defaults
@@ -22,7 +24,7 @@ class _Timed(Scenario):
             o.duration_s = defaults.DURATION_S
         return o
 
-    def _bounds(self, o: RunOptions) -> dict:
+    def _bounds(self, o: RunOptions) -> Dict[str, Any]:
         return {"duration_s": o.duration_s, "query_count": o.query_count}
 
 
