@@ -414,7 +414,7 @@ def _process_token_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _
             "first_tokens", int(getattr(eff, "target_latency_ns", 0)))
 
 
-_MIN_DURATION_ADVICE = {
+_MIN_DURATION_ADVICE: dict[int, str] = {
     TestScenario.SingleStream: "Decrease the expected latency so the loadgen pre-generates more queries.",
     TestScenario.MultiStream: "Decrease the expected latency so the loadgen pre-generates more queries.",
     TestScenario.Server: "Increase the target QPS so the loadgen pre-generates more queries.",

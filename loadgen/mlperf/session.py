@@ -14,7 +14,7 @@ import io
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .. import _core
 from ..stats.histogram import Histogram
@@ -300,6 +300,7 @@ def _new_run(eff: EffectiveSettings, loaded: list, distribution_end: int, accura
             f"the run's target QPS must be a positive number, got {target_qps!r} "
             "(check server_target_qps, offline_expected_qps or the expected latency)"
         )
+    bounds = _bounds_ns(eff)
     return _core.MlperfRun(
         scenario=scenario,
         accuracy=accuracy,
@@ -322,24 +323,33 @@ def _new_run(eff: EffectiveSettings, loaded: list, distribution_end: int, accura
         and scenario == int(TestScenario.Server),
         spin_ns=int(options.spin_us * 1000),
         table_capacity=int(options.table_capacity),
-        **_bounds_ns(eff),
+        latency_bounds_ns=bounds.latency,
+        ttft_bounds_ns=bounds.ttft,
+        tpot_bounds_ns=bounds.tpot,
     )
 
 
-def _bounds_ns(eff: EffectiveSettings) -> dict[str, list[int]]:
+class _Bounds(NamedTuple):
+    """Bounds (ns) the native run counts exactly: sample latency, TTFT, TPOT."""
+
+    latency: list[int]
+    ttft: list[int]
+    tpot: list[int]
+
+
+def _bounds_ns(eff: EffectiveSettings) -> _Bounds:
     """Server: the bounds the native run counts exactly as it records: the target latency
     (sample latencies and, as MLPerf counts its over-latency first tokens, first tokens),
     and, in token runs, the TTFT and TPOT bounds."""
     if int(eff.scenario) != int(TestScenario.Server):
-        return {}
+        return _Bounds([], [], [])
     target = int(getattr(eff, "target_latency_ns", 0))
     ttft = [target]
     tpot = []
     if getattr(eff, "use_token_latencies", False):
         ttft.append(int(eff.server_ttft_latency))
         tpot.append(int(eff.server_tpot_latency))
-    return {"latency_bounds_ns": _usable([target]), "ttft_bounds_ns": _usable(ttft),
-            "tpot_bounds_ns": _usable(tpot)}
+    return _Bounds(_usable([target]), _usable(ttft), _usable(tpot))
 
 
 def _usable(bounds: list[int]) -> list[int]:
@@ -391,9 +401,9 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         start_ns=start,
         end_ns=counts["max_completion_ns"],
         unknown_completions=counts["unknown_completions"],
-        latency_over=_over(bounds["latency_bounds_ns"], run.over_bound()) if bounds else {},
-        ttft_over=_over(bounds["ttft_bounds_ns"], run.over_ttft_bound()) if bounds else {},
-        tpot_over=_over(bounds["tpot_bounds_ns"], run.over_tpot_bound()) if bounds else {},
+        latency_over=_over(bounds.latency, run.over_bound()),
+        ttft_over=_over(bounds.ttft, run.over_ttft_bound()),
+        tpot_over=_over(bounds.tpot, run.over_tpot_bound()),
         out_of_range=counts["out_of_range"],
         first_token_out_of_range=counts["first_token_out_of_range"],
     )
