@@ -13,7 +13,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from loadgen import defaults as D
 from loadgen.units import TIME_UNITS, parse_duration_s
@@ -27,7 +27,7 @@ class OptionError(ValueError):
 
 # --------------------------------------------------------------------------- converters
 
-def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False):
+def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Callable[[Any], float]:
     def convert(v: Any) -> float:
         try:
             x = float(v)
@@ -43,7 +43,7 @@ def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool
     return convert
 
 
-def _int(lo: Optional[int] = None, hi: Optional[int] = None):
+def _int(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[Any], int]:
     def convert(v: Any) -> int:
         if isinstance(v, bool):
             raise ValueError(f"must be an integer, got {v!r}")
@@ -61,7 +61,7 @@ def _int(lo: Optional[int] = None, hi: Optional[int] = None):
     return convert
 
 
-def _choice(*choices: str):
+def _choice(*choices: str) -> Callable[[Any], str]:
     def convert(v: Any) -> str:
         s = str(v)
         if s not in choices:
@@ -343,7 +343,7 @@ class RunOptions:
     require: List[str] = field(default_factory=list)
     config: Optional[str] = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -381,7 +381,7 @@ def _read_config(path: str) -> Dict[str, Any]:
 
 
 def resolve(
-    flags: Dict[str, Any], environ: Optional[Dict[str, str]] = None
+    flags: Dict[str, Any], environ: Optional[Mapping[str, str]] = None
 ) -> Tuple[RunOptions, Dict[str, Any]]:
     """Merges defaults < config file < environment < flags.
 
@@ -395,7 +395,8 @@ def resolve(
     Raises:
         OptionError: a value is bad; the message names the flag and its source.
     """
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
     given: Dict[str, Any] = {}
     config_path = flags.get("config") or environ.get("LOADGEN_CONFIG")
     if config_path:

@@ -107,10 +107,11 @@ def from_config(ts: TestSettings, path: Any, model: str, scenario: str, conf_kin
     if conf_kind == 0:
         text = BUILTIN_MLPERF_CONF
     else:
-        text = _read_config_file(path)
-        if text is None:
+        read = _read_config_file(path)
+        if read is None:
             _report_config_error(f"cannot open the configuration file {path}")
             return -errno.ENOENT
+        text = read
     return _apply_config_text(ts, text, model, scenario, conf_kind)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 __all__ = [
@@ -116,7 +116,7 @@ def _integer_or_none(value: object) -> int | None:
     if hasattr(value_type, "__int__") or hasattr(value_type, "__index__"):
         try:
             result = int(value)  # type: ignore[call-overload]
-        except Exception:  # noqa: BLE001 - any failure is a refusal
+        except Exception:  # any failure is a refusal
             return None
         return result if isinstance(result, int) else None
     return None
@@ -130,7 +130,7 @@ def _float_or_none(value: object) -> float | None:
     if hasattr(value_type, "__float__") or hasattr(value_type, "__index__"):
         try:
             return float(value)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - any failure is a refusal
+        except Exception:  # any failure is a refusal
             return None
     return None
 
@@ -138,7 +138,7 @@ def _float_or_none(value: object) -> float | None:
 def _bool_or_none(value: object) -> bool | None:
     """The bool pybind11 would read from ``value``, or None if it refuses it."""
     if value is True or value is False:
-        return value  # type: ignore[return-value]
+        return value
     if value is None:
         return False
     if isinstance(value, enum.Enum):
@@ -147,7 +147,7 @@ def _bool_or_none(value: object) -> bool | None:
         return None
     try:
         return bool(value)
-    except Exception:  # noqa: BLE001 - any failure is a refusal
+    except Exception:  # any failure is a refusal
         return None
 
 
@@ -211,7 +211,7 @@ def _member_of(enum_type: type) -> _Coercer:
     return coerce
 
 
-def _instance_copy_of(struct_type: type) -> _Coercer:
+def _instance_copy_of(struct_type: type[_SettingsStruct]) -> _Coercer:
     def coerce(owner: str, name: str, value: Any) -> Any:
         if isinstance(value, struct_type):
             return value.copy()
@@ -223,6 +223,9 @@ def _instance_copy_of(struct_type: type) -> _Coercer:
 
 
 # ------------------------------------------------------------ settings structs
+
+
+_Struct = TypeVar("_Struct", bound="_SettingsStruct")
 
 
 class _SettingsStruct:
@@ -266,7 +269,7 @@ class _SettingsStruct:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -278,7 +281,7 @@ class _SettingsStruct:
             parts.append(f"{name}={shown}")
         return f"{type(self).__name__}({', '.join(parts)})"
 
-    def copy(self):
+    def copy(self: _Struct) -> _Struct:
         """Returns an independent copy (nested settings are copied too)."""
         duplicate = type(self).__new__(type(self))
         for name, _, _ in self._SPEC:
@@ -288,10 +291,10 @@ class _SettingsStruct:
             object.__setattr__(duplicate, name, value)
         return duplicate
 
-    def __copy__(self):
+    def __copy__(self: _Struct) -> _Struct:
         return self.copy()
 
-    def __deepcopy__(self, memo: dict[int, Any]):
+    def __deepcopy__(self: _Struct, memo: dict[int, Any]) -> _Struct:
         duplicate = self.copy()
         memo[id(self)] = duplicate
         return duplicate

@@ -94,6 +94,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
     if net.request_template and target.kind != "template":
         raise ValueError(f"--request-template applies to http(s) URLs, not {target.kind} targets")
     # The protocol's module is imported when its target is used (gRPC's needs protobuf).
+    sut: NetworkSUT
     if target.kind == "kserve_http":
         from loadgen.net.kserve_http import KServeHttpSUT
 

@@ -199,7 +199,10 @@ class HttpSUT(NetworkSUT):
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         req = Request(self.requests[sample_index % len(self.requests)], self, query_id, self._stream,
                       self._head_only)
-        self.pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
+        pool = self.pool
+        if pool is None:
+            raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
+        pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
     def on_error(self, req: Request, kind: str, message: str) -> None:
         self.fail_query(req.query_id, kind, message)

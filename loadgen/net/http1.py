@@ -131,6 +131,8 @@ class _Connection(asyncio.Protocol):
         self._state = _HEAD
         self._body = []
         self._got_bytes = False
+        if self.transport is None:  # the pool only sends on connections it has connected
+            raise RuntimeError("HTTP request sent on a connection that is not connected")
         self.transport.write(req.data)
 
     def _close(self) -> None:
@@ -140,7 +142,10 @@ class _Connection(asyncio.Protocol):
 
     # -- parsing
     def _parse(self, buf: bytearray, t: int) -> None:
-        while self.request is not None:
+        while True:
+            req = self.request
+            if req is None:
+                return
             state = self._state
             if state == _HEAD:
                 end = buf.find(b"\r\n\r\n")
@@ -150,11 +155,11 @@ class _Connection(asyncio.Protocol):
                     return
                 head = bytes(buf[:end])
                 del buf[:end + 4]
-                self._head(head)
+                self._head(req, head)
             elif state == _BODY_LENGTH:
                 n = min(self._remaining, len(buf))
                 if n:
-                    self._piece(bytes(buf[:n]), t)
+                    self._piece(req, bytes(buf[:n]), t)
                     del buf[:n]
                     self._remaining -= n
                 if self._remaining:
@@ -181,7 +186,7 @@ class _Connection(asyncio.Protocol):
                     self._remaining = size + 2  # data and its CRLF
                 take = min(self._remaining - 2, len(buf)) if self._remaining > 2 else 0
                 if take > 0:
-                    self._piece(bytes(buf[:take]), t)
+                    self._piece(req, bytes(buf[:take]), t)
                     del buf[:take]
                     self._remaining -= take
                 if self._remaining <= 2:
@@ -195,11 +200,11 @@ class _Connection(asyncio.Protocol):
                     return
             else:  # _BODY_EOF: everything until the server closes
                 if buf:
-                    self._piece(bytes(buf), t)
+                    self._piece(req, bytes(buf), t)
                     buf.clear()
                 return
 
-    def _head(self, head: bytes) -> None:
+    def _head(self, req: Request, head: bytes) -> None:
         if not head.startswith(b"HTTP/1."):
             raise ValueError(f"status line {head[:40]!r}")
         try:
@@ -211,7 +216,6 @@ class _Connection(asyncio.Protocol):
         self._status = status
         lower = head.lower()
         self._keep_alive = not (b"\r\nconnection: close" in lower or head.startswith(b"HTTP/1.0"))
-        req = self.request
         if req.head_only or status in (204, 304):
             self._state = _HEAD
             self._finish(_monotonic_ns())
@@ -234,8 +238,7 @@ class _Connection(asyncio.Protocol):
         self._state = _BODY_EOF
         self._keep_alive = False
 
-    def _piece(self, data: bytes, t: int) -> None:
-        req = self.request
+    def _piece(self, req: Request, data: bytes, t: int) -> None:
         if req.stream:
             req.handler.on_data(req, data, t)
         else:
@@ -249,6 +252,8 @@ class _Connection(asyncio.Protocol):
         self._body = []
         if not self._keep_alive or self._buf:  # bytes past the response: out of step
             self._close()
+        if req is None:  # abandoned while its response was read: nobody to tell
+            return
         self.pool._done(req, self, self._status, body, t)
 
 

@@ -100,7 +100,7 @@ def check_outputs(outputs: Sequence[tuple], expected: Sequence[InputSpec]) -> Op
             return f"output {spec.name} is {datatype}, expected {spec.datatype}"
         if not _shape_fits(spec.shape, shape):
             return f"output {spec.name} has shape {list(shape)}, expected {list(spec.shape)}"
-    for name, datatype, shape, count in outputs:
+    for name, _datatype, shape, count in outputs:
         if any(d < 0 for d in shape):
             return f"output {name} has a negative dimension in shape {list(shape)}"
         if count >= 0 and count != math.prod(shape):

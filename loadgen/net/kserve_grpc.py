@@ -304,10 +304,12 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         # Long-lived workers instead of a task per call: in a closed loop the worker that
         # completes a query finds the next one queued by that completion and goes on with
         # no task, future or wake-up in between.
-        queue, idle, one = self._queue, self._idle, self._one
+        queue, idle, one, loop = self._queue, self._idle, self._one, self.loop
+        if loop is None:  # workers start in open_on_loop, which sets the loop first
+            raise RuntimeError("gRPC worker started before open_on_loop")
         while True:
             if not queue:
-                waiter = self.loop.create_future()
+                waiter = loop.create_future()
                 idle.append(waiter)
                 await waiter
                 continue

@@ -204,19 +204,22 @@ class OpenAISUT(HttpSUT):
         bodies = []
         for _ in range(count):
             prompt = " ".join(words[i] for i in rng.integers(0, len(words), self.net.prompt_words))
-            b: Dict[str, Any] = {"model": self.model, "max_tokens": self.net.max_tokens, "stream": True,
-                                 "stream_options": {"include_usage": True}}
+            body: Dict[str, Any] = {"model": self.model, "max_tokens": self.net.max_tokens, "stream": True,
+                                    "stream_options": {"include_usage": True}}
             if chat:
-                b["messages"] = [{"role": "user", "content": prompt}]
+                body["messages"] = [{"role": "user", "content": prompt}]
             else:
-                b["prompt"] = prompt
-            bodies.append(b)
+                body["prompt"] = prompt
+            bodies.append(body)
         return bodies, f"synthetic ({count} prompts of {self.net.prompt_words} words, seed {self.net.seed})"
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         req = Request(self.requests[sample_index % len(self.requests)], TokenStream(self, query_id, scheduled_ns),
                       query_id, True)
-        self.pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
+        pool = self.pool
+        if pool is None:
+            raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
+        pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
     def record_stream(self, s: TokenStream, t: int) -> None:
         if s.usage_tokens >= 0:

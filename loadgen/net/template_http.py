@@ -37,6 +37,8 @@ class TemplateHttpSUT(HttpSUT):
 
     def prepare(self) -> None:
         path = self.net.request_template
+        if path is None:  # a template target is only chosen with --request-template
+            raise ValueError("--request-template: a template target needs a request template file")
         try:
             with open(path, encoding="utf-8") as f:
                 tpl = json.load(f)

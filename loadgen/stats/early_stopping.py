@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -172,7 +172,7 @@ class OrderStatistics:
     def __init__(self, histogram: Optional[Histogram]) -> None:
         self.count = 0 if histogram is None else int(histogram.total_count)
         self.min = self.max = 0
-        if self.count:
+        if histogram is not None and self.count:
             core = histogram._h
             self.min = int(getattr(core, "raw_min", histogram.min))
             self.max = int(getattr(core, "raw_max", histogram.max))
@@ -237,7 +237,7 @@ class EarlyStoppingResult:
     message: str
     more_queries_needed: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         return {
             "percentile": self.percentile,
             "queries": self.queries,

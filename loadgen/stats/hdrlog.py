@@ -23,7 +23,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import IO, Iterator, Optional, Union
+from typing import IO, Iterator, List, Optional, Union
 
 from loadgen.stats.histogram import HdrDecodeError, Histogram
 
@@ -153,9 +153,9 @@ class HistogramLogReader:
     :class:`HistogramLogError` naming the line; comments and the legend are skipped.
     """
 
-    def __init__(self, source: Union[str, os.PathLike, IO[str]]) -> None:
+    def __init__(self, source: Union[str, os.PathLike[str], IO[str]]) -> None:
         if isinstance(source, (str, os.PathLike)):
-            self._stream: IO[str] = open(source, encoding="utf-8")  # noqa: SIM115
+            self._stream: IO[str] = open(source, encoding="utf-8")
             self._owns = True
         else:
             self._stream = source
@@ -166,7 +166,7 @@ class HistogramLogReader:
     def __enter__(self) -> HistogramLogReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -229,7 +229,7 @@ class HistogramLogReader:
         )
 
 
-def read_log(source: Union[str, os.PathLike, IO[str]]) -> list:
+def read_log(source: Union[str, os.PathLike[str], IO[str]]) -> List[LogEntry]:
     """All intervals of a log as a list of :class:`LogEntry`."""
     if isinstance(source, str) and "\n" in source:
         source = io.StringIO(source)

@@ -7,9 +7,10 @@ the standard HdrHistogram V2 form that every HdrHistogram implementation reads.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple, Sequence, Union
+from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen import _core
 
@@ -126,7 +127,8 @@ class Histogram:
         """
         return self._h.record_corrected(value, expected_interval, count)
 
-    def record_array(self, values: Union[np.ndarray, Sequence[int]], counts=None) -> int:
+    def record_array(self, values: Union[np.ndarray, Sequence[int]],
+                     counts: Union[None, np.ndarray, Sequence[int]] = None) -> int:
         """Records every value of an integer array, natively and without the GIL.
 
         Args:
@@ -184,7 +186,7 @@ class Histogram:
 
     __copy__ = copy
 
-    def __deepcopy__(self, memo) -> Histogram:
+    def __deepcopy__(self, memo: Dict[int, Any]) -> Histogram:
         return self.copy()
 
     # --------------------------------------------------------------- statistics
@@ -241,7 +243,7 @@ class Histogram:
             raise ValueError("percentiles must all be within 0..100")
         return self._h.values_at_percentiles(ps)
 
-    def percentiles(self, percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> dict:
+    def percentiles(self, percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> Dict[float, int]:
         """A dict from each percentile to its value."""
         ps = [float(p) for p in percentiles]
         return dict(zip(ps, (int(v) for v in self.values_at_percentiles(ps))))
@@ -313,7 +315,7 @@ class Histogram:
         """The non-empty buckets as numpy arrays (see :class:`RecordedBuckets`)."""
         return RecordedBuckets(*self._h.recorded_buckets())
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[Tuple[int, int]]:
         """Yields ``(highest_equivalent_value, count)`` for each non-empty bucket."""
         buckets = self.recorded_buckets()
         return zip(buckets.highest_values.tolist(), buckets.counts.tolist())
@@ -381,9 +383,11 @@ class Histogram:
             and bool(np.array_equal(self.counts(), other.counts()))
         )
 
-    __hash__ = None  # mutable
+    # Mutable, so unhashable, as the data model allows; typeshed declares object.__hash__
+    # as a method and has no way to say None here.
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[[bytes, int, int, int], Histogram], Tuple[bytes, int, int, int]]:
         # The encoding keeps the counts; the raw min and max ride along so that min and
         # max come back exactly as they were.
         return (_unpickle, (self.encode_compressed(), self.rejected_count, self._h.raw_min, self._h.raw_max))
@@ -414,7 +418,7 @@ def _check_percentile(percentile: float) -> None:
         raise ValueError(f"percentile must be within 0..100, got {percentile}")
 
 
-def _as_int64(values, name: str) -> np.ndarray:
+def _as_int64(values: npt.ArrayLike, name: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind == "u":
         if arr.size and arr.max() > _INT64_MAX:

@@ -18,15 +18,17 @@ the run or hangs it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Protocol, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from loadgen import _core
 
-__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "SUTForm", "classify_sut"]
+__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "QuerySink", "SUTForm", "classify_sut"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,23 @@ def _ns(us: float) -> int:
     return int(round(us * 1e3))
 
 
+class QuerySink(Protocol):
+    """What a :class:`LoopSUT` completes its queries through (the engine gives it to
+    ``open_on_loop``). Call on the loop's thread; times are ``time.monotonic_ns()``."""
+
+    def complete(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` completed at ``t_ns``."""
+
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
+        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
+
+    def first_token(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` produced its first token at ``t_ns``."""
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        """Query ``qid`` failed; ``kind`` is its error class."""
+
+
 class LoopSUT:
     """Base of SUTs that run on the engine's asyncio event loop (uvloop when installed)
     and complete queries through a sink instead of a return value.
@@ -138,7 +157,7 @@ class LoopSUT:
     a stream's first token. Times are ``time.monotonic_ns()``.
     """
 
-    async def open_on_loop(self, loop, sink) -> None:
+    async def open_on_loop(self, loop: asyncio.AbstractEventLoop, sink: QuerySink) -> None:
         """Called once on the run's loop before the first query."""
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
@@ -162,7 +181,7 @@ class Batch:
 
     __slots__ = ("ids", "sample_indices", "scheduled_ns", "_engine")
 
-    def __init__(self, engine, ids: np.ndarray, sample_indices: np.ndarray,
+    def __init__(self, engine: _core.Engine, ids: np.ndarray, sample_indices: np.ndarray,
                  scheduled_ns: np.ndarray) -> None:
         self._engine = engine
         self.ids = ids
@@ -178,7 +197,8 @@ class Batch:
         many were still in flight."""
         return self._engine.complete_many(self.ids, completed_ns)
 
-    def complete_many(self, ids, completed_ns=None) -> int:
+    def complete_many(self, ids: npt.ArrayLike,
+                      completed_ns: Union[None, int, npt.NDArray[np.int64]] = None) -> int:
         """Completes some queries, by id (any subset of this or another batch)."""
         return self._engine.complete_many(np.ascontiguousarray(ids, dtype=np.int64), completed_ns)
 
@@ -192,7 +212,7 @@ class Batch:
         time to first token is measured from its scheduled time. Once per query."""
         return self._engine.first_token(int(query_id), t_ns)
 
-    def fail(self, ids=None, kind: str = "error", message: str = "") -> int:
+    def fail(self, ids: Optional[npt.ArrayLike] = None, kind: str = "error", message: str = "") -> int:
         """Fails the given queries (all of the batch by default) with an error kind."""
         target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
         return sum(bool(self._engine.fail(int(i), kind, message)) for i in target)
@@ -220,7 +240,7 @@ def classify_sut(sut: Any) -> SUTForm:
     issue = getattr(sut, "issue", None)
     if issue is not None and callable(issue):
         return "batched"
-    if inspect.iscoroutinefunction(sut) or inspect.iscoroutinefunction(getattr(sut, "__call__", None)):
+    if inspect.iscoroutinefunction(sut) or (callable(sut) and inspect.iscoroutinefunction(sut.__call__)):
         return "async"
     if callable(sut):
         return "function"
