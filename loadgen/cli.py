@@ -2,7 +2,11 @@
 
 Exit codes: 0 the run was valid (or the command succeeded), 1 it ran but was invalid or a
 --fail-if/--require threshold failed, 2 bad usage, options or input, 130 interrupted
-(Ctrl-C, or SIGTERM as when a pod is stopped).
+(Ctrl-C, or SIGTERM as when a pod is stopped), 141 stdout was a pipe that closed before
+all the output was written (as in ``loadgen report R | head -1``; 128 + SIGPIPE, what a
+shell reports for a process a broken pipe ended). A closed pipe ends the command quietly,
+with no traceback; ``run`` still finishes the run and writes its ``--output`` files
+first, so no measured result is lost.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import signal
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, TextIO
 
 from loadgen._version import __version__
 from loadgen.stats.hdrlog import HistogramLogError, read_log
@@ -24,9 +30,15 @@ from loadgen.results import (
 )
 from loadgen.units import NS_PER, TIME_UNITS
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from loadgen.runner import Progress
+
 __all__ = ["main"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE (a constant: Windows has no signal.SIGPIPE)
 
 
 class _UsageError(Exception):
@@ -34,8 +46,19 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit; main decides
+    def error(self, message: str) -> NoReturn:  # argparse would exit; main decides
         raise _UsageError(f"{self.prog}: {message}")
+
+    def _print_message(self, message: str, file: Optional[SupportsWrite[str]] = None) -> None:
+        # What prints --help, --version and usage. argparse drops every write error; a
+        # closed pipe is let through, so that main ends with EXIT_BROKEN_PIPE.
+        if message:
+            try:
+                (file or sys.stderr).write(message)
+            except BrokenPipeError:
+                raise
+            except (AttributeError, OSError):
+                pass
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -114,29 +137,44 @@ class _Interrupts:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: give up at once
         self.signal = signum
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 
 
-def _progress_printer(out) -> Any:
-    tty = out.isatty()
+class _ProgressPrinter:
+    """Prints progress lines on ``out``: one line rewritten in place on a terminal, a
+    line each time otherwise. A closed pipe stops the printing, not the run: the error
+    is kept in :attr:`broken` for after the results are saved."""
 
-    def show(p) -> None:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.broken: Optional[BrokenPipeError] = None
+
+    def __call__(self, p: Progress) -> None:
         line = (f"{p.elapsed_s:7.1f} s  issued {p.issued:>10,}  completed {p.completed:>10,}  "
                 f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / NS_PER['ms']:8.3f} ms")
-        if tty:
-            out.write("\r" + line)
-        else:
-            out.write(line + "\n")
-        out.flush()
+        self._write("\r" + line if self.tty else line + "\n")
 
-    return show, tty
+    def end(self) -> None:
+        """Ends the line rewritten in place on a terminal."""
+        if self.tty:
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError as e:
+            self.broken = e
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -151,18 +189,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (OptionError, ThresholdError, ValueError) as e:
         raise _UsageError(str(e)) from None
     quiet = options.quiet or options.json
-    show = None
-    tty = False
-    if not quiet:
-        show, tty = _progress_printer(sys.stdout)
+    show = None if quiet else _ProgressPrinter(sys.stdout)
+    tty = show is not None and show.tty
     with _Interrupts() as interrupts:
         doc = run_benchmark(
             options, given=given, on_progress=show,
             progress_interval_s=0.5 if tty else 5.0,
             stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
         )
-    if tty and show is not None:
-        sys.stdout.write("\n")
+    if show is not None:
+        show.end()
+    # The result files before the summary: whatever happens to stdout (a closed pipe),
+    # the measured result is saved.
+    paths: List[str] = []
     if options.output:
         try:
             paths = write_outputs(doc, options.output)
@@ -170,6 +209,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(json.dumps(doc), file=sys.stderr)
             raise _UsageError(f"--output: cannot write to {options.output}: {e.strerror or e} "
                               "(the result JSON was printed on stderr instead)") from None
+    if show is not None and show.broken is not None:
+        raise show.broken  # stdout closed during the run: main ends quietly
     if options.json:
         print(json.dumps(doc, indent=2))
     elif not options.quiet:
@@ -217,8 +258,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------- hlog
 
-def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> dict:
-    merged: dict = {}
+def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    merged: Dict[str, Dict[str, Any]] = {}
     for path in paths:
         for entry in _read(read_log, path):
             key = entry.tag or ""
@@ -236,8 +277,8 @@ def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> dict:
     return merged
 
 
-def _summarize(h: Histogram, scale: float) -> dict:
-    out = {"count": h.total_count, "min": h.min / scale, "mean": h.mean / scale}
+def _summarize(h: Histogram, scale: float) -> Dict[str, float]:
+    out: Dict[str, float] = {"count": h.total_count, "min": h.min / scale, "mean": h.mean / scale}
     for p, v in h.percentiles(DEFAULT_PERCENTILES).items():
         out[f"p{p:g}"] = v / scale
     out["max"] = h.max / scale
@@ -265,7 +306,46 @@ def _cmd_hlog(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Runs the command line and returns the process exit code."""
+    """Runs the command line and returns the process exit code.
+
+    Output to a closed pipe ends the command quietly with :data:`EXIT_BROKEN_PIPE`.
+    ``--help`` and ``--version`` exit through argparse's SystemExit, as before.
+    """
+    try:
+        try:
+            status = _main(argv)
+        except SystemExit:  # --help, --version: printed; their output is flushed here
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _silence_closed_pipes()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_closed_pipes() -> None:
+    """Points stdout, and stderr when it is a closed pipe too, at os.devnull, so that the
+    interpreter's flush of what is still buffered at exit does not raise again."""
+    streams: List[TextIO] = [sys.stdout]
+    try:
+        sys.stderr.flush()
+    except BrokenPipeError:  # as in `loadgen ... 2>&1 | head -1`
+        streams.append(sys.stderr)
+    except (OSError, ValueError):
+        pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in streams:
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):  # no file descriptor (replaced stream): nothing to redirect
+                pass
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
     try:
