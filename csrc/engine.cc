@@ -212,31 +212,41 @@ void Engine::issue_loop() {
     stop_.store(true);
   }
   set_min_timer_slack();
-  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
-  const int64_t spq = s_.samples_per_query;
   const int64_t t0 = now_ns();
   inline_prev_scheduled_ = t0;
   start_ns_.store(t0, std::memory_order_release);
   done_.notify();  // the monitor waits for the start time
   queued_.notify();  // inline consumers wait for it too
+  if (inline_issue_) {
+    wait_for_inline_issuing();
+  } else {
+    issue_scheduled(t0);
+  }
+  finish_issuing();
+  end_run();
+}
+
+void Engine::wait_for_inline_issuing() {
+  // Consumers generate the queries; this thread only runs the end of the run.
+  while (!issuing_done_.load(std::memory_order_acquire) && !stop_.load()) {
+    Notifier::Ticket e(done_);
+    if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
+    e.wait(10'000'000);
+  }
+  // Under the consumers' lock, so that no query is generated after this point.
+  std::lock_guard<std::mutex> lock(consumer_mutex_);
+  finish_issuing();
+}
+
+void Engine::issue_scheduled(int64_t t0) {
+  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
+  const int64_t spq = s_.samples_per_query;
   int64_t count = 0;
   int64_t prev_scheduled = t0;
   int64_t last_offset = -1;  // schedule offset of the last query issued
   // Waiting for room (cap or table) must not outlast a duration limit.
   const int64_t run_deadline = s_.max_duration_ns > 0 ? t0 + s_.max_duration_ns : INT64_MAX;
-
-  if (inline_issue_) {
-    // Consumers generate the queries; this thread only runs the end of the run.
-    while (!issuing_done_.load(std::memory_order_acquire) && !stop_.load()) {
-      Notifier::Ticket e(done_);
-      if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
-      e.wait(10'000'000);
-    }
-    // Under the consumers' lock, so that no query is generated after this point.
-    std::lock_guard<std::mutex> lock(consumer_mutex_);
-    finish_issuing();
-  }
-  while (!inline_issue_ && !stop_.load(std::memory_order_relaxed)) {
+  while (!stop_.load(std::memory_order_relaxed)) {
     int64_t scheduled;
     bool waited = false;
     if (closed) {
@@ -268,29 +278,8 @@ void Engine::issue_loop() {
         if (!wait_for_room(s_.max_in_flight, run_deadline)) break;
       }
     }
-    int64_t slot_index = table_.find_free_slot();
-    if (slot_index < 0) {
-      // Every slot holds an outstanding query: the table is the cap. Poll rather than
-      // sleep on the notifier: a full table means a deep backlog, and a waiting ticket
-      // would cost every one of those completions a wake-up system call.
-      if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
-      const int64_t capacity = static_cast<int64_t>(table_.capacity());
-      const int64_t spin_until = now_ns() + 200'000;
-      while (slot_index < 0 && !stop_.load(std::memory_order_relaxed) && now_ns() < run_deadline) {
-        // Watch the in-flight count (one load), not the table (a full scan), and spin
-        // briefly before sleeping: in a deep backlog slots free up continuously.
-        if (in_flight() >= capacity) {
-          if (now_ns() < spin_until) {
-            cpu_relax();
-          } else {
-            wait_until_ns(now_ns() + 20'000, 0, &stop_);
-          }
-          continue;
-        }
-        slot_index = table_.find_free_slot();
-      }
-      if (slot_index < 0) break;
-    }
+    const int64_t slot_index = wait_for_free_slot(waited, run_deadline);
+    if (slot_index < 0) break;
     const int64_t seq = count + 1;
     const int64_t id = table_.make_id(seq, static_cast<uint64_t>(slot_index));
     table_.fill(id, scheduled, 0);
@@ -300,8 +289,34 @@ void Engine::issue_loop() {
     ++count;
     dispatch(id, seq, scheduled);
   }
-  finish_issuing();
+}
 
+int64_t Engine::wait_for_free_slot(bool waited, int64_t run_deadline) noexcept {
+  int64_t slot_index = table_.find_free_slot();
+  if (slot_index >= 0) return slot_index;
+  // Every slot holds an outstanding query: the table is the cap. Poll rather than
+  // sleep on the notifier: a full table means a deep backlog, and a waiting ticket
+  // would cost every one of those completions a wake-up system call.
+  if (!waited) cap_waits_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t capacity = static_cast<int64_t>(table_.capacity());
+  const int64_t spin_until = now_ns() + 200'000;
+  while (slot_index < 0 && !stop_.load(std::memory_order_relaxed) && now_ns() < run_deadline) {
+    // Watch the in-flight count (one load), not the table (a full scan), and spin
+    // briefly before sleeping: in a deep backlog slots free up continuously.
+    if (in_flight() >= capacity) {
+      if (now_ns() < spin_until) {
+        cpu_relax();
+      } else {
+        wait_until_ns(now_ns() + 20'000, 0, &stop_);
+      }
+      continue;
+    }
+    slot_index = table_.find_free_slot();
+  }
+  return slot_index;
+}
+
+void Engine::end_run() {
   // Polled, not woken per completion: at the end of an offline run a million queries
   // may complete during the grace period, and each wake-up would cost a system call.
   const int64_t grace_end = s_.grace_ns > INT64_MAX / 2 ? INT64_MAX : now_ns() + s_.grace_ns;

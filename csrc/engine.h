@@ -186,6 +186,16 @@ class Engine : private CompletionSink {
   }
 
   void issue_loop();
+  // Inline issuing: waits while consumers generate the queries, then ends issuing.
+  void wait_for_inline_issuing();
+  // Walks the schedule (or the closed loop) from start time t0, issuing until a bound,
+  // a stop request or the end of the schedule.
+  void issue_scheduled(int64_t t0);
+  // A free in-flight slot, waiting (and counting a cap wait unless `waited` already
+  // did) while the table is full; -1 on stop or at run_deadline.
+  int64_t wait_for_free_slot(bool waited, int64_t run_deadline) noexcept;
+  // After issuing: the grace period, then cancellation of what is left, then the end.
+  void end_run();
   // Closed loop, queue SUT: generates up to `max` queries on the caller's thread
   // (consumer_mutex_ held). Marks issuing done when a bound is reached.
   int64_t generate_inline(int64_t* ids, int64_t* samples, int64_t* scheduled_ns, int64_t max);

@@ -188,16 +188,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
     int64_t now;
     if (server) {
       scheduled = start + offset;
-      now = now_ns();
-      if (now < scheduled) sink.before_wait();
-      while (now < scheduled && !stop_.load(std::memory_order_acquire)) {
-        // Slices, so that a signal or a stop request is seen while waiting long gaps.
-        const int64_t slice_end = std::min(scheduled, now + kWaitSliceNs);
-        wait_until_ns(slice_end, slice_end == scheduled ? s_.spin_ns : 0, &stop_);
-        now = now_ns();
-        if (now < scheduled && !sink.keep_waiting()) stop();
-      }
-      if (stop_.load(std::memory_order_acquire)) {
+      if (!wait_until_scheduled(scheduled, sink, &now)) {
         r.interrupted = true;
         break;
       }
@@ -211,12 +202,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
     auto add_query = [&](const std::vector<int64_t>& qs, int64_t sched) -> bool {
       if (!claim(seq + 1, sink)) return false;
       ++seq;
-      publish(seq, static_cast<int64_t>(qs.size()), sched, now);
-      last_published_ = seq;
-      for (size_t k = 0; k < qs.size(); ++k) {
-        ids.push_back(sample_ids_.pack(seq, k));
-        indices.push_back(qs[k]);
-      }
+      add_to_call(seq, qs, sched, now, &ids, &indices);
       ++in_this_call;
       r.final_scheduled_offset_ns = sched - start;
       return true;
@@ -250,33 +236,60 @@ void MlperfRun::issue_all(IssueSink& sink) {
       break;
     }
     queries_issued += in_this_call;
-    if (s_.accuracy) continue;
-    const int64_t duration = now - start;
-    if (server) {
-      if (s_.max_async_queries != 0 &&
-          queries_issued - queries_completed_.load(std::memory_order_relaxed) > s_.max_async_queries) {
-        r.too_many_outstanding = true;
-        break;
-      }
-    } else if (queries_issued >= s_.min_query_count && duration >= s_.target_duration_ns) {
-      r.ran_out_of_generated_queries = false;
-      r.ended_naturally = true;
-      break;
-    }
-    if (s_.max_query_count != 0 && queries_issued >= s_.max_query_count) {
-      r.ran_out_of_generated_queries = false;
-      r.max_query_count_reached = true;
-      break;
-    }
-    if (s_.max_duration_ns != 0 && duration > s_.max_duration_ns) {
-      r.ran_out_of_generated_queries = false;
-      r.max_duration_reached = true;
-      break;
-    }
+    if (!s_.accuracy && reached_end(queries_issued, now - start)) break;
   }
   if (r.interrupted) r.ran_out_of_generated_queries = false;
   r.queries_issued = queries_issued;
   last_seq_ = last_published_;
+}
+
+bool MlperfRun::wait_until_scheduled(int64_t scheduled_ns, IssueSink& sink, int64_t* now) {
+  *now = now_ns();
+  if (*now < scheduled_ns) sink.before_wait();
+  while (*now < scheduled_ns && !stop_.load(std::memory_order_acquire)) {
+    // Slices, so that a signal or a stop request is seen while waiting long gaps.
+    const int64_t slice_end = std::min(scheduled_ns, *now + kWaitSliceNs);
+    wait_until_ns(slice_end, slice_end == scheduled_ns ? s_.spin_ns : 0, &stop_);
+    *now = now_ns();
+    if (*now < scheduled_ns && !sink.keep_waiting()) stop();
+  }
+  return !stop_.load(std::memory_order_acquire);
+}
+
+void MlperfRun::add_to_call(uint64_t seq, const std::vector<int64_t>& samples, int64_t scheduled_ns,
+                            int64_t issued_ns, std::vector<uint64_t>* ids, std::vector<int64_t>* indices) {
+  publish(seq, static_cast<int64_t>(samples.size()), scheduled_ns, issued_ns);
+  last_published_ = seq;
+  for (size_t k = 0; k < samples.size(); ++k) {
+    ids->push_back(sample_ids_.pack(seq, k));
+    indices->push_back(samples[k]);
+  }
+}
+
+bool MlperfRun::reached_end(int64_t queries_issued, int64_t duration_ns) {
+  RunCounts& r = result_;
+  if (s_.scenario == Scenario::kServer) {
+    if (s_.max_async_queries != 0 &&
+        queries_issued - queries_completed_.load(std::memory_order_relaxed) > s_.max_async_queries) {
+      r.too_many_outstanding = true;
+      return true;
+    }
+  } else if (queries_issued >= s_.min_query_count && duration_ns >= s_.target_duration_ns) {
+    r.ran_out_of_generated_queries = false;
+    r.ended_naturally = true;
+    return true;
+  }
+  if (s_.max_query_count != 0 && queries_issued >= s_.max_query_count) {
+    r.ran_out_of_generated_queries = false;
+    r.max_query_count_reached = true;
+    return true;
+  }
+  if (s_.max_duration_ns != 0 && duration_ns > s_.max_duration_ns) {
+    r.ran_out_of_generated_queries = false;
+    r.max_duration_reached = true;
+    return true;
+  }
+  return false;
 }
 
 bool MlperfRun::wait_all(int64_t timeout_ns) {

@@ -135,6 +135,15 @@ class MlperfRun {
   uint64_t reserve_numbers() const noexcept;
   void publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, int64_t issued_ns);
   bool wait_done(uint64_t seq, IssueSink& sink);
+  // Server: waits for `scheduled_ns` (sleeping, then spinning s_.spin_ns); `*now` is the
+  // time it ended. False when the run was stopped meanwhile.
+  bool wait_until_scheduled(int64_t scheduled_ns, IssueSink& sink, int64_t* now);
+  // Publishes query `seq` (its slot already claimed) and appends its sample ids and
+  // indices to the issue call being built.
+  void add_to_call(uint64_t seq, const std::vector<int64_t>& samples, int64_t scheduled_ns,
+                   int64_t issued_ns, std::vector<uint64_t>* ids, std::vector<int64_t>* indices);
+  // After an issue call: whether a stop rule ends issuing (and which, in result_).
+  bool reached_end(int64_t queries_issued, int64_t duration_ns);
   // Counts `count` samples of query `seq` done at t_ns; `tpot_tokens` > 1 for a query of
   // one sample reporting its output tokens (time per output token).
   void finish_group(uint64_t seq, int64_t count, int64_t t_ns, int64_t tokens, int64_t tpot_tokens,
