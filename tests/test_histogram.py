@@ -978,3 +978,12 @@ def test_time_record_ns_rejects_bad_thread_counts(threads):
 def test_time_record_ns_rejects_empty_values():
     with pytest.raises(ValueError):
         _core.time_record_ns(np.array([], dtype=np.int64), 1, _core.RecordMode.single_writer)
+
+
+def test_exact_min_and_max_are_the_recorded_values_not_bucket_bounds():
+    h = Histogram()
+    assert (h.exact_min, h.exact_max) == (0, 0)
+    h.record(12_345)
+    h.record(987_654_321)
+    assert (h.exact_min, h.exact_max) == (12_345, 987_654_321)
+    assert h.min != 12_345 or h.max != 987_654_321  # the bucket-precision view differs

@@ -369,9 +369,9 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
     multi = scenario == int(TestScenario.MultiStream)
     bounds = _bounds_ns(eff)
     return RunFigures(
-        sample_latency=Histogram._wrap(run.sample_latency()),
+        sample_latency=Histogram.from_core(run.sample_latency()),
         sample_latency_sum_ns=counts["latency_sum_ns"],
-        query_latency=Histogram._wrap(run.query_latency()) if multi else None,
+        query_latency=Histogram.from_core(run.query_latency()) if multi else None,
         query_latency_sum_ns=counts["query_latency_sum_ns"],
         sample_count=counts["samples_completed"],
         queries_issued=counts["queries_issued"],
@@ -383,11 +383,11 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
             (counts["final_done_ns"] or counts["max_completion_ns"]) - start, 0
         )
         / 1e9,
-        issue_delay=Histogram._wrap(run.issue_delay()),
-        first_token_latency=Histogram._wrap(run.first_token_latency())
+        issue_delay=Histogram.from_core(run.issue_delay()),
+        first_token_latency=Histogram.from_core(run.first_token_latency())
         if use_tokens
         else None,
-        time_per_output_token=Histogram._wrap(run.time_per_output_token())
+        time_per_output_token=Histogram.from_core(run.time_per_output_token())
         if use_tokens
         else None,
         tokens_per_sample_sum=counts["tokens"],

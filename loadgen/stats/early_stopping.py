@@ -173,9 +173,8 @@ class OrderStatistics:
         self.count = 0 if histogram is None else int(histogram.total_count)
         self.min = self.max = 0
         if histogram is not None and self.count:
-            core = histogram._h
-            self.min = int(getattr(core, "raw_min", histogram.min))
-            self.max = int(getattr(core, "raw_max", histogram.max))
+            self.min = histogram.exact_min
+            self.max = histogram.exact_max
             _, highest, counts = histogram.recorded_buckets()
             self._highest = np.minimum(np.asarray(highest, dtype=np.int64), self.max)
             self._cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))

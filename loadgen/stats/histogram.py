@@ -98,7 +98,6 @@ class Histogram:
         obj._h = core
         return obj
 
-    _wrap = from_core  # the former name, still used by loadgen.mlperf
 
     # ----------------------------------------------------------------- recording
 
@@ -182,7 +181,7 @@ class Histogram:
 
     def copy(self) -> Histogram:
         """An independent copy."""
-        return Histogram._wrap(self._h.copy())
+        return Histogram.from_core(self._h.copy())
 
     __copy__ = copy
 
@@ -210,6 +209,16 @@ class Histogram:
     def max(self) -> int:
         """Largest recorded value, to the histogram's precision (0 when empty)."""
         return self._h.max
+
+    @property
+    def exact_min(self) -> int:
+        """Smallest value recorded, exactly (kept beside the buckets; 0 when empty)."""
+        return self._h.raw_min if self._h.total_count else 0
+
+    @property
+    def exact_max(self) -> int:
+        """Largest value recorded, exactly (kept beside the buckets; 0 when empty)."""
+        return self._h.raw_max if self._h.total_count else 0
 
     @property
     def mean(self) -> float:
