@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from loadgen.net.options import NetOptions
+from loadgen.net.options import NetOptions, clip
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind
 from loadgen.net.targets import Target
 from loadgen.net.tensors import InputSpec, datatype_of, load_samples, numpy_dtype, synthetic_samples
@@ -45,14 +45,14 @@ def _tensors(items: Any, where: str) -> List[InputSpec]:
             out.append(InputSpec(str(t["name"]), str(t["datatype"]).upper(), tuple(int(d) for d in t["shape"])))
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"model metadata: {where}[{i}] is not a tensor with name, datatype and shape: "
-                             f"{json.dumps(t)[:200]}") from None
+                             f"{clip(json.dumps(t), 200)}") from None
     return out
 
 
 def parse_metadata(doc: Any) -> ModelMetadata:
     """Model metadata from its JSON form; ValueError when it is not one."""
     if not isinstance(doc, dict) or "name" not in doc:
-        raise ValueError(f"model metadata is not a JSON object with a name: {str(doc)[:200]}")
+        raise ValueError(f"model metadata is not a JSON object with a name: {clip(str(doc), 200)}")
     return ModelMetadata(str(doc["name"]), [str(v) for v in doc.get("versions") or []],
                          str(doc.get("platform", "")), _tensors(doc.get("inputs"), "inputs"),
                          _tensors(doc.get("outputs"), "outputs"))
@@ -114,9 +114,9 @@ def check_json_response(body: bytes, expected: Sequence[InputSpec]) -> Optional[
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return f"the response is not JSON: {body[:80]!r}"
+        return f"the response is not JSON: {clip(body, 80)!r}"
     if not isinstance(doc, dict):
-        return f"the response is not a JSON object: {body[:80]!r}"
+        return f"the response is not a JSON object: {clip(body, 80)!r}"
     outs = doc.get("outputs")
     if not isinstance(outs, list):
         return "the response has no outputs list"

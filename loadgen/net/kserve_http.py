@@ -60,7 +60,7 @@ class KServeHttpSUT(KServeInputs, HttpSUT):
 
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         if status != 200:
-            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}")
             return
         if self.check:
             problem = self._checked(body, self._check_json)

@@ -13,7 +13,7 @@ import numpy as np
 
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request
-from loadgen.net.options import NetOptions
+from loadgen.net.options import NetOptions, clip
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
 from loadgen.net.targets import Target
 from loadgen.stats.histogram import Histogram
@@ -78,13 +78,13 @@ class TokenStream:
         try:
             doc = json.loads(data.decode("utf-8", "replace"))
         except ValueError:
-            self.error = self.error or f"an event is not JSON: {data[:80]!r}"
+            self.error = self.error or f"an event is not JSON: {clip(data, 80)!r}"
             return
         if not isinstance(doc, dict):
-            self.error = self.error or f"an event is not a JSON object: {data[:80]!r}"
+            self.error = self.error or f"an event is not a JSON object: {clip(data, 80)!r}"
             return
         if "error" in doc:
-            self.error = self.error or f"the server sent an error event: {json.dumps(doc['error'])[:200]}"
+            self.error = self.error or f"the server sent an error event: {clip(json.dumps(doc['error']), 200)}"
             return
         usage = doc.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -109,7 +109,7 @@ class TokenStream:
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         sut = self.sut
         if status != 200:
-            text = self.buf[:200].decode("utf-8", "replace")
+            text = sut.redactor.excerpt(self.buf, 200)
             self.buf = b""
             sut.fail_query(self.query_id, f"http_{status}", f"HTTP {status}: {text}")
             return

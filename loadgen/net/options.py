@@ -7,12 +7,31 @@ import dataclasses
 import ssl
 from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["NetOptions", "Redactor", "parse_header", "ssl_context"]
+__all__ = ["CUT_MARK", "NetOptions", "Redactor", "clip", "parse_header", "ssl_context"]
 
 #: Headers whose values are always redacted (compared case-insensitively).
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
                                "x-api-key", "api-key"})
 REDACTED = "[REDACTED]"
+#: What :func:`clip` puts where it cut a text; the redactor treats what precedes it as
+#: possibly the start of a secret the cut went through.
+CUT_MARK = "..."
+_CLIP_WINDOW_CHARS = 64 * 1024  # Redactor.excerpt redacts this much of a body before cutting
+
+
+def clip(data: Any, limit: int) -> str:
+    """``data`` (bytes are decoded as UTF-8, bad bytes replaced) cut to ``limit``
+    characters, with :data:`CUT_MARK` after the cut when there was one. Only the first
+    ``4 * limit + 4`` bytes are decoded, so a large body costs no more than a small one."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        head = bytes(data[: 4 * limit + 4])
+        text = head.decode("utf-8", "replace")
+        cut = len(head) < len(data)
+    else:
+        text, cut = str(data), False
+    if len(text) > limit:
+        return text[:limit] + CUT_MARK
+    return text + CUT_MARK if cut else text
 
 
 def parse_header(text: str) -> Tuple[str, str]:
@@ -104,11 +123,34 @@ class Redactor:
         return bool(self._values)
 
     def text(self, s: str) -> str:
-        """``s`` with every secret value replaced."""
+        """``s`` with every secret value replaced, and, where ``s`` was cut (before each
+        :data:`CUT_MARK`), any start of a secret that the cut left."""
         for v in self._values:
             if v in s:
                 s = s.replace(v, REDACTED)
+        if CUT_MARK in s and self._values:
+            s = self._cut_starts(s)
         return s
+
+    def _cut_starts(self, s: str) -> str:
+        parts = s.split(CUT_MARK)
+        for i, head in enumerate(parts[:-1]):
+            longest = 0
+            for v in self._values:
+                for k in range(min(len(v) - 1, len(head)), longest, -1):
+                    if head.endswith(v[:k]):
+                        longest = k
+                        break
+            if longest:
+                parts[i] = head[:-longest] + REDACTED
+        return CUT_MARK.join(parts)
+
+    def excerpt(self, data: Any, limit: int) -> str:
+        """The first ``limit`` characters of ``data`` (a response body: bytes or text)
+        for a message, redacted before the cut (so that the cut cannot split a secret
+        and leave part of it), and then at the cut (for a secret ``data`` itself ends in
+        part of)."""
+        return self.text(clip(self.text(clip(data, max(limit, _CLIP_WINDOW_CHARS))), limit))
 
     def doc(self, obj: Any) -> Any:
         """A copy of a JSON-like document with every secret value replaced in its strings."""

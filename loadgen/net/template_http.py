@@ -118,14 +118,15 @@ class TemplateHttpSUT(HttpSUT):
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         ok = status in self.ok_status if self.ok_status is not None else 200 <= status < 300
         if not ok:
-            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}")
             return
         if self.check and self.json_keys:
             self.checked += 1
             try:
                 doc = json.loads(body)
             except (ValueError, UnicodeDecodeError):
-                self.fail_query(req.query_id, "invalid_response", f"the response is not JSON: {body[:80]!r}")
+                self.fail_query(req.query_id, "invalid_response",
+                                f"the response is not JSON: {self.redactor.excerpt(body, 80)!r}")
                 return
             missing = [k for k in self.json_keys if not isinstance(doc, dict) or doc.get(k) in (None, [], {}, "")]
             if missing:
