@@ -49,3 +49,4 @@ OPEN_LOOP_CONNECTIONS = 64  # an uncapped open loop
 GRPC_CONTENTS = "raw"
 MAX_TOKENS = 128
 PROMPT_WORDS = 64
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a response body (a stream: each event) past this fails

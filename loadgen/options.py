@@ -264,6 +264,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                f"(default: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open loop)", "N"),
     OptionSpec("ready_timeout_s", _float(0), "network: wait this long for the server to be ready before the run; "
                f"exit 2 if it is not (default {D.READY_TIMEOUT_S:g})", "S"),
+    OptionSpec("max_response_bytes", _int(1), "network: fail a request whose response body is larger (a "
+               "stream's: each event) as response_too_large and close its connection "
+               f"(default {D.MAX_RESPONSE_BYTES}, 64 MiB)", "BYTES"),
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
@@ -330,6 +333,7 @@ class RunOptions:
     insecure: bool = False
     connections: int = 0
     ready_timeout_s: float = D.READY_TIMEOUT_S
+    max_response_bytes: int = D.MAX_RESPONSE_BYTES
     no_response_check: bool = False
     grpc_contents: str = D.GRPC_CONTENTS
     model: Optional[str] = None

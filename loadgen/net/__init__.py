@@ -46,6 +46,7 @@ def net_options(o: Any):
         prompt_words=o.prompt_words,
         sample_count=o.sample_count,
         seed=o.seed,
+        max_response_bytes=o.max_response_bytes,
     )
 
 

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from loadgen.net.http1 import HttpPool, Request
+from loadgen import defaults
+from loadgen.net.http1 import HttpPool, Request, read_limited
 from loadgen.net.kserve_common import ModelMetadata
 from loadgen.net.options import NetOptions, ssl_context
 from loadgen.net.targets import Target
@@ -136,14 +137,19 @@ class NetworkSUT(LoopSUT):
             return problem
 
 
-def http_get(url: str, headers: Sequence[Tuple[str, str]], timeout_s: float, ctx) -> Tuple[int, bytes, str]:
-    """(status, body, problem) of a GET; status 0 and the problem when nothing answered."""
+def http_get(url: str, headers: Sequence[Tuple[str, str]], timeout_s: float, ctx,
+             max_bytes: int = defaults.MAX_RESPONSE_BYTES) -> Tuple[int, bytes, str]:
+    """(status, body, problem) of a GET; status 0 and the problem when nothing answered,
+    or when the body is over ``max_bytes`` (it is not read further)."""
     req = urllib.request.Request(url, headers=dict(headers), method="GET")
+    too_large = f"the response is over --max-response-bytes ({max_bytes} bytes)"
     try:
         with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
-            return r.status, r.read(), ""
+            body = read_limited(r, max_bytes)
+            return (0, b"", too_large) if body is None else (r.status, body, "")
     except urllib.error.HTTPError as e:
-        return e.code, e.read(), f"HTTP {e.code}"
+        body = read_limited(e, max_bytes) if e.fp is not None else b""
+        return e.code, body or b"", f"HTTP {e.code}"
     except urllib.error.URLError as e:
         reason = e.reason
         return 0, b"", getattr(reason, "strerror", None) or str(reason)
@@ -163,7 +169,8 @@ class HttpSUT(NetworkSUT):
         self._head_only = False
 
     def _get(self, path: str, timeout_s: float) -> Tuple[int, bytes, str]:
-        return http_get(self.target.http_base + path, self.net.headers, timeout_s, self.ssl)
+        return http_get(self.target.http_base + path, self.net.headers, timeout_s, self.ssl,
+                        self.net.max_response_bytes)
 
     def _serialize(self, method: str, path: str, body: Optional[bytes],
                    headers: Sequence[Tuple[str, str]] = ()) -> bytes:
@@ -189,7 +196,8 @@ class HttpSUT(NetworkSUT):
     async def open_on_loop(self, loop, sink) -> None:
         self.loop, self.sink = loop, sink
         self.pool = HttpPool(loop, self.target.host, self.target.port, self.connections,
-                             ssl_context=self.ssl, server_hostname=self.target.host)
+                             ssl_context=self.ssl, server_hostname=self.target.host,
+                             max_response_bytes=self.net.max_response_bytes)
         self.warm_connections = await self.pool.warm(min(self.connections, _WARM_MAX))
 
     async def close_on_loop(self) -> None:

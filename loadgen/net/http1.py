@@ -7,6 +7,14 @@ it arrives, stamped with its receive time), and bodies delimited by the connecti
 close. Connections are kept alive and reused; a pool holds at most ``size`` of them, and
 requests wait in order for a free one.
 
+A response body is bounded (``max_response_bytes``): a collected body past it (a
+``Content-Length`` over it is refused at once, a chunked or close-delimited body when it
+gets there) fails its request as ``response_too_large`` and closes the connection, so a
+server that sends without end costs memory up to the bound, not more. A streamed body is
+not collected; its handler bounds what it keeps (per event) and raises
+:class:`ResponseTooLarge` from ``on_data`` to fail the request the same way. The head,
+each chunk-size line and the trailers are bounded by 64 KiB each.
+
 Everything here is callback-driven: no coroutine or task per request. A request ends in
 exactly one call of its handler's ``on_response`` or ``on_error``, unless it timed out
 or the pool was closed (then in neither).
@@ -20,7 +28,9 @@ import ssl
 import time
 from typing import Deque, List, Optional
 
-__all__ = ["HttpPool", "Request", "connect_error_kind"]
+from loadgen import defaults
+
+__all__ = ["HttpPool", "Request", "ResponseTooLarge", "connect_error_kind", "read_limited"]
 
 _monotonic_ns = time.monotonic_ns
 _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _BODY_EOF = range(4)
@@ -36,6 +46,28 @@ def connect_error_kind(exc: BaseException) -> str:
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "connect_timeout"
     return "connect_error"
+
+
+def read_limited(response, max_bytes: int) -> Optional[bytes]:
+    """The body of a blocking (``http.client``/``urllib``) response, or None when it is
+    longer than ``max_bytes``; read in pieces of at most 1 MiB, so that neither a large
+    limit nor a large body is allocated up front."""
+    pieces: List[bytes] = []
+    total = 0
+    while True:
+        piece = response.read(min(1 << 20, max_bytes + 1 - total))
+        if not piece:
+            return b"".join(pieces)
+        total += len(piece)
+        if total > max_bytes:
+            return None
+        pieces.append(piece)
+
+
+class ResponseTooLarge(Exception):
+    """A response over the size limit; the request fails as ``response_too_large`` and
+    its connection is closed. A streaming handler raises it from ``on_data`` when what it
+    must hold at once (an event) is over the limit."""
 
 
 class Request:
@@ -81,6 +113,7 @@ class _Connection(asyncio.Protocol):
         self._body: List[bytes] = []
         self._keep_alive = True
         self._got_bytes = False
+        self._body_bytes = 0
 
     # -- asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -118,11 +151,20 @@ class _Connection(asyncio.Protocol):
         try:
             self._parse(buf, t)
         except ValueError as e:
-            req = self.request
-            self.request = None
-            self._close()
-            if req is not None:
-                self.pool._fail(req, "invalid_response", f"malformed HTTP response: {e}")
+            self._abort("invalid_response", f"malformed HTTP response: {e}")
+        except ResponseTooLarge as e:
+            self._abort("response_too_large", str(e))
+
+    def _abort(self, kind: str, message: str) -> None:
+        """Fails the request in progress and closes the connection (what is left of the
+        response cannot be skipped reliably)."""
+        req = self.request
+        self.request = None
+        self._buf.clear()
+        self._body = []
+        self._close()
+        if req is not None:
+            self.pool._fail(req, kind, message)
 
     # -- sending
     def send(self, req: Request) -> None:
@@ -130,6 +172,7 @@ class _Connection(asyncio.Protocol):
         req.conn = self
         self._state = _HEAD
         self._body = []
+        self._body_bytes = 0
         self._got_bytes = False
         if self.transport is None:  # the pool only sends on connections it has connected
             raise RuntimeError("HTTP request sent on a connection that is not connected")
@@ -169,19 +212,26 @@ class _Connection(asyncio.Protocol):
                 if self._remaining == 0:  # at a chunk-size line
                     end = buf.find(b"\r\n")
                     if end < 0:
+                        if len(buf) > _MAX_HEAD_BYTES:
+                            raise ValueError("chunk-size line longer than 64 KiB")
                         return
                     line = bytes(buf[:end]).split(b";", 1)[0].strip()
-                    try:
-                        size = int(line, 16)
-                    except ValueError:
-                        raise ValueError(f"bad chunk size {line[:20]!r}") from None
+                    # Hex digits only: int() would also take a sign, "0x" or underscores.
+                    if not line or line.strip(b"0123456789abcdefABCDEF"):
+                        raise ValueError(f"bad chunk size {line[:20]!r}")
+                    size = int(line, 16)
                     if size == 0:  # last chunk; skip trailers up to the blank line
                         tail = buf.find(b"\r\n\r\n", end)
                         if tail < 0:
+                            if len(buf) > _MAX_HEAD_BYTES:
+                                raise ValueError("chunked trailers longer than 64 KiB")
                             return
                         del buf[:tail + 4]
                         self._finish(t)
                         continue
+                    if not req.stream and self._body_bytes + size > self.pool.max_response_bytes:
+                        raise ResponseTooLarge(self._too_large(f"a chunk of {size} bytes after "
+                                                               f"{self._body_bytes} bytes of body"))
                     del buf[:end + 2]
                     self._remaining = size + 2  # data and its CRLF
                 take = min(self._remaining - 2, len(buf)) if self._remaining > 2 else 0
@@ -227,10 +277,13 @@ class _Connection(asyncio.Protocol):
         i = lower.find(b"\r\ncontent-length:")
         if i >= 0:
             value = lower[i + 17:].split(b"\r\n", 1)[0].strip()
-            try:
-                self._remaining = int(value)
-            except ValueError:
-                raise ValueError(f"Content-Length {value[:20]!r}") from None
+            # Digits only: int() would also take a sign, spaces or underscores, and a
+            # negative length must not read as an empty body.
+            if not value.isdigit() or not value.isascii():
+                raise ValueError(f"Content-Length {value[:20]!r} is not a non-negative integer")
+            self._remaining = int(value)
+            if not req.stream and self._remaining > self.pool.max_response_bytes:
+                raise ResponseTooLarge(self._too_large(f"Content-Length {self._remaining}"))
             self._state = _BODY_LENGTH
             if self._remaining == 0:
                 self._finish(_monotonic_ns())
@@ -242,7 +295,14 @@ class _Connection(asyncio.Protocol):
         if req.stream:
             req.handler.on_data(req, data, t)
         else:
+            self._body_bytes += len(data)
+            if self._body_bytes > self.pool.max_response_bytes:
+                raise ResponseTooLarge(self._too_large(f"{self._body_bytes} bytes of body so far"))
             self._body.append(data)
+
+    def _too_large(self, what: str) -> str:
+        return (f"HTTP {self._status} response over --max-response-bytes "
+                f"({self.pool.max_response_bytes} bytes): {what}; the connection was closed")
 
     def _finish(self, t: int) -> None:
         req = self.request
@@ -267,13 +327,18 @@ class HttpPool:
         ssl_context: for https; None for plain HTTP.
         server_hostname: name checked against the certificate (default: host).
         connect_timeout_s: bound on each connect.
+        max_response_bytes: most bytes of a collected response body (see the module's
+            docstring); a larger one fails its request as ``response_too_large``.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, host: str, port: int, size: int,
                  ssl_context: Optional[ssl.SSLContext] = None, server_hostname: Optional[str] = None,
-                 connect_timeout_s: float = 10.0) -> None:
+                 connect_timeout_s: float = 10.0, max_response_bytes: int = defaults.MAX_RESPONSE_BYTES) -> None:
         if size < 1:
             raise ValueError(f"connection pool size must be >= 1, got {size}")
+        if max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes}")
+        self.max_response_bytes = max_response_bytes
         self.loop = loop
         self.host, self.port, self.size = host, port, size
         self.ssl_context = ssl_context

@@ -273,7 +273,10 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         target = host_port(self.target)
         # No retries: a load generator counts a failed call, it does not hide it, and
         # the retry machinery costs CPU on every call.
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+        # A response over --max-response-bytes fails in grpcio (RESOURCE_EXHAUSTED) before
+        # it is held whole; its option is an int32.
+        options = [("grpc.max_receive_message_length", min(self.net.max_response_bytes, 2**31 - 1)),
+                   ("grpc.max_send_message_length", -1),
                    ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
         for _ in range(self.connections):
             ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
@@ -330,7 +333,12 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
             raw = await call(data, timeout=timeout, metadata=self.metadata_md)
         except self._rpc_error as e:
             if e.code() != self._deadline_exceeded or not self.timeout_ns:
-                self.fail_query(qid, f"grpc_{e.code().name}", e.details() or e.code().name)
+                details = self.redactor.excerpt(e.details() or e.code().name, 500)
+                kind = f"grpc_{e.code().name}"
+                if kind == "grpc_RESOURCE_EXHAUSTED" and "larger than max" in details:
+                    kind = "response_too_large"
+                    details = f"response over --max-response-bytes ({self.net.max_response_bytes} bytes): {details}"
+                self.fail_query(qid, kind, details)
             return  # a deadline the timeout set: the engine counts it as timed out
         t = _monotonic_ns()
         if self.check:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from loadgen.net.base import HttpSUT
-from loadgen.net.http1 import Request
+from loadgen.net.http1 import Request, ResponseTooLarge
 from loadgen.net.options import NetOptions, clip
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
 from loadgen.net.targets import Target
@@ -45,17 +45,25 @@ class TokenStream:
         self.gaps: List[int] = []
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
+        held = len(self.buf)
         buf = self.buf + piece
+        # What was held has no event's end in it: search from the last 3 bytes of it on.
+        start = held - 3 if held > 3 else 0
         while True:
-            end = buf.find(b"\n\n")
+            end = buf.find(b"\n\n", start)
             if end < 0:
-                crlf = buf.find(b"\r\n\r\n")
+                crlf = buf.find(b"\r\n\r\n", start)
                 if crlf < 0:
                     break
                 event, buf = buf[:crlf], buf[crlf + 4:]
             else:
                 event, buf = buf[:end], buf[end + 2:]
+            start = 0
             self._event(event, t)
+        if len(buf) > self.sut.max_event_bytes:  # a stream is bounded per event, not in total
+            self.buf = b""
+            raise ResponseTooLarge(f"a stream event over --max-response-bytes ({self.sut.max_event_bytes} bytes): "
+                                   f"{len(buf)} bytes with no end of event; the connection was closed")
         self.buf = buf
 
     def _event(self, event: bytes, t: int) -> None:
@@ -142,6 +150,7 @@ class OpenAISUT(HttpSUT):
     def __init__(self, target: Target, net: NetOptions, pool_size: int, significant_figures: int = 3) -> None:
         super().__init__(target, net, pool_size)
         self._stream = True
+        self.max_event_bytes = net.max_response_bytes
         self.model = net.model
         self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s

@@ -7,6 +7,8 @@ import dataclasses
 import ssl
 from typing import Any, List, Optional, Sequence, Tuple
 
+from loadgen import defaults
+
 __all__ = ["CUT_MARK", "NetOptions", "Redactor", "clip", "parse_header", "ssl_context"]
 
 #: Headers whose values are always redacted (compared case-insensitively).
@@ -71,6 +73,8 @@ class NetOptions:
         sample_count: samples the run draws indices from.
         seed: seed of synthetic payloads.
         secret_values: further strings to redact (a password in the URL).
+        max_response_bytes: most bytes of a response body (of a stream: of each event);
+            a request whose response is larger fails as ``response_too_large``.
     """
 
     headers: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
@@ -91,6 +95,7 @@ class NetOptions:
     sample_count: int = 1024
     seed: int = 0
     secret_values: Sequence[str] = ()
+    max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
 
     def redactor(self) -> "Redactor":
         return Redactor(self.headers, self.secret_headers, self.secret_values)
