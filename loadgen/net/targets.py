@@ -14,11 +14,14 @@ import re
 import urllib.parse
 from typing import Optional
 
-__all__ = ["Target", "parse_target", "redact_url"]
+__all__ = ["Target", "host_problem", "parse_target", "redact_url"]
 
 _KSERVE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer/?$")
 _GRPC_PATH = re.compile(r"^/([^/]+)(?:/versions/([^/]+))?/?$")
 _OPENAI_PATH = re.compile(r"^(.*)/v1/(completions|chat/completions)/?$")
+_FORMS = ("http://HOST:PORT/v2/models/NAME/infer, grpc://HOST:PORT/NAME, "
+          "openai+http://HOST:PORT/v1/completions (or /v1/chat/completions), or any http URL "
+          "with --request-template FILE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,22 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+# What a host may hold: RFC 3986's reg-name characters, or an IP literal's (urlsplit has
+# taken its brackets off; ":" and a "%" zone for IPv6).
+_HOST = re.compile(r"^[A-Za-z0-9._~%!$&'()*+,;=:-]+$")
+
+
+def host_problem(host: Optional[str]) -> str:
+    """What is wrong with a URL's host ("" when nothing): missing, or characters that no
+    host name has (spaces, control characters, ...)."""
+    if not host:
+        return "no host"
+    if not _HOST.match(host):
+        bad = next(c for c in host if not _HOST.match(c))
+        return f"the host {host!r} has a character no host name may have ({bad!r})"
+    return ""
+
+
 def redact_url(url: str) -> str:
     """The URL with a password in its user part replaced by ``***``."""
     parts = urllib.parse.urlsplit(url)
@@ -80,12 +99,13 @@ def parse_target(url: str, *, template: bool = False) -> Target:
         ValueError: the URL is malformed or names no supported protocol; the message
             lists the accepted forms.
     """
-    shown = redact_url(url)
-    parts = urllib.parse.urlsplit(url)
+    try:
+        shown = redact_url(url)
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:  # urlsplit: "Invalid IPv6 URL", a bad port
+        raise ValueError(f"--sut: not a valid URL ({e}); use {_FORMS}") from None
     scheme = parts.scheme.lower()
-    forms = ("http://HOST:PORT/v2/models/NAME/infer, grpc://HOST:PORT/NAME, "
-             "openai+http://HOST:PORT/v1/completions (or /v1/chat/completions), or any http URL "
-             "with --request-template FILE")
+    forms = _FORMS
     if scheme not in ("http", "https", "grpc", "grpcs", "openai+http", "openai+https"):
         raise ValueError(f"--sut {shown}: unknown scheme {parts.scheme!r}; use {forms}")
     try:
@@ -94,6 +114,9 @@ def parse_target(url: str, *, template: bool = False) -> Target:
         raise ValueError(f"--sut {shown}: {e}") from None
     if not host:
         raise ValueError(f"--sut {shown}: no host; use {forms}")
+    problem = host_problem(host)
+    if problem:
+        raise ValueError(f"--sut {shown}: {problem}")
     tls = scheme.endswith("s") and scheme != "grpc" or scheme == "grpcs"
     if port is None:
         port = 443 if tls else (8001 if scheme.startswith("grpc") else 80)
