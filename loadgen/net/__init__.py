@@ -4,7 +4,7 @@ same scenarios, schedules and measurement rule as in-process SUTs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from loadgen import defaults
 from loadgen.sut.spec import is_network_sut
@@ -23,12 +23,17 @@ def net_options(o: Any):
 
     import urllib.parse
 
-    try:
-        password = urllib.parse.urlsplit(o.sut).password if is_network_sut(o.sut) else None
-    except ValueError:
-        password = None
+    def password(url: Any) -> Optional[str]:
+        try:
+            return urllib.parse.urlsplit(url).password if url else None
+        except ValueError:
+            return None
+
+    # Passwords in the --sut and --server-metrics-url URLs are redacted from everything.
+    secrets = [p for p in (password(o.sut) if is_network_sut(o.sut) else None,
+                           password(getattr(o, "server_metrics_url", None))) if p]
     return NetOptions(
-        secret_values=(password,) if password else (),
+        secret_values=tuple(secrets),
         headers=[parse_header(h) for h in o.header],
         secret_headers=tuple(o.secret_header),
         ca_file=o.ca_file,

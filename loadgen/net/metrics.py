@@ -1,18 +1,28 @@
 """``--server-metrics-url``: the server's own Prometheus counters, scraped before, during
 (each interval) and after a run, so that the server's request counts sit beside the
-client's in the result."""
+client's in the result.
+
+Credentials in the URL (``http://user:password@host/metrics``) are sent as HTTP basic
+auth, and the password is shown as ``***`` in the URL and redacted from every error."""
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["MetricsScraper", "parse_prometheus"]
+from loadgen import defaults
+from loadgen.net.http1 import read_limited
+from loadgen.net.options import Redactor
+from loadgen.net.targets import host_problem, redact_url
+
+__all__ = ["MetricsScraper", "parse_prometheus", "split_credentials"]
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?$")
 
@@ -52,21 +62,60 @@ def _is_counter(series: str, types: Dict[str, str]) -> bool:
     return name.endswith("_total")
 
 
+def split_credentials(url: str) -> Tuple[str, Optional[str], Optional[str]]:
+    """(the URL without its user part, user, password) of an http(s) URL; ValueError
+    naming ``--server-metrics-url`` (with the password hidden) when it is not one."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        shown = redact_url(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise ValueError(f"--server-metrics-url: not a valid URL ({e})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"--server-metrics-url {shown}: use an http:// or https:// URL")
+    problem = host_problem(host)
+    if problem:
+        raise ValueError(f"--server-metrics-url {shown}: {problem}")
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return (bare, urllib.parse.unquote(parts.username or ""),
+            None if parts.password is None else urllib.parse.unquote(parts.password))
+
+
 class MetricsScraper:
     """Scrapes one Prometheus endpoint on a background thread.
 
     Args:
-        url: the metrics URL.
+        url: the metrics URL; a user and password in it are sent as basic auth (and the
+            password never shown).
         interval_s: seconds between scrapes during the run (0 = only before and after).
         headers: request headers (credentials are the caller's to redact).
         timeout_s: bound on each scrape.
+        max_bytes: most bytes of a scrape's body; a larger one is a failed scrape.
+
+    Raises:
+        ValueError: the URL is not an http(s) URL; the message names --server-metrics-url.
     """
 
     def __init__(self, url: str, interval_s: float, headers: Sequence[Tuple[str, str]] = (),
-                 timeout_s: float = 5.0, ssl_context=None) -> None:
-        self.url = url
+                 timeout_s: float = 5.0, ssl_context=None,
+                 max_bytes: int = defaults.MAX_RESPONSE_BYTES) -> None:
+        bare, user, password = split_credentials(url)
+        self.url = redact_url(url)
+        self._request_url = bare
         self.interval_s = interval_s
-        self.headers = dict(headers)
+        self.headers = {k: v for k, v in headers if not (user is not None and k.lower() == "authorization")}
+        secrets = []
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
+            self.headers["Authorization"] = f"Basic {token}"
+            raw = urllib.parse.urlsplit(url).password  # as written, before unquoting
+            secrets = [token] + [p for p in (password, raw) if p]
+        self._redactor = Redactor(list(headers), secret_values=secrets)
+        self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.ssl_context = ssl_context
         self._scrapes: List[Tuple[float, Dict[str, float]]] = []
@@ -79,15 +128,20 @@ class MetricsScraper:
 
     def _scrape(self) -> None:
         t = time.monotonic() - self._t0
-        req = urllib.request.Request(self.url, headers=self.headers)
+        req = urllib.request.Request(self._request_url, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self.ssl_context) as r:
-                text = r.read().decode("utf-8", "replace")
+                data = read_limited(r, self.max_bytes)
+            if data is None:
+                raise ValueError(f"the response is over --max-response-bytes ({self.max_bytes} bytes)")
+            text = data.decode("utf-8", "replace")
         except (urllib.error.URLError, OSError, ValueError) as e:
             self._failures += 1
             if len(self._errors) < 5:
                 reason = getattr(e, "reason", None) or e
-                self._errors.append(f"{t:.1f} s: {reason}")
+                if isinstance(e, urllib.error.HTTPError):
+                    reason = f"HTTP {e.code} {reason}"
+                self._errors.append(self._redactor.text(f"{t:.1f} s: {reason}"))
             return
         values, types = parse_prometheus(text)
         self._types.update(types)
@@ -98,7 +152,8 @@ class MetricsScraper:
         self._t0 = time.monotonic()
         self._scrape()
         if not self._scrapes:
-            raise ValueError(f"--server-metrics-url {self.url}: {self._errors[-1] if self._errors else 'no answer'}")
+            raise ValueError(self._redactor.text(
+                f"--server-metrics-url {self.url}: {self._errors[-1] if self._errors else 'no answer'}"))
 
     def start(self) -> None:
         """The scrape before the run (taken now), then one per interval."""
