@@ -14,7 +14,8 @@ import numpy as np
 from loadgen.net.options import NetOptions, clip
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind
 from loadgen.net.targets import Target
-from loadgen.net.tensors import InputSpec, datatype_of, load_samples, numpy_dtype, synthetic_samples
+from loadgen.net.tensors import (InputSpec, datatype_of, load_samples, numpy_dtype, synthetic_samples,
+                                 synthetic_source)
 
 __all__ = ["KServeInputs", "ModelMetadata", "check_json_response", "check_outputs", "json_request_body",
            "parse_metadata", "samples_from_json_body"]
@@ -194,7 +195,8 @@ class KServeInputs:
             return samples, specs, path
         specs = self.input_specs()
         count = min(limit, SYNTHETIC_MAX)
-        return synthetic_samples(specs, count, self.net.seed), specs, f"synthetic ({count} samples, seed {self.net.seed})"
+        samples = synthetic_samples(specs, count, self.net.seed)
+        return samples, specs, synthetic_source(len(samples), count, self.net.seed)
 
     def expected_outputs(self) -> List[InputSpec]:
         return list(self.metadata.outputs) if self.metadata is not None else []

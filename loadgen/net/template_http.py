@@ -14,7 +14,7 @@ import numpy as np
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
-from loadgen.net.tensors import load_samples, synthetic_samples
+from loadgen.net.tensors import load_samples, synthetic_samples, synthetic_source
 
 __all__ = ["TemplateHttpSUT", "fill_template"]
 
@@ -107,10 +107,11 @@ class TemplateHttpSUT(HttpSUT):
         if self.net.inputs:
             count = min(limit, SYNTHETIC_MAX)
             samples = synthetic_samples(self.net.inputs, count, self.net.seed)
+            source = synthetic_source(len(samples), count, self.net.seed)
             values = [{k: np.asarray(v).tolist() for k, v in s.items()} for s in samples]
             if len(self.net.inputs) == 1:
                 values = [next(iter(v.values())) for v in values]
-            return values, f"synthetic ({count} samples, seed {self.net.seed})"
+            return values, source
         if uses_sample:
             raise ValueError("--request-template uses {{sample}} but there is no --payload FILE or --input spec")
         return [None], "template only"

@@ -5,17 +5,29 @@ A sample is a dict from input name to a numpy array of that input's shape. Files
 samples along their first axis: an ``.npy`` array of shape ``(n, *shape)`` feeds the one
 input, an ``.npz`` has one such array per input name. Synthetic samples are drawn from the
 ``payload_seed`` stream, so the same options send the same bytes.
+
+Synthetic samples are sized before they are made: one sample (all its inputs) is at
+most :data:`MAX_SAMPLE_BYTES` (64 MiB), and a client prepares fewer distinct synthetic
+samples when that many would take more than :data:`MAX_SYNTHETIC_BYTES` (256 MiB).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["DTYPES", "InputSpec", "datatype_of", "load_samples", "numpy_dtype", "parse_input_spec", "synthetic_samples"]
+__all__ = ["DTYPES", "MAX_SAMPLE_BYTES", "MAX_SYNTHETIC_BYTES", "InputSpec", "datatype_of", "load_samples",
+           "numpy_dtype", "parse_input_spec", "sample_nbytes", "synthetic_count", "synthetic_samples",
+           "synthetic_source"]
+
+#: Most bytes of one synthetic sample (all its inputs; a BYTES element counts 8).
+MAX_SAMPLE_BYTES = 64 * 1024 * 1024
+#: Most bytes of all the distinct synthetic samples a client prepares.
+MAX_SYNTHETIC_BYTES = 256 * 1024 * 1024
 
 #: KServe v2 datatype -> numpy dtype (BYTES holds byte strings).
 DTYPES: Dict[str, np.dtype] = {
@@ -52,6 +64,20 @@ class InputSpec:
     def as_dict(self) -> dict:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
+    def nbytes(self) -> int:
+        """Bytes of one synthetic tensor of this input (a BYTES element counts 8)."""
+        dtype = numpy_dtype(self.datatype)
+        return math.prod(self.concrete_shape()) * (8 if dtype.kind == "O" else dtype.itemsize)
+
+
+def sample_nbytes(specs: Sequence[InputSpec]) -> int:
+    """Bytes of one synthetic sample of ``specs``."""
+    return sum(spec.nbytes() for spec in specs)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.6g} MiB"
+
 
 _SPEC = re.compile(r"^([^:]+):([A-Za-z0-9]+):(.+)$")
 
@@ -78,13 +104,31 @@ def parse_input_spec(text: str) -> InputSpec:
         if d == 0 or d < -1:
             raise ValueError(f"{text!r}: dimension {d} must be >= 1 (or -1 for variable)")
         dims.append(d)
-    return InputSpec(name, datatype, tuple(dims))
+    spec = InputSpec(name, datatype, tuple(dims))
+    if spec.nbytes() > MAX_SAMPLE_BYTES:  # checked before anything is allocated
+        raise ValueError(f"{text!r}: one tensor of that shape is {_mib(spec.nbytes())}; a sample is at most "
+                         f"{_mib(MAX_SAMPLE_BYTES)} ({MAX_SAMPLE_BYTES} bytes)")
+    return spec
 
 
 def synthetic_samples(specs: Sequence[InputSpec], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
     """``count`` samples of random data for ``specs`` (variable dimensions taken as 1),
     from a generator seeded with ``seed``: floats uniform in [0, 1), integers in [0, 100)
-    (within the type's range), booleans fair, BYTES 8 random lowercase letters."""
+    (within the type's range), booleans fair, BYTES 8 random lowercase letters.
+
+    Fewer than ``count`` (at least one) when ``count`` samples would take more than
+    :data:`MAX_SYNTHETIC_BYTES`.
+
+    Raises:
+        ValueError: one sample would take more than :data:`MAX_SAMPLE_BYTES` (the shapes
+            may come from a server's metadata); nothing is allocated then.
+    """
+    per_sample = sample_nbytes(specs)
+    if per_sample > MAX_SAMPLE_BYTES:
+        shapes = ", ".join(f"{s.name}:{s.datatype}:{'x'.join(map(str, s.shape))}" for s in specs)
+        raise ValueError(f"synthetic samples of {shapes} would be {_mib(per_sample)} each; a sample is at most "
+                         f"{_mib(MAX_SAMPLE_BYTES)}: give smaller shapes with --input, or --payload FILE")
+    count = synthetic_count(specs, count)
     rng = np.random.default_rng(seed)
     out: List[Dict[str, np.ndarray]] = []
     for _ in range(count):
@@ -107,6 +151,20 @@ def synthetic_samples(specs: Sequence[InputSpec], count: int, seed: int) -> List
             sample[spec.name] = arr
         out.append(sample)
     return out
+
+
+def synthetic_count(specs: Sequence[InputSpec], count: int) -> int:
+    """How many of ``count`` synthetic samples of ``specs`` fit in :data:`MAX_SYNTHETIC_BYTES`
+    (at least one)."""
+    return max(1, min(count, MAX_SYNTHETIC_BYTES // max(1, sample_nbytes(specs))))
+
+
+def synthetic_source(made: int, asked: int, seed: int) -> str:
+    """The payload source of synthetic samples, saying when fewer were made than asked."""
+    if made < asked:
+        return (f"synthetic ({made} samples, seed {seed}; not {asked}: the distinct synthetic samples "
+                f"are at most {_mib(MAX_SYNTHETIC_BYTES)})")
+    return f"synthetic ({made} samples, seed {seed})"
 
 
 def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) -> List[Dict[str, np.ndarray]]:
