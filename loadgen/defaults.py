@@ -50,3 +50,22 @@ GRPC_CONTENTS = "raw"
 MAX_TOKENS = 128
 PROMPT_WORDS = 64
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a response body (a stream: each event) past this fails
+
+# ----------------------------------------------------------------------------- limits
+# The ranges every value is checked against where it enters (flags, LOADGEN_* variables,
+# the config file, EngineSettings), so that nothing overflows the core's signed 64-bit
+# nanoseconds and counts, or asks for memory or a rate the engine cannot give.
+MAX_TIME_S = 1e8  # ~3.2 years: any duration, minimum duration, timeout, grace, interval
+MIN_DURATION_S = 1e-6  # 1 us: a run or ramp stage; anything shorter rounds to 0 ns
+MIN_TIMEOUT_MS = 1e-3  # 1 us: a shorter per-query timeout rounds to 0 ns ("none")
+MIN_INTERVAL_S = 1e-3  # 1 ms: a time series of at most 1000 points per second (or 0: none)
+MAX_QUERY_COUNT = 10**12  # queries of one run (query_count, min_query_count)
+MAX_TARGET_QPS = 1e8  # the engine issues tens of millions of queries per second at most
+MAX_IN_FLIGHT_LIMIT = 1 << 24  # the engine's in-flight table holds at most 2**24 slots
+MAX_CONCURRENCY = 1 << 20  # closed loop: queries in flight (the table holds twice as many)
+MAX_SAMPLES_PER_QUERY = 1 << 23  # 64 MiB of sample indices in one query
+MAX_SAMPLE_SLOTS = 1 << 27  # in-flight table slots x samples per query: 1 GiB of indices
+MAX_SAMPLE_COUNT = (1 << 63) - 1  # a signed 64-bit index
+MAX_SHUFFLED_SAMPLE_COUNT = 1 << 27  # sample_order "shuffled" keeps a permutation: 1 GiB
+MAX_CPU = 8191  # the largest CPU number Linux supports (NR_CPUS <= 8192)
+MAX_SUT_DELAY_US = 3.6e9  # 1 h: a native SUT's service time, the latency histograms' range

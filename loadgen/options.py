@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from loadgen import defaults as D
 from loadgen.units import TIME_UNITS, parse_duration_s
 
-__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_stages", "parse_duration_s", "resolve"]
+__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_stages", "parse_duration_s", "resolve",
+           "unknown_environment"]
 
 
 class OptionError(ValueError):
@@ -27,23 +28,46 @@ class OptionError(ValueError):
 
 # --------------------------------------------------------------------------- converters
 
-def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False) -> Callable[[Any], float]:
+def _range_text(lo: Optional[float], hi: Optional[float], lo_open: bool, unit: str) -> str:
+    """The allowed range for messages, like '0..1e+08 s' or '> 0 and <= 1e+08'."""
+    u = f" {unit}" if unit else ""
+    if lo is not None and hi is not None:
+        return f"> {lo:g} and <= {hi:g}{u}" if lo_open else f"{lo:g}..{hi:g}{u}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {lo:g}{u}"
+    return f"<= {hi:g}{u}" if hi is not None else "any finite number"
+
+
+def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False,
+           unit: str = "", zero_or_min: Optional[float] = None) -> Callable[[Any], float]:
+    """A finite number in [lo, hi] ((lo, hi] with ``lo_open``); with ``zero_or_min``, 0
+    (none) or at least that. Every message gives the allowed range."""
+    allowed = _range_text(lo, hi, lo_open, unit)
+    u = f" {unit}" if unit else ""
+    if zero_or_min is not None:
+        allowed = f"0 (none) or {zero_or_min:g}..{hi:g}{' ' + unit if unit else ''}"
+
     def convert(v: Any) -> float:
         try:
             x = float(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"must be a number, got {v!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"must be a number, got {v!r} (allowed: {allowed})") from None
         if not math.isfinite(x):
-            raise ValueError(f"must be finite, got {v!r}")
+            raise ValueError(f"must be finite, got {v!r} (allowed: {allowed})")
         if lo is not None and (x < lo or (lo_open and x == lo)):
-            raise ValueError(f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}")
+            raise ValueError(f"must be {'>' if lo_open else '>='} {lo:g}{u}, got {v!r} (allowed: {allowed})")
         if hi is not None and x > hi:
-            raise ValueError(f"must be <= {hi:g}, got {v!r}")
+            raise ValueError(f"must be <= {hi:g}{u}, got {v!r} (allowed: {allowed})")
+        if zero_or_min is not None and 0 < x < zero_or_min:
+            raise ValueError(f"must be 0 (none) or >= {zero_or_min:g}{u}, got {v!r} (allowed: {allowed})")
         return x
     return convert
 
 
-def _int(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[Any], int]:
+def _int(lo: Optional[int] = None, hi: Optional[int] = None, why: str = "") -> Callable[[Any], int]:
+    """An integer in [lo, hi]; ``why`` says where the upper limit comes from."""
+    allowed = f"{lo if lo is not None else ''}..{hi if hi is not None else ''}" + (f", {why}" if why else "")
+
     def convert(v: Any) -> int:
         if isinstance(v, bool):
             raise ValueError(f"must be an integer, got {v!r}")
@@ -54,9 +78,9 @@ def _int(lo: Optional[int] = None, hi: Optional[int] = None) -> Callable[[Any], 
         except ValueError:
             raise ValueError(f"must be an integer, got {v!r}") from None
         if lo is not None and x < lo:
-            raise ValueError(f"must be >= {lo}, got {v!r}")
+            raise ValueError(f"must be >= {lo}, got {v!r} (allowed: {allowed})")
         if hi is not None and x > hi:
-            raise ValueError(f"must be <= {hi}, got {v!r}")
+            raise ValueError(f"must be <= {hi}, got {v!r} (allowed: {allowed})")
         return x
     return convert
 
@@ -131,6 +155,8 @@ def _cpu_list(v: Any) -> List[int]:
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
         if b < a:
             raise ValueError(f"range {item} goes backwards")
+        if b > D.MAX_CPU:  # checked before the list is built
+            raise ValueError(f"CPU {b} in {item!r} is past the largest CPU number Linux has, {D.MAX_CPU}")
         cpus.extend(range(a, b + 1))
     return cpus
 
@@ -165,13 +191,25 @@ def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, floa
             raise ValueError(f"stage {i + 1} {part!r} must be DURATION:QPS or DURATION:QPS-QPS") from None
         if not d > 0:
             raise ValueError(f"stage {i + 1} {part!r}: duration must be > 0")
+        if not D.MIN_DURATION_S <= d <= D.MAX_TIME_S:
+            raise ValueError(f"stage {i + 1} {part!r}: duration must be {_STAGE_DURATIONS}")
         if not (a >= 0 and b >= 0 and math.isfinite(a) and math.isfinite(b)):
             raise ValueError(f"stage {i + 1} {part!r}: rates must be finite and >= 0")
+        if max(a, b) > D.MAX_TARGET_QPS:
+            raise ValueError(f"stage {i + 1} {part!r}: rates must be <= {D.MAX_TARGET_QPS:g} queries/s "
+                             f"({_RATE_WHY})")
         stages.append((d, a, b))
         previous = b
     if not any(a > 0 or b > 0 for _, a, b in stages):
         raise ValueError("at least one stage needs a rate > 0")
+    total = sum(d for d, _, _ in stages)
+    if total > D.MAX_TIME_S:
+        raise ValueError(f"the stages last {total:g} s in all, more than {D.MAX_TIME_S:g} s")
     return stages
+
+
+_STAGE_DURATIONS = f"between 1 us and {D.MAX_TIME_S:g} s (about 3 years)"
+_RATE_WHY = "the engine issues tens of millions of queries per second at most"
 
 
 # ------------------------------------------------------------------------------ options
@@ -200,6 +238,8 @@ class OptionSpec:
         return "LOADGEN_" + self.name.upper()
 
 
+_MAX_MS = D.MAX_TIME_S * 1e3
+
 OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("scenario", _choice(*SCENARIO_NAMES), f"what to run (default: {D.SCENARIO})", "NAME"),
     OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
@@ -207,23 +247,23 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
                "gRPC), openai+http://HOST:PORT/v1/completions or .../v1/chat/completions (streaming), "
                f"or any http URL with --request-template (default: {D.SUT})", "SUT"),
-    OptionSpec("target_qps", _float(0, lo_open=True), "arrival rate for server, constant, poisson; expected "
+    OptionSpec("target_qps", _float(0, D.MAX_TARGET_QPS, lo_open=True, unit="queries/s"), "arrival rate for server, constant, poisson; expected "
                f"rate for offline (default: {D.TARGET_QPS:g} for server/constant/poisson)", "QPS"),
-    OptionSpec("latency_bound_ms", _float(0, lo_open=True), "latency bound at --latency-percentile; required "
+    OptionSpec("latency_bound_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "latency bound at --latency-percentile; required "
                f"for server (default {D.LATENCY_BOUND_MS:g}), optional elsewhere", "MS"),
     OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
                f"(default: 90 single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
-    OptionSpec("duration_s", _float(0, lo_open=True), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
+    OptionSpec("duration_s", _float(D.MIN_DURATION_S, D.MAX_TIME_S, unit="s"), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
                "but offline, ramp and trace)", "S"),
-    OptionSpec("query_count", _int(1), "stop after this many queries", "N"),
-    OptionSpec("min_duration_s", _float(0), f"MLPerf scenarios: keep issuing at least this long (default {D.MLPERF_MIN_DURATION_S:g})", "S"),
-    OptionSpec("min_query_count", _int(0), f"MLPerf scenarios: keep issuing until this many queries "
+    OptionSpec("query_count", _int(1, D.MAX_QUERY_COUNT), "stop after this many queries", "N"),
+    OptionSpec("min_duration_s", _float(0, D.MAX_TIME_S, unit="s"), f"MLPerf scenarios: keep issuing at least this long (default {D.MLPERF_MIN_DURATION_S:g})", "S"),
+    OptionSpec("min_query_count", _int(0, D.MAX_QUERY_COUNT), f"MLPerf scenarios: keep issuing until this many queries "
                f"(default {D.MLPERF_MIN_QUERY_COUNT})", "N"),
-    OptionSpec("samples_per_query", _int(1), f"samples per query (default: 8 multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
-    OptionSpec("sample_count", _int(1), f"size of the sample set indices are drawn from (default {D.SAMPLE_COUNT})", "N"),
+    OptionSpec("samples_per_query", _int(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: 8 multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
+    OptionSpec("sample_count", _int(1, D.MAX_SAMPLE_COUNT, "a signed 64-bit index"), f"size of the sample set indices are drawn from (default {D.SAMPLE_COUNT})", "N"),
     OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), f"how samples are drawn (default {D.SAMPLE_ORDER})"),
-    OptionSpec("concurrency", _int(1, 1 << 20), f"concurrency scenario: queries in flight (default {D.CONCURRENCY})", "N"),
-    OptionSpec("max_in_flight", _int(0), "constant/poisson/ramp/trace: cap on outstanding queries (0 = none)", "N"),
+    OptionSpec("concurrency", _int(1, D.MAX_CONCURRENCY), f"concurrency scenario: queries in flight (default {D.CONCURRENCY})", "N"),
+    OptionSpec("max_in_flight", _int(0, D.MAX_IN_FLIGHT_LIMIT, "the in-flight table's size"), "server/constant/poisson/ramp/trace: cap on outstanding queries (0 = none)", "N"),
     OptionSpec("stages", _str, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
     OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
                f"from the previous stage's (linear) (default {D.RAMP})"),
@@ -238,14 +278,14 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),
-    OptionSpec("timeout_ms", _float(0, lo_open=True), "per-query timeout, measured like latency from the "
+    OptionSpec("timeout_ms", _float(D.MIN_TIMEOUT_MS, _MAX_MS, unit="ms"), "per-query timeout, measured like latency from the "
                "scheduled time (default: none)", "MS"),
-    OptionSpec("grace_s", _float(0), f"wait this long for outstanding queries at the end (default {D.GRACE_S:g})", "S"),
-    OptionSpec("interval_s", _float(0), f"time-series interval (default {D.INTERVAL_S:g}; 0 = none)", "S"),
+    OptionSpec("grace_s", _float(0, D.MAX_TIME_S, unit="s"), f"wait this long for outstanding queries at the end (default {D.GRACE_S:g})", "S"),
+    OptionSpec("interval_s", _float(0, D.MAX_TIME_S, unit="s", zero_or_min=D.MIN_INTERVAL_S), f"time-series interval (default {D.INTERVAL_S:g}; 0 = none)", "S"),
     OptionSpec("significant_figures", _int(1, 5), f"histogram precision in decimal digits (default {D.SIGNIFICANT_FIGURES})", "N"),
     OptionSpec("max_error_rate", _float(0, 1), f"invalid when (failed + timed out) / issued exceeds this "
                f"(default {D.MAX_ERROR_RATE:g})", "FRACTION"),
-    OptionSpec("max_issue_delay_ms", _float(0, lo_open=True), "invalid as generator overload when the p99 issue "
+    OptionSpec("max_issue_delay_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "invalid as generator overload when the p99 issue "
                f"delay exceeds this (default {D.MAX_ISSUE_DELAY_MS:g})", "MS"),
     OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
                "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True),
@@ -262,7 +302,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate"),
     OptionSpec("connections", _int(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
                f"(default: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open loop)", "N"),
-    OptionSpec("ready_timeout_s", _float(0), "network: wait this long for the server to be ready before the run; "
+    OptionSpec("ready_timeout_s", _float(0, D.MAX_TIME_S, unit="s"), "network: wait this long for the server to be ready before the run; "
                f"exit 2 if it is not (default {D.READY_TIMEOUT_S:g})", "S"),
     OptionSpec("max_response_bytes", _int(1), "network: fail a request whose response body is larger (a "
                "stream's: each event) as response_too_large and close its connection "
@@ -276,7 +316,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas go in the result", "URL"),
-    OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here", "DIR"),
+    OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
+               "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
     OptionSpec("quiet", _bool, "print nothing but errors"),
     OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
@@ -370,17 +411,44 @@ def _read_config(path: str) -> Dict[str, Any]:
         raise OptionError(f"--config: cannot read {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise OptionError(f"--config: {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:  # tomllib reads bytes; older versions let this through
+        raise OptionError(f"--config: {path} is not UTF-8 text (byte {e.start}): a TOML file is UTF-8") from None
     out: Dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
         spec = _SPEC_BY_NAME.get(name)
-        if spec is None or spec.flag_only:
+        if spec is not None and spec.flag_only:
+            raise OptionError(f"--config: {path}: unknown key {key!r}: it cannot be set in a config file "
+                              f"(give {spec.flag} or {spec.env} instead)")
+        if spec is None:
             import difflib
 
-            close = difflib.get_close_matches(name, [s.name for s in OPTION_SPECS], n=1)
+            settable = [s.name for s in OPTION_SPECS if not s.flag_only]
+            close = difflib.get_close_matches(name, settable, n=1)
             hint = f"; did you mean {close[0].replace('_', '-')!r}?" if close else ""
             raise OptionError(f"--config: {path}: unknown key {key!r}{hint}")
         out[name] = _convert(spec, value, f"config {path}")
+    return out
+
+
+def unknown_environment(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """Warnings for ``LOADGEN_*`` variables that look like a misspelled option's
+    (``LOADGEN_TARGT_QPS``), each with a "did you mean". Other ``LOADGEN_*`` names, far
+    from every option's, are left alone: other tools may use the prefix."""
+    import difflib
+
+    if environ is None:
+        environ = os.environ
+    known = {s.env[len("LOADGEN_"):]: s.env for s in OPTION_SPECS}
+    known["CONFIG"] = "LOADGEN_CONFIG"
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("LOADGEN_") or name[len("LOADGEN_"):] in known:
+            continue
+        close = difflib.get_close_matches(name[len("LOADGEN_"):], list(known), n=1, cutoff=0.8)
+        if close:
+            out.append(f"the environment variable {name} is not an option; did you mean {known[close[0]]}? "
+                       "(it is ignored)")
     return out
 
 

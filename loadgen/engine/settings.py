@@ -108,7 +108,10 @@ class EngineSettings:
     latency_bounds_ns: Sequence[int] = ()
 
     def validate(self) -> None:
-        """Checks every field; raises ValueError naming the first bad one."""
+        """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
+        may overflow the core's 64-bit nanoseconds and counts, nor ask for a rate or
+        memory the engine cannot give); raises ValueError naming the first bad one and
+        what is allowed."""
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}; got {self.mode!r}")
         if self.sample_order not in _ORDERS:
@@ -116,32 +119,43 @@ class EngineSettings:
         if self.mode in ("constant", "poisson"):
             if self.target_qps is None or not (math.isfinite(self.target_qps) and self.target_qps > 0):
                 raise ValueError(f"target_qps must be a finite rate > 0 for mode {self.mode!r}; got {self.target_qps}")
-        if self.mode == "stages" and not self.stages:
-            raise ValueError("stages must list (duration_s, start_qps, end_qps) for mode 'stages'")
+        if self.target_qps is not None and not self.target_qps <= defaults.MAX_TARGET_QPS:
+            raise ValueError(f"target_qps must be <= {defaults.MAX_TARGET_QPS:g} queries/s (the engine issues "
+                             f"tens of millions of queries per second at most); got {self.target_qps}")
+        if self.mode == "stages":
+            self._validate_stages()
         if self.mode == "trace" and self.trace_offsets_ns is None:
             raise ValueError("trace_offsets_ns is required for mode 'trace'")
-        if self.mode == "closed" and (not isinstance(self.concurrency, int) or self.concurrency < 1):
-            raise ValueError(f"concurrency must be an integer >= 1; got {self.concurrency!r}")
-        for name in ("duration_s",):
+        if self.mode == "closed":
+            _check_int("concurrency", self.concurrency, 1, defaults.MAX_CONCURRENCY)
+        if self.duration_s is not None:
+            _check_time("duration_s", self.duration_s, defaults.MIN_DURATION_S, "(or None for no limit)")
+        if self.query_count is not None:
+            _check_int("query_count", self.query_count, 1, defaults.MAX_QUERY_COUNT, "(or None)")
+        for name in ("min_duration_s", "grace_s", "interval_s"):
+            _check_time(name, getattr(self, name), 0.0)
+        if 0 < self.interval_s < defaults.MIN_INTERVAL_S:
+            raise ValueError(f"interval_s must be 0 (none) or >= {defaults.MIN_INTERVAL_S:g} s; "
+                             f"got {self.interval_s!r}")
+        for name, hi in (("spin_us", 1e6), ("consumer_spin_us", 1e6)):
             v = getattr(self, name)
-            if v is not None and not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be > 0 (or None for no limit); got {v}")
-        if self.query_count is not None and (not isinstance(self.query_count, int) or self.query_count < 1):
-            raise ValueError(f"query_count must be an integer >= 1 (or None); got {self.query_count!r}")
-        for name in ("min_duration_s", "spin_us", "grace_s", "interval_s", "consumer_spin_us"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a number >= 0; got {v!r}")
-        for name in ("min_query_count", "max_in_flight"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
-        for name in ("samples_per_query", "sample_count", "batch_max"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-        if self.timeout_ms is not None and not (math.isfinite(self.timeout_ms) and self.timeout_ms > 0):
-            raise ValueError(f"timeout_ms must be > 0 (or None); got {self.timeout_ms}")
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= hi):
+                raise ValueError(f"{name} must be a number in 0..{hi:g}; got {v!r}")
+        _check_int("min_query_count", self.min_query_count, 0, defaults.MAX_QUERY_COUNT)
+        _check_int("max_in_flight", self.max_in_flight, 0, defaults.MAX_IN_FLIGHT_LIMIT,
+                   "(the in-flight table's size)")
+        _check_int("samples_per_query", self.samples_per_query, 1, defaults.MAX_SAMPLES_PER_QUERY,
+                   "(64 MiB of sample indices per query)")
+        _check_int("sample_count", self.sample_count, 1, defaults.MAX_SAMPLE_COUNT)
+        _check_int("batch_max", self.batch_max, 1, 1 << 24)
+        if self.sample_order == "shuffled" and self.sample_count > defaults.MAX_SHUFFLED_SAMPLE_COUNT:
+            raise ValueError(f"sample_count must be <= {defaults.MAX_SHUFFLED_SAMPLE_COUNT} with sample_order "
+                             f"'shuffled', which keeps a permutation of them (8 bytes each); got {self.sample_count}")
+        self._validate_table_memory()
+        if self.timeout_ms is not None and not (
+                _is_number(self.timeout_ms) and defaults.MIN_TIMEOUT_MS <= self.timeout_ms <= _MAX_MS):
+            raise ValueError(f"timeout_ms must be a number in {defaults.MIN_TIMEOUT_MS:g}..{_MAX_MS:g} ms "
+                             f"(or None); got {self.timeout_ms!r}")
         if not 1 <= self.significant_figures <= 5:
             raise ValueError(f"significant_figures must be in 1..5; got {self.significant_figures}")
         if self.pin_cpus:
@@ -156,6 +170,10 @@ class EngineSettings:
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < 2**64:
                 raise ValueError(f"{name} must be an integer in 0..2**64-1; got {v!r}")
+        for i, bound in enumerate(self.latency_bounds_ns):
+            if not (isinstance(bound, int) and 1 <= bound <= _MAX_NS):
+                raise ValueError(f"latency_bounds_ns[{i}] must be an integer in 1..{_MAX_NS} ns "
+                                 f"({defaults.MAX_TIME_S:g} s); got {bound!r}")
         bounded = (
             self.duration_s is not None or self.query_count is not None
             or self.min_duration_s > 0 or self.min_query_count > 0
@@ -163,6 +181,39 @@ class EngineSettings:
         )
         if not bounded:
             raise ValueError("the run needs a bound: set duration_s or query_count (both are unset)")
+
+    def _validate_stages(self) -> None:
+        if not self.stages:
+            raise ValueError("stages must list (duration_s, start_qps, end_qps) for mode 'stages'")
+        total = 0.0
+        for i, stage in enumerate(self.stages):
+            try:
+                duration_s, start_qps, end_qps = stage
+            except (TypeError, ValueError):
+                raise ValueError(f"stages[{i}] must be (duration_s, start_qps, end_qps); got {stage!r}") from None
+            _check_time(f"stages[{i}] duration_s", duration_s, defaults.MIN_DURATION_S)
+            for rate in (start_qps, end_qps):
+                if not (_is_number(rate) and 0 <= rate <= defaults.MAX_TARGET_QPS):
+                    raise ValueError(f"stages[{i}] rates must be in 0..{defaults.MAX_TARGET_QPS:g} queries/s; "
+                                     f"got {rate!r}")
+            total += duration_s
+        if total > defaults.MAX_TIME_S:
+            raise ValueError(f"stages last {total:g} s in all, more than {defaults.MAX_TIME_S:g} s")
+
+    def _validate_table_memory(self) -> None:
+        """The in-flight table keeps ``samples_per_query`` sample indices (8 bytes each)
+        for each of its slots; refuses, before anything is allocated, a table over
+        :data:`loadgen.defaults.MAX_SAMPLE_SLOTS` indices."""
+        slots = _table_slots(self)
+        if slots * self.samples_per_query <= defaults.MAX_SAMPLE_SLOTS:
+            return
+        size_gib = slots * self.samples_per_query * 8 / 2**30
+        what = ("2 x concurrency" if self.mode == "closed" else "max_in_flight")
+        raise ValueError(
+            f"samples_per_query {self.samples_per_query} with an in-flight table of {slots} slots "
+            f"({what}, rounded up to a power of 2) needs {size_gib:.1f} GiB of sample indices, more than "
+            f"{defaults.MAX_SAMPLE_SLOTS * 8 / 2**30:g} GiB; lower samples_per_query, concurrency or max_in_flight"
+        )
 
     def to_core(self, sut_form: str, sut: Any) -> _core.EngineSettings:
         """The native settings for this run (validates first)."""
@@ -177,16 +228,7 @@ class EngineSettings:
         if self.target_qps is not None:
             s.target_qps = float(self.target_qps)
         if self.mode == "stages":
-            stages = []
-            for i, stage in enumerate(self.stages):
-                try:
-                    duration_s, start_qps, end_qps = stage
-                except (TypeError, ValueError):
-                    raise ValueError(f"stages[{i}] must be (duration_s, start_qps, end_qps); got {stage!r}") from None
-                if not duration_s > 0:
-                    raise ValueError(f"stages[{i}] duration_s must be > 0; got {duration_s}")
-                stages.append(_core.Stage(int(round(duration_s * 1e9)), float(start_qps), float(end_qps)))
-            s.stages = stages
+            s.stages = [_core.Stage(_ns(d), float(a), float(b)) for d, a, b in self.stages]
             s.stages_poisson = bool(self.stages_poisson)
         if self.mode == "trace":
             s.trace_offsets_ns = load_trace(self.trace_offsets_ns).tolist()
@@ -219,3 +261,48 @@ class EngineSettings:
             s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
         return s
 
+
+
+#: The longest time, in ns: :data:`loadgen.defaults.MAX_TIME_S`.
+_MAX_NS = int(defaults.MAX_TIME_S * 1e9)
+_MAX_MS = defaults.MAX_TIME_S * 1e3
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_time(name: str, seconds: Any, lo_s: float, extra: str = "") -> None:
+    """``seconds`` is a finite number in lo_s..MAX_TIME_S; ValueError naming ``name``."""
+    if _is_number(seconds) and lo_s <= seconds <= defaults.MAX_TIME_S:
+        return
+    raise ValueError(f"{name} must be a number in {lo_s:g}..{defaults.MAX_TIME_S:g} s"
+                     f"{' ' + extra if extra else ''}; got {seconds!r}")
+
+
+def _check_int(name: str, v: Any, lo: int, hi: int, why: str = "") -> None:
+    if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi:
+        return
+    raise ValueError(f"{name} must be an integer in {lo}..{hi}{' ' + why if why else ''}; got {v!r}")
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _table_slots(s: EngineSettings) -> int:
+    """The in-flight table's slots for these settings, as the engine chooses them
+    (csrc/engine.cc, table_capacity_for)."""
+    if s.mode == "closed":
+        return _pow2_at_least(2 * s.concurrency)
+    if s.max_in_flight > 0:
+        return _pow2_at_least(s.max_in_flight)
+    capacity = _DEFAULT_TABLE_SLOTS
+    while capacity > 1 and capacity * s.samples_per_query > _MAX_DEFAULT_SAMPLE_SLOTS:
+        capacity >>= 1
+    return capacity
+
+
+# The engine's defaults for an uncapped open loop (csrc/engine.cc).
+_DEFAULT_TABLE_SLOTS = 1 << 18
+_MAX_DEFAULT_SAMPLE_SLOTS = 1 << 23

@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from loadgen.defaults import MAX_TIME_S
 from loadgen.units import NS_PER, TIME_UNITS
 
 __all__ = ["load_trace"]
@@ -30,20 +31,46 @@ def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
-            arr = np.load(path) if path.endswith(".npy") else np.asarray(_read_text(path, unit))
+            arr = _read_npy(path) if path.endswith(".npy") else np.asarray(_read_text(path, unit))
         except OSError as e:
             raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
-    else:
-        arr = np.asarray(source)
-    return _checked_offsets(arr)
+        try:
+            return _checked_offsets(arr)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+    return _checked_offsets(np.asarray(source))
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """A ``.npy`` file's array; ValueError naming the file when it is not a numeric array."""
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":
+        raise ValueError(f"{path} is not a .npy file (it does not start with numpy's header); "
+                         "a text trace must not be named *.npy")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except OSError:
+        raise
+    except Exception as e:  # numpy raises ValueError, EOFError, UnpicklingError, ...
+        raise ValueError(f"{path} is not a .npy array of offsets in ns ({type(e).__name__}: {e})") from None
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{path} is not a .npy array of offsets in ns")
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"{path} holds {arr.dtype} values; a trace holds numbers (offsets in ns)")
+    return arr
 
 
 def _read_text(path: str, unit: Optional[str]) -> List[float]:
     scale = NS_PER[unit or ("ms" if path.endswith(".ms.txt") else "ns")]
     values: List[float] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            text = line.strip()
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise ValueError(f"{path} line {number}: not UTF-8 text (a trace holds one number per "
+                                 "line; a .npy trace must be named *.npy)") from None
             if text.startswith("# unit:"):
                 name = text.split(":", 1)[1].strip()
                 if name not in NS_PER:
@@ -60,16 +87,26 @@ def _read_text(path: str, unit: Optional[str]) -> List[float]:
     return values
 
 
+#: The largest offset a trace may hold: the longest run, in ns.
+_MAX_OFFSET_NS = int(MAX_TIME_S * NS_PER["s"])
+
+
 def _checked_offsets(arr: np.ndarray) -> np.ndarray:
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError("trace_offsets_ns must be a non-empty 1-D sequence of offsets")
+        raise ValueError("trace_offsets_ns must be a non-empty 1-D sequence of offsets"
+                         + (f" (got an array of shape {arr.shape})" if arr.ndim != 1 else ""))
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"trace_offsets_ns must be numbers, got {arr.dtype} values")
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all():
             raise ValueError("trace_offsets_ns must be finite")
         arr = np.rint(arr)
-    arr = arr.astype(np.int64)
     if (arr < 0).any():
         raise ValueError(f"trace_offsets_ns must be >= 0 (offset {int(np.argmax(arr < 0))} is not)")
+    if (arr > _MAX_OFFSET_NS).any():
+        raise ValueError(f"trace_offsets_ns must be <= {_MAX_OFFSET_NS} ns ({MAX_TIME_S:g} s, about 3 years; "
+                         f"offset {int(np.argmax(arr > _MAX_OFFSET_NS))} is not)")
+    arr = arr.astype(np.int64)
     bad = np.flatnonzero(np.diff(arr) < 0)
     if bad.size:
         raise ValueError(f"trace_offsets_ns must be non-decreasing (offset {int(bad[0]) + 1} goes back)")

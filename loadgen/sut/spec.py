@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from loadgen.defaults import MAX_SUT_DELAY_US
 from loadgen.sut.forms import DemoSUT, FixedDelaySUT, NullSUT, classify_sut
 
 __all__ = ["SutSpecError", "is_network_sut", "load_sut"]
@@ -16,6 +17,15 @@ __all__ = ["SutSpecError", "is_network_sut", "load_sut"]
 _DEMO_KEYS = {
     "workers": int, "max_batch": int, "service_us": float, "per_item_us": float,
     "sigma": float, "seed": int,
+}
+
+
+#: Each demo key's range (what the native SUT's 64-bit fields can hold, and sense).
+_DEMO_RANGES = {
+    "workers": (1, 4096, ""), "max_batch": (1, 1 << 20, ""),
+    "service_us": (0, MAX_SUT_DELAY_US, " microseconds (1 h, the longest latency recorded)"),
+    "per_item_us": (0, MAX_SUT_DELAY_US, " microseconds (1 h, the longest latency recorded)"),
+    "sigma": (0, 3, ""), "seed": (0, 2**64 - 1, ""),
 }
 
 
@@ -51,8 +61,9 @@ def load_sut(spec: str) -> Any:
             delay = float(rest)
         except ValueError:
             raise SutSpecError(f"--sut {spec}: sleep needs a delay in microseconds, like sleep:500") from None
-        if not delay >= 0:
-            raise SutSpecError(f"--sut {spec}: the delay must be >= 0 microseconds")
+        if not 0 <= delay <= MAX_SUT_DELAY_US:
+            raise SutSpecError(f"--sut {spec}: the delay must be in 0..{MAX_SUT_DELAY_US:g} microseconds "
+                               "(1 h, the longest latency recorded)")
         return FixedDelaySUT(delay)
     if kind == "python":
         return _python(spec, rest)
@@ -78,6 +89,10 @@ def _demo(rest: str) -> DemoSUT:
             kwargs[key] = _DEMO_KEYS[key](value)
         except ValueError:
             raise SutSpecError(f"--sut demo:{rest}: {key} must be a number, got {value!r}") from None
+        lo, hi, what = _DEMO_RANGES[key]
+        if not lo <= kwargs[key] <= hi:  # also false for nan
+            allowed = f"an integer in {lo}..{hi}" if _DEMO_KEYS[key] is int else f"in {lo:g}..{hi:g}{what}"
+            raise SutSpecError(f"--sut demo:{rest}: {key} must be {allowed}, got {value!r}")
     try:
         return DemoSUT(**kwargs)
     except ValueError as e:
