@@ -12,7 +12,7 @@ from loadgen.options import RunOptions
 from loadgen.sut.spec import is_network_sut
 from loadgen.units import NS_PER, ms_to_ns
 
-__all__ = ["Scenario", "common_invalid_reasons", "require"]
+__all__ = ["SCENARIO_OPTIONS", "Scenario", "common_invalid_reasons", "require"]
 
 _T = TypeVar("_T")
 
@@ -36,6 +36,8 @@ class Scenario:
         default_percentile: the metric's percentile when ``--latency-percentile`` is unset.
         checks_overload: whether the generator-overload rule applies (not for offline,
             where every query is due at t = 0 by design).
+        uses: the options of :data:`SCENARIO_OPTIONS` (those only some scenarios read)
+            that this one reads; the others, given, do not apply to it.
     """
 
     name = ""
@@ -43,6 +45,7 @@ class Scenario:
     mlperf = False
     default_percentile = defaults.LATENCY_PERCENTILE
     checks_overload = True
+    uses: Tuple[str, ...] = ()
 
     def effective(self, opts: RunOptions) -> RunOptions:
         """The options with this scenario's defaults filled in; raises ValueError naming
@@ -104,6 +107,12 @@ class Scenario:
     def measured_duration_s(self, result: RunResult) -> float:
         """The duration the minimum-duration rule checks: how long queries were issued."""
         return result.issue_duration_s
+
+
+#: The options only some scenarios read (:attr:`Scenario.uses`); every other option
+#: applies to every scenario.
+SCENARIO_OPTIONS = ("target_qps", "concurrency", "max_in_flight", "stages", "ramp", "poisson_arrivals",
+                    "trace", "trace_unit", "min_duration_s", "min_query_count")
 
 
 def latency_bounds_ns(o: RunOptions) -> Tuple[int, ...]:

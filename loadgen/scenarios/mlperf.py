@@ -4,7 +4,7 @@ minimum duration and query count, and early stopping."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from loadgen.stats.early_stopping import percentile_estimate, server_early_stopping
 from loadgen import defaults
@@ -18,6 +18,7 @@ __all__ = ["MultiStream", "Offline", "Server", "SingleStream"]
 
 class _Mlperf(Scenario):
     mlperf = True
+    uses: Tuple[str, ...] = ("min_duration_s", "min_query_count")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         if opts.duration_s is not None and opts.min_duration_s is None:
@@ -87,6 +88,7 @@ class Server(_Mlperf):
     name = "server"
     summary = ("Poisson arrivals at --target-qps; valid only if the latency at "
                "--latency-percentile (99) is within --latency-bound-ms (10); metric: the QPS")
+    uses = _Mlperf.uses + ("target_qps", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
@@ -133,6 +135,7 @@ class Offline(_Mlperf):
                "1.1 x --min-duration-s x the expected --target-qps samples, and at least "
                "--min-query-count queries); metric: samples/s")
     checks_overload = False  # every query is due at t = 0: issue delay is the backlog by design
+    uses = _Mlperf.uses + ("target_qps",)
     default_expected_qps = defaults.OFFLINE_EXPECTED_QPS
 
     def effective(self, opts: RunOptions) -> RunOptions:
@@ -145,6 +148,11 @@ class Offline(_Mlperf):
             samples = math.ceil(round(1.1 * min_duration_s * o.target_qps, 6))
             queries = math.ceil(samples / require(o.samples_per_query, "--samples-per-query"))
             o.query_count = max(1, require(o.min_query_count, "--min-query-count"), queries)
+            if o.query_count > defaults.MAX_QUERY_COUNT:
+                raise ValueError(
+                    f"--target-qps {o.target_qps:g} x --min-duration-s {min_duration_s:g} makes "
+                    f"{o.query_count} offline queries, more than {defaults.MAX_QUERY_COUNT}; lower them "
+                    "or give --query-count")
         return o
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:

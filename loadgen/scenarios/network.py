@@ -33,6 +33,7 @@ class Constant(_Timed):
     summary = ("open loop at a constant --target-qps (vegeta/wrk2 style), optional "
                "--max-in-flight; metric: completed QPS, with latency percentiles")
     mode = "constant"
+    uses = ("target_qps", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
@@ -56,6 +57,7 @@ class Concurrency(_Timed):
     name = "concurrency"
     summary = ("closed loop with --concurrency N queries in flight (perf_analyzer style); "
                "metric: completed QPS")
+    uses = ("concurrency",)
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(o, mode="closed", concurrency=o.concurrency, **self._bounds(o))
@@ -65,6 +67,7 @@ class Ramp(Scenario):
     name = "ramp"
     summary = ("stages of rate over time (--stages 10s:100,30s:1000), stepped or linear "
                "(--ramp); metric: completed QPS, with the time series per interval")
+    uses = ("stages", "ramp", "poisson_arrivals", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
@@ -87,6 +90,7 @@ class Trace(Scenario):
     name = "trace"
     summary = ("replays arrival offsets from --trace (one per line, in --trace-unit, or a .npy "
                "of ns); metric: completed QPS")
+    uses = ("trace", "trace_unit", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
