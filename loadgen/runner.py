@@ -11,18 +11,28 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions
-from loadgen.results.document import build_document
+from loadgen.results.document import SCHEMA, build_document, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
 
 if TYPE_CHECKING:
     from loadgen.net.metrics import MetricsScraper
 
-__all__ = ["Progress", "prepare", "run_benchmark"]
+__all__ = ["Progress", "ResultError", "prepare", "run_benchmark"]
 
 #: What :func:`prepare` returns: the scenario, the effective options, the engine settings
 #: and the SUT (any form :func:`loadgen.sut.classify_sut` accepts).
 _Prepared = Tuple[Scenario, RunOptions, EngineSettings, Any]
+
+
+class ResultError(RuntimeError):
+    """The run finished but its result document could not be built. :attr:`doc` holds
+    what was measured (counts, durations, the engine's histograms), marked invalid and
+    ``"partial": true``, so that nothing measured is lost: save it, then fail."""
+
+    def __init__(self, message: str, doc: Dict[str, Any]) -> None:
+        super().__init__(message)
+        self.doc = doc
 
 
 @dataclasses.dataclass
@@ -73,6 +83,10 @@ def run_benchmark(
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
+    Raises:
+        ResultError: the run finished, but building its document failed; the error's
+            ``doc`` holds the measured result.
+
     Args:
         options: the run's options.
         given: the options as the user gave them (recorded in the document).
@@ -105,12 +119,53 @@ def run_benchmark(
         if scraper is not None:
             scraper.finish()
     result = engine.result()
-    doc = build_document(scenario, effective, result, interrupted=interrupted,
-                         given=given or {}, started_wall=started_wall, sut=sut)
+    try:
+        doc = build_document(scenario, effective, result, interrupted=interrupted,
+                             given=given or {}, started_wall=started_wall, sut=sut)
+    except Exception as e:
+        # Whatever fails after the run, what was measured is handed back to be saved.
+        doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)
+        if is_network_sut(effective.sut):
+            doc = net_options(effective).redactor().doc(doc)
+        raise ResultError(str(doc["invalid_reasons"][-1]), doc) from e
     if scraper is not None:
-        doc["server_metrics"] = scraper.report()
+        try:
+            doc["server_metrics"] = scraper.report()
+        except Exception as e:  # the run's own figures stand without the server's
+            doc["server_metrics"] = {"url": effective.server_metrics_url, "scrapes": 0, "failed_scrapes": 0,
+                                     "errors": [f"reporting the scrapes failed: {type(e).__name__}: {e}"],
+                                     "deltas": {}, "intervals": []}
     if is_network_sut(effective.sut):
         doc = net_options(effective).redactor().doc(doc)
+    return doc
+
+
+def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupted: bool,
+                      given: Dict[str, Any], started_wall: float, error: BaseException) -> Dict[str, Any]:
+    """The measured part of a result whose document could not be built: counts,
+    durations and the engine's histograms, invalid, with the error as the reason."""
+    reasons = ["the run was interrupted before it finished; its figures are partial"] if interrupted else []
+    reasons.append(f"building the result document failed after the run ({type(error).__name__}: {error}); "
+                   "this partial document holds what was measured")
+    doc: Dict[str, Any] = {
+        "schema": SCHEMA, "scenario": scenario.name, "sut": o.sut, "valid": False,
+        "invalid_reasons": reasons, "interrupted": interrupted, "partial": True,
+        "started_at_epoch_s": started_wall,
+        "duration_s": result.duration_s, "issue_duration_s": result.issue_duration_s,
+        "settings": {"given": dict(given), "effective": o.as_dict()},
+        "counts": dict(result.counts),
+        "thresholds": [],
+    }
+    for key, attr in (("latency_ns", "latency"), ("service_time_ns", "service_time"),
+                      ("issue_delay_ns", "issue_delay")):
+        try:
+            doc[key] = histogram_summary(getattr(result, attr))
+        except Exception:  # keep what can be kept
+            pass
+    try:
+        doc["errors"] = {"counts": result.errors, "messages": result.error_messages}
+    except Exception:
+        pass
     return doc
 
 
