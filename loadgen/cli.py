@@ -17,17 +17,20 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Dict, List, NoReturn, Optional, Sequence, TextIO, Tuple
 
 from loadgen._version import __version__
 from loadgen.stats.hdrlog import HistogramLogError, read_log
 from loadgen.stats.histogram import DEFAULT_PERCENTILES, Histogram
-from loadgen.options import OPTION_SPECS, OptionError, resolve
+from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
 from loadgen.results import (
     ThresholdError, load_result, parse_threshold, render_summary, result_files, write_outputs,
 )
+from loadgen.results.files import CSV_FILE, HLOG_FILE, RESULT_FILE, SUMMARY_FILE
+from loadgen.scenarios import options_not_applying
 from loadgen.units import NS_PER, TIME_UNITS
 
 if TYPE_CHECKING:
@@ -124,11 +127,14 @@ def _check_unknown(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None
 # ---------------------------------------------------------------------------------- run
 
 class _Interrupts:
-    """SIGINT/SIGTERM handling for the duration of a run: the first signal asks the run
-    to stop (the result is still written); handlers are restored afterwards."""
+    """SIGINT/SIGTERM handling from the options to the end of a run. Before the run (while
+    the SUT is loaded or a server's readiness awaited) either signal ends the command as
+    interrupted (exit 130); during it, the first asks the run to stop (the result is
+    still written). Handlers are restored afterwards."""
 
     def __init__(self) -> None:
         self.signal: Optional[int] = None
+        self.running = False  # before the run (options, the server's readiness): stop at once
         self._old: Dict[int, Any] = {}
 
     def __enter__(self) -> "_Interrupts":
@@ -138,6 +144,8 @@ class _Interrupts:
         return self
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if not self.running:
+            raise KeyboardInterrupt  # nothing measured yet: main says "interrupted", exit 130
         if self.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: give up at once
         self.signal = signum
@@ -177,50 +185,154 @@ class _ProgressPrinter:
             self.broken = e
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _check_thresholds(options: RunOptions) -> None:
+    """Every --fail-if/--require expression reads; the error names the option."""
+    for flag, exprs in (("--fail-if", options.fail_if), ("--require", options.require)):
+        for expr in exprs:
+            try:
+                parse_threshold(expr)
+            except ThresholdError as e:
+                raise _UsageError(f"{flag}: {e}") from None
+
+
+def _check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, Any]) -> None:
+    """An option that the scenario does not read is an error when given as a flag, and a
+    warning when it comes from the config file or the environment (which may set options
+    for several scenarios)."""
+    problems = options_not_applying(options.scenario, [name for name in given if name in flags])
+    if problems:
+        raise _UsageError(problems[0] + "; drop it, or choose the scenario it is for with --scenario")
+    for message in options_not_applying(options.scenario, [name for name in given if name not in flags]):
+        _warn(message + " (set in the config file or the environment: ignored)")
+
+
+def _check_output(directory: Optional[str]) -> None:
+    """Fails before the run when ``--output`` cannot be written: a file in the way, a
+    folder that cannot be created or written. Warns when it holds an earlier run's
+    result (replaced; results.csv gets a row per run)."""
+    if not directory:
+        return
+    path = os.path.abspath(directory)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise _UsageError(f"--output: cannot write to {directory}: it exists and is not a folder")
+    probe = path
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise _UsageError(f"--output: cannot write to {directory}: {probe} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".loadgen-probe-", dir=probe)
+    except OSError as e:
+        where = "" if probe == path else f" (nor create it in {probe})"
+        raise _UsageError(f"--output: cannot write to {directory}{where}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(tmp)
+    for name in (RESULT_FILE, SUMMARY_FILE, HLOG_FILE, CSV_FILE):
+        if os.path.isdir(os.path.join(path, name)):
+            raise _UsageError(f"--output: {os.path.join(directory, name)} is a folder; the run writes a file there")
+    if os.path.isfile(os.path.join(path, RESULT_FILE)):
+        _warn(f"--output {directory} holds an earlier run's {RESULT_FILE}: this run replaces it, "
+              f"{SUMMARY_FILE} and {HLOG_FILE}, and adds a row to {CSV_FILE}")
+
+
+def _save(doc: Dict[str, Any], directory: str, partial: bool) -> Tuple[List[str], Optional[str]]:
+    """Writes the run's files to ``directory``; returns their paths and, when rendering
+    them failed, what failed. result.json is written whatever fails after it; a partial
+    document (see :class:`loadgen.runner.ResultError`) is written as result.json alone."""
+    failure: Optional[str] = None
+    if not partial:
+        try:
+            return write_outputs(doc, directory), None
+        except OSError:
+            raise
+        except Exception as e:  # a renderer failed: the result itself is kept
+            failure = f"writing the result files failed: {type(e).__name__}: {e}"
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, RESULT_FILE)
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return [path], failure
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from loadgen.runner import prepare, run_benchmark
+    from loadgen.runner import ResultError, prepare, run_benchmark
 
     flags = {spec.name: getattr(args, spec.name) for spec in OPTION_SPECS if hasattr(args, spec.name)}
-    try:
-        options, given = resolve(flags)
-        for expr in list(options.fail_if) + list(options.require):
-            parse_threshold(expr)
-        prepared = prepare(options)  # every option and the SUT checked before anything runs
-    except (OptionError, ThresholdError, ValueError) as e:
-        raise _UsageError(str(e)) from None
-    quiet = options.quiet or options.json
-    show = None if quiet else _ProgressPrinter(sys.stdout)
-    tty = show is not None and show.tty
-    with _Interrupts() as interrupts:
-        doc = run_benchmark(
-            options, given=given, on_progress=show,
-            progress_interval_s=0.5 if tty else 5.0,
-            stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
-        )
+    for warning in unknown_environment():
+        _warn(warning)
+    with _Interrupts() as interrupts:  # SIGTERM before the run (the server's readiness): as Ctrl-C
+        try:
+            options, given = resolve(flags)
+            _check_thresholds(options)
+            _check_applies(options, flags, given)
+            _check_output(options.output)
+            prepared = prepare(options)  # every option and the SUT checked before anything runs
+        except (OptionError, ThresholdError, ValueError) as e:
+            raise _UsageError(str(e)) from None
+        quiet = options.quiet or options.json
+        show = None if quiet else _ProgressPrinter(sys.stdout)
+        tty = show is not None and show.tty
+        interrupts.running = True
+        failure: Optional[str] = None
+        try:
+            doc = run_benchmark(
+                options, given=given, on_progress=show,
+                progress_interval_s=0.5 if tty else 5.0,
+                stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
+            )
+        except ResultError as e:  # measured, but the document could not be built
+            doc, failure = e.doc, str(e)
     if show is not None:
         show.end()
-    # The result files before the summary: whatever happens to stdout (a closed pipe),
-    # the measured result is saved.
+    # The result files before the summary: whatever happens to stdout (a closed pipe, a
+    # renderer that fails), the measured result is saved.
     paths: List[str] = []
     if options.output:
         try:
-            paths = write_outputs(doc, options.output)
+            paths, render_failure = _save(doc, options.output, partial=failure is not None)
         except OSError as e:
-            print(json.dumps(doc), file=sys.stderr)
+            print(json.dumps(doc, default=str), file=sys.stderr)
             raise _UsageError(f"--output: cannot write to {options.output}: {e.strerror or e} "
                               "(the result JSON was printed on stderr instead)") from None
+        failure = failure or render_failure
     if show is not None and show.broken is not None:
         raise show.broken  # stdout closed during the run: main ends quietly
-    if options.json:
-        print(json.dumps(doc, indent=2))
-    elif not options.quiet:
-        sys.stdout.write(render_summary(doc))
-        if options.output:
-            print(f"wrote {', '.join(paths)}")
+    if failure is None:
+        try:
+            if options.json:
+                print(json.dumps(doc, indent=2))
+            elif not options.quiet:
+                sys.stdout.write(render_summary(doc))
+                if options.output:
+                    print(f"wrote {', '.join(paths)}")
+        except (BrokenPipeError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            failure = f"showing the result failed: {type(e).__name__}: {e}"
+    if failure is not None:
+        return _after_run_failure(doc, failure, paths, options.json)
     if interrupts.signal is not None:
         return EXIT_INTERRUPTED
     thresholds_ok = all(t["passed"] for t in doc["thresholds"])
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
+
+
+def _after_run_failure(doc: Dict[str, Any], failure: str, paths: List[str], as_json: bool) -> int:
+    """An error after the run: the measured result is saved (``paths``), or printed as
+    JSON (on stdout with --json, else on stderr), then the error; exit 1."""
+    if not paths:
+        text = json.dumps(doc, indent=2, default=str)
+        print(text, file=sys.stdout if as_json else sys.stderr)
+    where = f"saved in {paths[0]}" if paths else ("printed on stdout" if as_json else "printed above")
+    print(f"error: {failure} (the measured result is {where})", file=sys.stderr)
+    return EXIT_INVALID
 
 
 def _read(read: Any, path: str) -> Any:
