@@ -213,7 +213,9 @@ class Batch:
         return self._engine.first_token(int(query_id), t_ns)
 
     def fail(self, ids: Optional[npt.ArrayLike] = None, kind: str = "error", message: str = "") -> int:
-        """Fails the given queries (all of the batch by default) with an error kind."""
+        """Fails the given queries (all of the batch by default) with an error kind. The
+        engine keeps the kind as a short identifier and the message cut to 500 bytes,
+        without control characters. Returns how many were still in flight."""
         target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
         return sum(bool(self._engine.fail(int(i), kind, message)) for i in target)
 

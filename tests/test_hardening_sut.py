@@ -1,0 +1,194 @@
+"""Python SUTs that misbehave: failing with huge messages and kinds full of control
+characters.
+
+Integration tests start the CLI as a subprocess (``python -m loadgen``), bounded in time,
+and read what it wrote; the rest drive :class:`loadgen.engine.Engine` in process. Runs are
+short: the test machine has two noisy cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loadgen.engine import EngineSettings
+from loadgen.engine.engine import Engine
+from loadgen.sut.forms import Batch
+
+KIND = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def run_cli(*args: object, timeout: float = 60) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
+    return subprocess.run([sys.executable, "-m", "loadgen", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def assert_counts_add_up(c: dict) -> None:
+    assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"], c
+    assert c.get("outstanding", 0) == 0, c
+
+
+# A SUT in each Python form that raises `EXC` on every third query it receives (the first
+# of them is the third query) and completes the others; `EXC` and `EVERY` are set by the
+
+# ------------------------------------------------ row 13: huge messages, control characters
+
+HUGE_SRC = """
+MB = 1 << 20
+_kinds = {}
+
+
+def raising(sample):
+    # One class whose name is full of control characters (Python refuses NULs there).
+    raise _kinds.setdefault("k", type("Bad Kind\\n\\x01\\x7f" + "\\x01" * 200, (Exception,), {}))(
+        "\\x00" * 16 + "m" * MB + "\\x00")
+
+
+class Failing:
+    def issue(self, batch):
+        for i, qid in enumerate(batch.ids.tolist()):
+            batch.fail([qid], kind="\\x00\\x00nul kind\\n" + "\\x00" * 5000, message="x\\x00y\\x1b" * (MB // 4))
+
+
+failing = Failing()
+
+
+class ManyKinds:
+    n = 0
+
+    def issue(self, batch):
+        for qid in batch.ids.tolist():
+            ManyKinds.n += 1
+            batch.fail([qid], kind=f"kind{ManyKinds.n}", message=f"message {ManyKinds.n}")
+
+
+many_kinds = ManyKinds()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("attr", ["raising", "failing"])
+def test_a_thousand_megabyte_error_messages_give_a_small_clean_result(tmp_path, attr):
+    sut = write(tmp_path / "huge_sut.py", HUGE_SRC)
+    out = tmp_path / "out"
+    proc = run_cli("run", "--scenario", "constant", "--target-qps", "2000", "--query-count", "1000",
+                   "--sut", f"python:{sut}:{attr}", "--max-error-rate", "1", "--max-issue-delay-ms", "1000",
+                   "--timeout-ms", "10000", "--output", out, "--quiet", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    raw = (out / "result.json").read_bytes()
+    assert len(raw) < 100_000
+    assert b"\x00" not in raw and b"\\u0000" not in raw
+    doc = json.loads(raw)
+    c = doc["counts"]
+    assert_counts_add_up(c)
+    assert c["failed"] == 1000
+    counts = doc["errors"]["counts"]
+    assert sum(counts.values()) == 1000
+    assert len(counts) == 1
+    (kind,) = counts
+    assert KIND.match(kind), kind
+    messages = doc["errors"]["messages"]
+    assert 1 <= len(messages) <= 10
+    for m in messages:
+        assert len(m) < 700 and not CONTROL.search(m), m[:100]
+        assert m.startswith(kind + ": ")
+        assert "more bytes cut" in m
+    summary = (out / "summary.txt").read_text()
+    assert "\x00" not in summary and len(summary) < 50_000
+
+
+@pytest.mark.integration
+def test_many_distinct_error_kinds_are_capped_and_still_add_up(tmp_path):
+    sut = write(tmp_path / "huge_sut.py", HUGE_SRC)
+    out = tmp_path / "out"
+    proc = run_cli("run", "--scenario", "constant", "--target-qps", "2000", "--query-count", "1000",
+                   "--sut", f"python:{sut}:many_kinds", "--max-error-rate", "1",
+                   "--max-issue-delay-ms", "1000", "--output", out, "--quiet", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((out / "result.json").read_text())
+    counts = doc["errors"]["counts"]
+    assert sum(counts.values()) == doc["counts"]["failed"] == 1000
+    assert len(counts) <= 65
+    assert counts["other_kinds"] == 1000 - 64
+    assert counts["kind1"] == 1 and counts["kind64"] == 1
+    assert len(doc["errors"]["messages"]) <= 20
+
+
+def _failing_batched_run(kind: str, message: str, count: int = 40):
+    class Failing:
+        def issue(self, batch: Batch) -> None:
+            for qid in batch.ids.tolist():
+                batch.fail([qid], kind=kind, message=message)
+
+    settings = EngineSettings(mode="constant", target_qps=4000, query_count=count, spin_us=0)
+    with Engine(settings, Failing()) as engine:
+        return engine.run()
+
+
+def test_engine_cleans_error_kinds_to_short_printable_identifiers():
+    cases = {
+        "ValueError": "ValueError",
+        "http_500": "http_500",
+        "grpc_UNAVAILABLE": "grpc_UNAVAILABLE",
+        "a b\x00c\n": "a_b_c",
+        "_private.Kind-1:x": "_private.Kind-1:x",
+        "\x00" * 10: "error",
+        "": "error",
+        "k" * 500: "k" * 64,
+        "caf\u00e9 au lait": "caf_au_lait",
+    }
+    for given, want in cases.items():
+        result = _failing_batched_run(given, "m", count=2)
+        assert result.errors == {want: 2}, (given, result.errors)
+
+
+def test_engine_cuts_long_messages_on_a_character_boundary_and_says_how_much():
+    result = _failing_batched_run("Big", "\u00e9" * 100_000, count=3)
+    for m in result.error_messages:
+        assert m.startswith("Big: \u00e9\u00e9")
+        assert m.endswith(" ... (199500 more bytes cut)"), m[-60:]
+        assert len(m.encode()) < 600
+
+
+def test_engine_replaces_control_characters_in_messages_but_keeps_text():
+    result = _failing_batched_run("E", "line one\nline\ttwo\x00\x1b[31mred\x7f", count=1)
+    assert result.error_messages == ["E: line one line two  [31mred "]
+
+
+def test_engine_keeps_messages_that_are_not_valid_utf8_readable():
+    # A lone surrogate cannot be encoded as UTF-8; the query fails all the same.
+    result = _failing_batched_run("E", "bad \ud800 half", count=2)
+    assert result.counts["failed"] == 2 and result.errors == {"E": 2}
+    assert result.error_messages[0].startswith("E: bad ")
+
+
+def test_engine_keeps_the_first_message_of_every_kind_beyond_the_overall_cap():
+    n = {"i": 0}
+
+    class Mixed:
+        def issue(self, batch: Batch) -> None:
+            for qid in batch.ids.tolist():
+                n["i"] += 1
+                kind = "Common" if n["i"] <= 30 else f"Rare{n['i'] - 30}"
+                batch.fail([qid], kind=kind, message=str(n["i"]))
+
+    settings = EngineSettings(mode="constant", target_qps=4000, query_count=36, spin_us=0, batch_max=1)
+    with Engine(settings, Mixed()) as engine:
+        result = engine.run()
+    assert result.error_messages[:10] == [f"Common: {i}" for i in range(1, 11)]
+    assert result.error_messages[10:] == [f"Rare{i}: {30 + i}" for i in range(1, 7)]
