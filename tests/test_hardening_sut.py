@@ -1,5 +1,5 @@
-"""Python SUTs that misbehave: failing with huge messages and kinds full of control
-characters.
+"""Python SUTs that misbehave: raising SystemExit or KeyboardInterrupt, and failing with
+huge messages and kinds full of control characters.
 
 Integration tests start the CLI as a subprocess (``python -m loadgen``), bounded in time,
 and read what it wrote; the rest drive :class:`loadgen.engine.Engine` in process. Runs are
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,166 @@ def assert_counts_add_up(c: dict) -> None:
 
 # A SUT in each Python form that raises `EXC` on every third query it receives (the first
 # of them is the third query) and completes the others; `EXC` and `EVERY` are set by the
+# test that writes the file.
+FORMS_SRC = """
+import itertools
+
+_n = itertools.count(1)
+
+
+def _maybe_raise():
+    if next(_n) % EVERY == 0:
+        raise EXC
+
+
+def f(sample):
+    _maybe_raise()
+
+
+async def af(sample):
+    _maybe_raise()
+
+
+class B:
+    def issue(self, batch):
+        _maybe_raise()
+        batch.complete()
+
+
+b = B()
+"""
+FORM_ATTRS = {"function": "f", "async": "af", "batched": "b"}
+
+
+def forms_sut(tmp_path: Path, exc: str, every: int) -> Path:
+    return write(tmp_path / "raising_sut.py", f"EXC = {exc}\nEVERY = {every}\n" + textwrap.dedent(FORMS_SRC))
+
+
+# ------------------------------------------------------------------ row 12: SystemExit
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("form", ["function", "async", "batched"])
+def test_sut_raising_system_exit_fails_that_query_and_the_run_goes_on(tmp_path, form):
+    sut = forms_sut(tmp_path, "SystemExit(7)", 3)
+    out = tmp_path / "out"
+    # batch size 1: the batched SUT's raise fails exactly one query too.
+    proc = run_cli("run", "--scenario", "constant", "--target-qps", "300", "--query-count", "30",
+                   "--sut", f"python:{sut}:{FORM_ATTRS[form]}", "--max-error-rate", "1",
+                   "--max-issue-delay-ms", "100", "--output", out, "--quiet", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "result.json").read_text())
+    c = doc["counts"]
+    assert_counts_add_up(c)
+    assert c["issued"] == 30 and c["cancelled"] == 0
+    assert doc["interrupted"] is False
+    assert doc["errors"]["counts"] == {"SystemExit": c["failed"]}
+    assert c["failed"] >= 5 and c["completed"] >= 15  # the run went on after the first
+    assert any(m.startswith("SystemExit") for m in doc["errors"]["messages"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_closed_loop_function_sut_raising_system_exit_fails_that_query_only(tmp_path, concurrency):
+    sut = forms_sut(tmp_path, "SystemExit(7)", 3)
+    out = tmp_path / "out"
+    proc = run_cli("run", "--scenario", "concurrency", "--concurrency", concurrency, "--query-count", "30",
+                   "--sut", f"python:{sut}:f", "--max-error-rate", "1", "--max-issue-delay-ms", "100",
+                   "--output", out, "--quiet", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "result.json").read_text())
+    c = doc["counts"]
+    assert_counts_add_up(c)
+    assert c["issued"] == 30
+    assert doc["errors"]["counts"] == {"SystemExit": 10}
+    assert c["completed"] == 20
+
+
+# ------------------------------------------------------------- row 12: KeyboardInterrupt
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("form", ["function", "async", "batched"])
+def test_sut_raising_keyboard_interrupt_stops_the_run_as_interrupted_and_writes_the_result(tmp_path, form):
+    sut = forms_sut(tmp_path, "KeyboardInterrupt()", 20)
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = run_cli("run", "--scenario", "constant", "--target-qps", "200", "--duration-s", "30",
+                   "--sut", f"python:{sut}:{FORM_ATTRS[form]}", "--max-issue-delay-ms", "100",
+                   "--output", out, "--quiet", timeout=60)
+    elapsed_s = time.monotonic() - started
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert elapsed_s < 20  # stopped near the 20th query (0.1 s in), not after 30 s
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["interrupted"] is True and doc["valid"] is False
+    c = doc["counts"]
+    assert_counts_add_up(c)
+    assert c["completed"] >= 19  # what was measured before the interrupt is kept
+    assert doc["errors"]["counts"].get("KeyboardInterrupt", 0) >= 1
+
+
+@pytest.mark.integration
+def test_closed_loop_sut_raising_keyboard_interrupt_writes_an_interrupted_result(tmp_path):
+    sut = forms_sut(tmp_path, "KeyboardInterrupt()", 20)
+    out = tmp_path / "out"
+    proc = run_cli("run", "--scenario", "concurrency", "--concurrency", "2", "--duration-s", "30",
+                   "--sut", f"python:{sut}:f", "--output", out, "--quiet", timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["interrupted"] is True
+    assert_counts_add_up(doc["counts"])
+    assert doc["counts"]["completed"] >= 19
+
+
+def _interrupting_function(at: int):
+    n = {"i": 0}
+
+    def f(sample: int) -> None:
+        n["i"] += 1
+        if n["i"] == at:
+            raise KeyboardInterrupt
+
+    return f
+
+
+def test_sut_keyboard_interrupt_reaches_the_main_threads_sigint_handler_once():
+    calls = []
+    engine = Engine(EngineSettings(mode="constant", target_qps=500, duration_s=30, spin_us=0),
+                    _interrupting_function(10))
+
+    def handler(signum, frame):
+        calls.append(signum)
+        engine.stop()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with engine:
+            engine.start()
+            assert engine.wait(10.0)  # stopped by the handler, not after 30 s
+            result = engine.result()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert calls == [signal.SIGINT]
+    assert result.interrupted is True
+    assert result.errors == {"KeyboardInterrupt": 1}
+    assert result.counts["completed"] >= 9
+
+
+def test_sut_keyboard_interrupt_stops_the_run_where_ctrl_c_is_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Engine(EngineSettings(mode="constant", target_qps=500, duration_s=30, spin_us=0),
+                    _interrupting_function(10)) as engine:
+            engine.start()
+            assert engine.wait(10.0)
+            result = engine.result()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.interrupted is True
+    assert result.errors == {"KeyboardInterrupt": 1}
+    assert result.counts["issued"] < 100
+
 
 # ------------------------------------------------ row 13: huge messages, control characters
 
@@ -192,3 +354,17 @@ def test_engine_keeps_the_first_message_of_every_kind_beyond_the_overall_cap():
         result = engine.run()
     assert result.error_messages[:10] == [f"Common: {i}" for i in range(1, 11)]
     assert result.error_messages[10:] == [f"Rare{i}: {30 + i}" for i in range(1, 7)]
+
+
+def test_exception_whose_str_raises_still_fails_only_its_query():
+    class Nasty(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no str for you")
+
+    def f(sample: int) -> None:
+        raise Nasty()
+
+    settings = EngineSettings(mode="constant", target_qps=2000, query_count=20, spin_us=0)
+    with Engine(settings, f) as engine:
+        result = engine.run()
+    assert result.counts["failed"] == 20 and result.errors == {"Nasty": 20}

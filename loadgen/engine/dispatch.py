@@ -6,14 +6,21 @@ hundreds when it is high) and hands the queries to the SUT in its form: a functi
 sample, a batched SUT with arrays, an ``async`` function on an event loop, or a loop SUT
 (:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks. Completions go
 back in arrays.
+
+Whatever a SUT raises fails the queries of that call (kind: the exception's class name),
+``SystemExit`` included. ``KeyboardInterrupt`` fails its query too and then stops the run
+as Ctrl-C does: the main thread is interrupted, so ``loadgen run`` writes the result,
+marked interrupted, and exits 130 (where Ctrl-C is ignored, the run is stopped here).
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import signal
 import threading
 import time
-from typing import Any, Iterator, List, Optional, Set, Tuple
+from typing import Any, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +64,9 @@ class Dispatcher:
         self.error: Optional[BaseException] = None
         #: Set once a loop SUT is open and the run started (or the dispatcher failed).
         self.opened = threading.Event()
+        #: Set once the SUT raised KeyboardInterrupt (the run is being stopped).
+        self.interrupted = False
+        self._interrupt_lock = threading.Lock()
         self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
 
     def start(self) -> None:
@@ -91,6 +101,29 @@ class Dispatcher:
             self.core.abort()
             self.opened.set()
 
+    def sut_raised(self, e: BaseException, target: Union[int, Batch]) -> None:
+        """A SUT call raised ``e``: the query it was for (an id), or those of a batch still
+        in flight, fail with its kind and message. ``KeyboardInterrupt`` then stops the
+        run and interrupts the main thread, once, as Ctrl-C would (``loadgen run`` writes
+        the result, marked interrupted)."""
+        kind, message = _error_text(e)
+        if isinstance(target, Batch):
+            target.fail(kind=kind, message=message)
+        else:
+            self.core.fail(target, kind, message)
+        if isinstance(e, KeyboardInterrupt):
+            with self._interrupt_lock:
+                if self.interrupted:
+                    return
+                self.interrupted = True
+            if callable(signal.getsignal(signal.SIGINT)):
+                # Whoever handles Ctrl-C stops the run: loadgen run's handler stops it
+                # and still writes the result; Python's default raises KeyboardInterrupt
+                # in the main thread, which aborts a run waited on there.
+                _thread.interrupt_main()
+            else:  # Ctrl-C is ignored in this process: stop the run here
+                self.core.stop()
+
     def _batches(self) -> Iterator[_Taken]:
         core, s = self.core, self.settings
         spin_ns = us_to_ns(s.consumer_spin_us)
@@ -115,8 +148,8 @@ class Dispatcher:
             qid, sample = nxt
             try:
                 f(sample)
-            except Exception as e:  # a SUT error fails this query only
-                core.fail(qid, type(e).__name__, str(e))
+            except BaseException as e:  # a SUT error fails this query only
+                self.sut_raised(e, qid)
                 nxt = take_one(0.1, spin_ns)
                 continue
             nxt = complete_take_one(qid, 0, 0.1, spin_ns)
@@ -135,8 +168,8 @@ class Dispatcher:
             for qid, sample in zip(ids.tolist(), sample_list):
                 try:
                     f(sample)
-                except Exception as e:  # a SUT error fails this query only
-                    core.fail(qid, type(e).__name__, str(e))
+                except BaseException as e:  # a SUT error fails this query only
+                    self.sut_raised(e, qid)
                     continue
                 stamps.append(monotonic_ns())
                 done.append(qid)
@@ -150,8 +183,8 @@ class Dispatcher:
             batch = Batch(core, ids, samples[:, 0] if single else samples, scheduled)
             try:
                 sut.issue(batch)
-            except Exception as e:
-                batch.fail(kind=type(e).__name__, message=str(e))
+            except BaseException as e:  # fails the batch's queries still in flight
+                self.sut_raised(e, batch)
 
     def _drive_async(self) -> None:
         loop: asyncio.AbstractEventLoop
@@ -169,6 +202,16 @@ class Dispatcher:
 
 
 
+def _error_text(e: BaseException) -> Tuple[str, str]:
+    """The kind (class name) and message of what a SUT raised; the engine cleans and
+    bounds both. An exception whose ``str()`` itself raises still has a message."""
+    try:
+        message = str(e)
+    except BaseException as str_error:
+        message = f"(str() of this exception raised {type(str_error).__name__})"
+    return type(e).__name__, message
+
+
 def _per_query(samples: npt.NDArray[np.int64], single: bool) -> List[Any]:
     """The sample of each query: an index when queries hold one sample, else its row."""
     return samples[:, 0].tolist() if single else list(samples)
@@ -178,6 +221,7 @@ class _AsyncDriver:
     """Feeds queued queries to an async SUT, woken by the engine's eventfd."""
 
     def __init__(self, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> None:
+        self.dispatcher = dispatcher
         self.core = dispatcher.core
         self.f = dispatcher.sut
         self.settings = dispatcher.settings
@@ -236,8 +280,8 @@ class _AsyncDriver:
             await self.f(sample)
         except asyncio.CancelledError:
             raise
-        except Exception as e:
-            self.core.fail(qid, type(e).__name__, str(e))
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too: asyncio would end the loop
+            self.dispatcher.sut_raised(e, qid)
             return
         self.done_ts.append(time.monotonic_ns())
         self.done_ids.append(qid)
@@ -304,8 +348,8 @@ class _LoopDriver(_AsyncDriver):
             for qid, sample, t in zip(ids.tolist(), sample_list, scheduled.tolist()):
                 try:
                     issue(qid, sample, t)
-                except Exception as e:  # a SUT error fails this query only
-                    self.core.fail(qid, type(e).__name__, str(e))
+                except BaseException as e:  # a SUT error fails this query only
+                    self.dispatcher.sut_raised(e, qid)
 
     # The sink the SUT calls, on the loop's thread. Open loop, completions are gathered
     # into one native call per loop iteration. Closed loop, each completion issues the
@@ -314,7 +358,7 @@ class _LoopDriver(_AsyncDriver):
     def _issue_next(self) -> None:
         # Closed loop: one completion freed one slot; take_one is the cheap native path
         # (take_batch sizes its buffers for a whole batch).
-        take_one, issue, fail = self.core.take_one, self._issue, self.core.fail
+        take_one, issue = self.core.take_one, self._issue
         while True:
             got = take_one(0.0, 0)
             if got is None:
@@ -326,8 +370,8 @@ class _LoopDriver(_AsyncDriver):
             try:
                 issue(qid, sample, _monotonic_ns())
                 return
-            except Exception as e:  # a SUT error fails this query only; its slot is free again
-                fail(qid, type(e).__name__, str(e))
+            except BaseException as e:  # a SUT error fails this query only; its slot is free again
+                self.dispatcher.sut_raised(e, qid)
 
     def complete(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` completed at ``t_ns``."""

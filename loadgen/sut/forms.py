@@ -12,8 +12,9 @@
   arrays ``ids`` and ``sample_indices`` and is completed later, from any thread, with
   ``batch.complete()`` or ``batch.complete_many(ids)``.
 
-An exception raised by a SUT fails that query (counted, message kept); it never ends
-the run or hangs it.
+An exception raised by a SUT fails that query (counted by kind, the first messages kept,
+cleaned and cut to a bounded size), ``SystemExit`` included; it never ends the run or
+hangs it. ``KeyboardInterrupt`` fails its query and stops the run as Ctrl-C would.
 """
 
 from __future__ import annotations
