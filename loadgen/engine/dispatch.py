@@ -7,6 +7,11 @@ sample, a batched SUT with arrays, an ``async`` function on an event loop, or a 
 (:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks. Completions go
 back in arrays.
 
+A closed loop of ``concurrency`` > 1 queries runs a plain function on a pool of that
+many threads (at most :data:`MAX_FUNCTION_THREADS`), each issuing its next query as its
+last one returns: a function that releases the GIL (sleeping, I/O, native code) then has
+``concurrency`` queries in flight, as the scenario says.
+
 Whatever a SUT raises fails the queries of that call (kind: the exception's class name),
 ``SystemExit`` included. ``KeyboardInterrupt`` fails its query too and then stops the run
 as Ctrl-C does: the main thread is interrupted, so ``loadgen run`` writes the result,
@@ -17,10 +22,11 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import functools
 import signal
 import threading
 import time
-from typing import Any, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -30,12 +36,16 @@ from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
 from loadgen.units import us_to_ns
 
-__all__ = ["DISPATCHED_FORMS", "Dispatcher"]
+__all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher"]
 
 _monotonic_ns = time.monotonic_ns
 
 #: The SUT forms a :class:`Dispatcher` feeds (the native forms need none).
 DISPATCHED_FORMS = ("function", "async", "batched", "loop")
+
+#: The most threads a closed loop runs a plain function SUT on; a higher concurrency
+#: queues behind them (and shows as issue delay): use an async or batched SUT for more.
+MAX_FUNCTION_THREADS = 1024
 
 #: What the engine hands out at a time: query ids, their samples (one row of indices per
 #: query) and their scheduled times (ns).
@@ -88,16 +98,19 @@ class Dispatcher:
         from outside, so a stuck one is left to its (daemon) thread."""
         self._thread.join(timeout_s)
 
-    def _drive_guarded(self) -> None:
+    def _drive_guarded(self, drive: Optional[Callable[[], None]] = None) -> None:
         try:
-            if self.sut_form == "function":
+            if drive is not None:
+                drive()
+            elif self.sut_form == "function":
                 self._drive_function()
             elif self.sut_form == "batched":
                 self._drive_batched()
             else:
                 self._drive_async()
         except BaseException as e:  # re-raised on the waiting thread
-            self.error = e
+            if self.error is None:
+                self.error = e
             self.core.abort()
             self.opened.set()
 
@@ -134,12 +147,14 @@ class Dispatcher:
             if len(got[0]):
                 yield got
 
-    def _drive_serial(self) -> None:
+    def _drive_serial(self, spin_ns: int, stamp: bool = False) -> None:
         # One query at a time, completion and the next query in one native call: the
-        # whole per-query overhead is one Python call into the engine.
+        # whole per-query overhead is one Python call into the engine. With `stamp`, the
+        # completion time is taken as the SUT returns, not after the wait for the GIL
+        # that other threads of a pool hold.
         core, f = self.core, self.sut
-        spin_ns = us_to_ns(self.settings.consumer_spin_us)
         take_one, complete_take_one = core.take_one, core.complete_take_one
+        monotonic_ns = time.monotonic_ns
         nxt = take_one(0.1, spin_ns)
         while nxt is not None:
             if not nxt:  # timed out waiting; look again
@@ -152,12 +167,50 @@ class Dispatcher:
                 self.sut_raised(e, qid)
                 nxt = take_one(0.1, spin_ns)
                 continue
-            nxt = complete_take_one(qid, 0, 0.1, spin_ns)
+            nxt = complete_take_one(qid, monotonic_ns() if stamp else 0, 0.1, spin_ns)
+
+    def _drive_rows(self) -> None:
+        # A pool thread's loop when queries carry several samples: one query per take.
+        core, f = self.core, self.sut
+        monotonic_ns = time.monotonic_ns
+        while True:
+            got = core.take_batch(1, 0.1, 0)
+            if got is None:
+                return
+            ids, samples, _ = got
+            if not len(ids):
+                continue
+            qid = int(ids[0])
+            try:
+                f(samples[0])
+            except BaseException as e:  # a SUT error fails this query only
+                self.sut_raised(e, qid)
+                continue
+            core.complete(qid, monotonic_ns())
+
+    def _drive_pool(self, threads: int) -> None:
+        # Closed loop: `threads` threads, each with one query in flight, this one among
+        # them. They wait for queries without spinning: each issues its next query as
+        # its last one returns, so a waiting thread has nothing to catch.
+        drive: Callable[[], None] = (functools.partial(self._drive_serial, 0, stamp=True)
+                                     if self.settings.samples_per_query == 1 else self._drive_rows)
+        pool = [threading.Thread(target=self._drive_guarded, args=(drive,), name=f"loadgen-sut-{i}",
+                                 daemon=True) for i in range(1, threads)]
+        for t in pool:
+            t.start()
+        try:
+            drive()
+        finally:
+            for t in pool:  # a SUT call stuck past the end of the run keeps its thread
+                t.join()
 
     def _drive_function(self) -> None:
-        core, f = self.core, self.sut
-        if core.inline_issue and self.settings.samples_per_query == 1:
-            self._drive_serial()
+        core, f, s = self.core, self.sut, self.settings
+        if core.inline_issue and s.mode == "closed" and s.concurrency > 1:
+            self._drive_pool(min(s.concurrency, MAX_FUNCTION_THREADS))
+            return
+        if core.inline_issue and s.samples_per_query == 1:
+            self._drive_serial(us_to_ns(s.consumer_spin_us))
             return
         monotonic_ns = time.monotonic_ns
         single = self.settings.samples_per_query == 1

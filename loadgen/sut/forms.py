@@ -15,6 +15,7 @@
 An exception raised by a SUT fails that query (counted by kind, the first messages kept,
 cleaned and cut to a bounded size), ``SystemExit`` included; it never ends the run or
 hangs it. ``KeyboardInterrupt`` fails its query and stops the run as Ctrl-C would.
+A plain function in a closed loop of ``concurrency`` N > 1 runs on N threads.
 """
 
 from __future__ import annotations
