@@ -62,6 +62,18 @@ py::object take_one(Engine& e, const py::object& timeout_s, int64_t spin_ns) {
   return py::make_tuple(id, sample);
 }
 
+// A str as UTF-8. One that is not valid Unicode (a lone surrogate, as in a message built
+// from undecodable bytes) gets '?' in place of what cannot be encoded instead of a
+// TypeError: a SUT's error text must never fail the call that records the failure.
+std::string utf8_text(const py::str& s) {
+  Py_ssize_t size = 0;
+  if (const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &size)) return std::string(p, static_cast<size_t>(size));
+  PyErr_Clear();
+  py::object b = py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(s.ptr(), "utf-8", "replace"));
+  if (!b) throw py::error_already_set();
+  return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
@@ -288,7 +300,12 @@ void bind_engine(py::module_& m) {
              return e.complete_many(idp, tp, n);
            },
            py::arg("ids"), py::arg("completed_ns") = py::none())
-      .def("fail", &Engine::fail, py::arg("id"), py::arg("kind"), py::arg("message"))
+      .def("fail",
+           [](Engine& e, int64_t id, const py::str& kind, const py::str& message) {
+             return e.fail(id, utf8_text(kind), utf8_text(message));
+           },
+           py::arg("id"), py::arg("kind"), py::arg("message"),
+           "Fails query id; kind and message are cleaned and bounded (see Engine::fail).")
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
       .def("counts",
            [](const Engine& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "affinity.h"
 #include "clock.h"
@@ -107,6 +108,87 @@ RecorderSettings recorder_settings(const EngineSettings& s) {
   r.ttft_bounds_ns = s.ttft_bounds_ns;
   r.tpot_bounds_ns = s.tpot_bounds_ns;
   return r;
+}
+
+// Error kinds and messages come from SUTs and servers: any bytes, of any size, as many
+// distinct kinds as they like. What the engine keeps of them is bounded and printable,
+// so that a misbehaving SUT cannot bloat the result document or put control characters
+// into it.
+constexpr size_t kMaxKindBytes = 64;
+constexpr size_t kKindScanBytes = 4096;
+constexpr size_t kMaxMessageBytes = 500;
+constexpr size_t kMaxErrorKinds = 64;
+constexpr const char* kOtherKinds = "other_kinds";
+
+bool is_kind_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-' || c == ':';
+}
+
+// The kind as a short identifier: letters, digits and `_.-:`; every run of other
+// characters becomes one '_' (none at either end). Nothing left: "error".
+std::string clean_kind(const std::string& kind) {
+  std::string out;
+  bool gap = false;
+  const size_t n = std::min(kind.size(), kKindScanBytes);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(kind[i]);
+    if ((c & 0xC0) == 0x80) continue;  // inside a multi-byte character, already a gap
+    if (!is_kind_char(c)) {
+      gap = true;
+      continue;
+    }
+    if (out.size() + (gap && !out.empty() ? 2 : 1) > kMaxKindBytes) break;
+    if (gap && !out.empty()) out += '_';
+    gap = false;
+    out += static_cast<char>(c);
+  }
+  return out.empty() ? std::string("error") : out;
+}
+
+// Bytes of the well-formed UTF-8 character at s[i..end), or 0.
+size_t utf8_char_bytes(const std::string& s, size_t i, size_t end) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t len = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+  if (len == 0 || i + len > end) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  const unsigned char c1 = static_cast<unsigned char>(s[i + 1 < end ? i + 1 : i]);
+  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) ||  // overlong; surrogate
+      (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90)) {  // overlong; above U+10FFFF
+    return 0;
+  }
+  return len;
+}
+
+// The first kMaxMessageBytes of a message (cut on a character boundary, saying how much
+// was cut), with control characters as spaces and bytes that are not UTF-8 as '?'.
+std::string clean_message(const std::string& m) {
+  size_t keep = std::min(m.size(), kMaxMessageBytes);
+  while (keep < m.size() && keep > 0 && (static_cast<unsigned char>(m[keep]) & 0xC0) == 0x80) --keep;
+  std::string out;
+  out.reserve(keep + 40);
+  for (size_t i = 0; i < keep;) {
+    const size_t len = utf8_char_bytes(m, i, keep);
+    const unsigned char c = static_cast<unsigned char>(m[i]);
+    if (len == 0) {
+      out += '?';
+      ++i;
+    } else if (len == 1) {
+      out += c < 0x20 || c == 0x7F ? ' ' : static_cast<char>(c);
+      ++i;
+    } else {
+      if (c == 0xC2 && static_cast<unsigned char>(m[i + 1]) < 0xA0) {
+        out += ' ';  // a C1 control character (U+0080..U+009F)
+      } else {
+        out.append(m, i, len);
+      }
+      i += len;
+    }
+  }
+  if (keep < m.size()) out += " ... (" + std::to_string(m.size() - keep) + " more bytes cut)";
+  return out;
 }
 
 }  // namespace
@@ -388,10 +470,22 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
   }
   failed_.fetch_add(1, std::memory_order_relaxed);
   release(id);  // before the bookkeeping, which allocates and could throw
+  std::string clean = clean_kind(kind);
   std::lock_guard<std::mutex> lock(info_mutex_);
-  ++error_counts_[kind];
-  if (static_cast<int64_t>(error_messages_.size()) < s_.max_error_messages) {
-    error_messages_.push_back(kind + ": " + message);
+  auto it = error_counts_.find(clean);
+  if (it == error_counts_.end()) {
+    it = error_counts_.size() < kMaxErrorKinds ? error_counts_.emplace(clean, 0).first
+                                               : error_counts_.try_emplace(kOtherKinds, 0).first;
+  }
+  const bool first_of_kind = ++it->second == 1;
+  // The first max_error_messages messages, whatever their kinds; past them, the first
+  // message of each new kind (up to as many again), so that one noisy kind does not hide
+  // the others.
+  const int64_t kept = static_cast<int64_t>(error_messages_.size());
+  if (kept < s_.max_error_messages || (first_of_kind && kept < 2 * s_.max_error_messages)) {
+    clean += ": ";
+    clean += clean_message(message);
+    error_messages_.push_back(std::move(clean));
   }
   return true;
 }

@@ -77,6 +77,8 @@ struct EngineSettings {
   /// (recorder().over_ttft_bound(), over_tpot_bound()).
   std::vector<int64_t> ttft_bounds_ns;
   std::vector<int64_t> tpot_bounds_ns;
+  /// Error messages kept whatever their kinds; the first of each later kind is kept too,
+  /// up to as many again (see Engine::fail()).
   int64_t max_error_messages = 10;
 };
 
@@ -149,7 +151,14 @@ class Engine : private CompletionSink {
   }
   /// complete() for n ids; `completed_ns` may be null (now) or hold one time per id.
   int64_t complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept;
-  /// Fails query `id` with an error kind and message (the first few messages are kept).
+  /// Fails query `id` with an error kind and message; false when `id` is not in flight.
+  /// Any bytes, any size: the kind is counted as a short identifier (letters, digits and
+  /// `_.-:`, each run of other characters one '_', at most 64 bytes, "error" when nothing
+  /// is left; past 64 distinct kinds, the rest count as "other_kinds"). A kept message
+  /// is "kind: message", cut to its first 500 bytes on a character boundary (saying how
+  /// many more were cut), with control characters as spaces and bytes that are not UTF-8
+  /// as '?'. Kept: the first max_error_messages messages, then the first of each new
+  /// kind, up to twice max_error_messages in all. Any thread.
   bool fail(int64_t id, const std::string& kind, const std::string& message);
   /// Records the first token of query `id` at `t_ns` (0: now); once per query.
   bool first_token(int64_t id, int64_t t_ns = 0) noexcept;
@@ -162,7 +171,7 @@ class Engine : private CompletionSink {
   const Recorder& recorder() const noexcept { return recorder_; }
   /// The intervals so far (every interval_ns; safe while running).
   std::vector<IntervalPoint> timeseries() const { return timeseries_.points(); }
-  /// Error counts by kind, and the first messages as "kind: message".
+  /// Error counts by (cleaned) kind, and the kept messages as "kind: message" (see fail()).
   std::map<std::string, int64_t> error_counts() const;
   std::vector<std::string> error_messages() const;
   /// now_ns() at the first scheduled time, at the end of issuing, and at the end.

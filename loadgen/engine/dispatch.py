@@ -6,14 +6,27 @@ hundreds when it is high) and hands the queries to the SUT in its form: a functi
 sample, a batched SUT with arrays, an ``async`` function on an event loop, or a loop SUT
 (:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks. Completions go
 back in arrays.
+
+A closed loop of ``concurrency`` > 1 queries runs a plain function on a pool of that
+many threads (at most :data:`MAX_FUNCTION_THREADS`), each issuing its next query as its
+last one returns: a function that releases the GIL (sleeping, I/O, native code) then has
+``concurrency`` queries in flight, as the scenario says.
+
+Whatever a SUT raises fails the queries of that call (kind: the exception's class name),
+``SystemExit`` included. ``KeyboardInterrupt`` fails its query too and then stops the run
+as Ctrl-C does: the main thread is interrupted, so ``loadgen run`` writes the result,
+marked interrupted, and exits 130 (where Ctrl-C is ignored, the run is stopped here).
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import functools
+import signal
 import threading
 import time
-from typing import Any, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +36,16 @@ from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
 from loadgen.units import us_to_ns
 
-__all__ = ["DISPATCHED_FORMS", "Dispatcher"]
+__all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher"]
 
 _monotonic_ns = time.monotonic_ns
 
 #: The SUT forms a :class:`Dispatcher` feeds (the native forms need none).
 DISPATCHED_FORMS = ("function", "async", "batched", "loop")
+
+#: The most threads a closed loop runs a plain function SUT on; a higher concurrency
+#: queues behind them (and shows as issue delay): use an async or batched SUT for more.
+MAX_FUNCTION_THREADS = 1024
 
 #: What the engine hands out at a time: query ids, their samples (one row of indices per
 #: query) and their scheduled times (ns).
@@ -57,6 +74,9 @@ class Dispatcher:
         self.error: Optional[BaseException] = None
         #: Set once a loop SUT is open and the run started (or the dispatcher failed).
         self.opened = threading.Event()
+        #: Set once the SUT raised KeyboardInterrupt (the run is being stopped).
+        self.interrupted = False
+        self._interrupt_lock = threading.Lock()
         self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
 
     def start(self) -> None:
@@ -78,18 +98,44 @@ class Dispatcher:
         from outside, so a stuck one is left to its (daemon) thread."""
         self._thread.join(timeout_s)
 
-    def _drive_guarded(self) -> None:
+    def _drive_guarded(self, drive: Optional[Callable[[], None]] = None) -> None:
         try:
-            if self.sut_form == "function":
+            if drive is not None:
+                drive()
+            elif self.sut_form == "function":
                 self._drive_function()
             elif self.sut_form == "batched":
                 self._drive_batched()
             else:
                 self._drive_async()
         except BaseException as e:  # re-raised on the waiting thread
-            self.error = e
+            if self.error is None:
+                self.error = e
             self.core.abort()
             self.opened.set()
+
+    def sut_raised(self, e: BaseException, target: Union[int, Batch]) -> None:
+        """A SUT call raised ``e``: the query it was for (an id), or those of a batch still
+        in flight, fail with its kind and message. ``KeyboardInterrupt`` then stops the
+        run and interrupts the main thread, once, as Ctrl-C would (``loadgen run`` writes
+        the result, marked interrupted)."""
+        kind, message = _error_text(e)
+        if isinstance(target, Batch):
+            target.fail(kind=kind, message=message)
+        else:
+            self.core.fail(target, kind, message)
+        if isinstance(e, KeyboardInterrupt):
+            with self._interrupt_lock:
+                if self.interrupted:
+                    return
+                self.interrupted = True
+            if callable(signal.getsignal(signal.SIGINT)):
+                # Whoever handles Ctrl-C stops the run: loadgen run's handler stops it
+                # and still writes the result; Python's default raises KeyboardInterrupt
+                # in the main thread, which aborts a run waited on there.
+                _thread.interrupt_main()
+            else:  # Ctrl-C is ignored in this process: stop the run here
+                self.core.stop()
 
     def _batches(self) -> Iterator[_Taken]:
         core, s = self.core, self.settings
@@ -101,12 +147,14 @@ class Dispatcher:
             if len(got[0]):
                 yield got
 
-    def _drive_serial(self) -> None:
+    def _drive_serial(self, spin_ns: int, stamp: bool = False) -> None:
         # One query at a time, completion and the next query in one native call: the
-        # whole per-query overhead is one Python call into the engine.
+        # whole per-query overhead is one Python call into the engine. With `stamp`, the
+        # completion time is taken as the SUT returns, not after the wait for the GIL
+        # that other threads of a pool hold.
         core, f = self.core, self.sut
-        spin_ns = us_to_ns(self.settings.consumer_spin_us)
         take_one, complete_take_one = core.take_one, core.complete_take_one
+        monotonic_ns = time.monotonic_ns
         nxt = take_one(0.1, spin_ns)
         while nxt is not None:
             if not nxt:  # timed out waiting; look again
@@ -115,16 +163,54 @@ class Dispatcher:
             qid, sample = nxt
             try:
                 f(sample)
-            except Exception as e:  # a SUT error fails this query only
-                core.fail(qid, type(e).__name__, str(e))
+            except BaseException as e:  # a SUT error fails this query only
+                self.sut_raised(e, qid)
                 nxt = take_one(0.1, spin_ns)
                 continue
-            nxt = complete_take_one(qid, 0, 0.1, spin_ns)
+            nxt = complete_take_one(qid, monotonic_ns() if stamp else 0, 0.1, spin_ns)
+
+    def _drive_rows(self) -> None:
+        # A pool thread's loop when queries carry several samples: one query per take.
+        core, f = self.core, self.sut
+        monotonic_ns = time.monotonic_ns
+        while True:
+            got = core.take_batch(1, 0.1, 0)
+            if got is None:
+                return
+            ids, samples, _ = got
+            if not len(ids):
+                continue
+            qid = int(ids[0])
+            try:
+                f(samples[0])
+            except BaseException as e:  # a SUT error fails this query only
+                self.sut_raised(e, qid)
+                continue
+            core.complete(qid, monotonic_ns())
+
+    def _drive_pool(self, threads: int) -> None:
+        # Closed loop: `threads` threads, each with one query in flight, this one among
+        # them. They wait for queries without spinning: each issues its next query as
+        # its last one returns, so a waiting thread has nothing to catch.
+        drive: Callable[[], None] = (functools.partial(self._drive_serial, 0, stamp=True)
+                                     if self.settings.samples_per_query == 1 else self._drive_rows)
+        pool = [threading.Thread(target=self._drive_guarded, args=(drive,), name=f"loadgen-sut-{i}",
+                                 daemon=True) for i in range(1, threads)]
+        for t in pool:
+            t.start()
+        try:
+            drive()
+        finally:
+            for t in pool:  # a SUT call stuck past the end of the run keeps its thread
+                t.join()
 
     def _drive_function(self) -> None:
-        core, f = self.core, self.sut
-        if core.inline_issue and self.settings.samples_per_query == 1:
-            self._drive_serial()
+        core, f, s = self.core, self.sut, self.settings
+        if core.inline_issue and s.mode == "closed" and s.concurrency > 1:
+            self._drive_pool(min(s.concurrency, MAX_FUNCTION_THREADS))
+            return
+        if core.inline_issue and s.samples_per_query == 1:
+            self._drive_serial(us_to_ns(s.consumer_spin_us))
             return
         monotonic_ns = time.monotonic_ns
         single = self.settings.samples_per_query == 1
@@ -135,8 +221,8 @@ class Dispatcher:
             for qid, sample in zip(ids.tolist(), sample_list):
                 try:
                     f(sample)
-                except Exception as e:  # a SUT error fails this query only
-                    core.fail(qid, type(e).__name__, str(e))
+                except BaseException as e:  # a SUT error fails this query only
+                    self.sut_raised(e, qid)
                     continue
                 stamps.append(monotonic_ns())
                 done.append(qid)
@@ -150,8 +236,8 @@ class Dispatcher:
             batch = Batch(core, ids, samples[:, 0] if single else samples, scheduled)
             try:
                 sut.issue(batch)
-            except Exception as e:
-                batch.fail(kind=type(e).__name__, message=str(e))
+            except BaseException as e:  # fails the batch's queries still in flight
+                self.sut_raised(e, batch)
 
     def _drive_async(self) -> None:
         loop: asyncio.AbstractEventLoop
@@ -169,6 +255,16 @@ class Dispatcher:
 
 
 
+def _error_text(e: BaseException) -> Tuple[str, str]:
+    """The kind (class name) and message of what a SUT raised; the engine cleans and
+    bounds both. An exception whose ``str()`` itself raises still has a message."""
+    try:
+        message = str(e)
+    except BaseException as str_error:
+        message = f"(str() of this exception raised {type(str_error).__name__})"
+    return type(e).__name__, message
+
+
 def _per_query(samples: npt.NDArray[np.int64], single: bool) -> List[Any]:
     """The sample of each query: an index when queries hold one sample, else its row."""
     return samples[:, 0].tolist() if single else list(samples)
@@ -178,6 +274,7 @@ class _AsyncDriver:
     """Feeds queued queries to an async SUT, woken by the engine's eventfd."""
 
     def __init__(self, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> None:
+        self.dispatcher = dispatcher
         self.core = dispatcher.core
         self.f = dispatcher.sut
         self.settings = dispatcher.settings
@@ -236,8 +333,8 @@ class _AsyncDriver:
             await self.f(sample)
         except asyncio.CancelledError:
             raise
-        except Exception as e:
-            self.core.fail(qid, type(e).__name__, str(e))
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too: asyncio would end the loop
+            self.dispatcher.sut_raised(e, qid)
             return
         self.done_ts.append(time.monotonic_ns())
         self.done_ids.append(qid)
@@ -304,8 +401,8 @@ class _LoopDriver(_AsyncDriver):
             for qid, sample, t in zip(ids.tolist(), sample_list, scheduled.tolist()):
                 try:
                     issue(qid, sample, t)
-                except Exception as e:  # a SUT error fails this query only
-                    self.core.fail(qid, type(e).__name__, str(e))
+                except BaseException as e:  # a SUT error fails this query only
+                    self.dispatcher.sut_raised(e, qid)
 
     # The sink the SUT calls, on the loop's thread. Open loop, completions are gathered
     # into one native call per loop iteration. Closed loop, each completion issues the
@@ -314,7 +411,7 @@ class _LoopDriver(_AsyncDriver):
     def _issue_next(self) -> None:
         # Closed loop: one completion freed one slot; take_one is the cheap native path
         # (take_batch sizes its buffers for a whole batch).
-        take_one, issue, fail = self.core.take_one, self._issue, self.core.fail
+        take_one, issue = self.core.take_one, self._issue
         while True:
             got = take_one(0.0, 0)
             if got is None:
@@ -326,8 +423,8 @@ class _LoopDriver(_AsyncDriver):
             try:
                 issue(qid, sample, _monotonic_ns())
                 return
-            except Exception as e:  # a SUT error fails this query only; its slot is free again
-                fail(qid, type(e).__name__, str(e))
+            except BaseException as e:  # a SUT error fails this query only; its slot is free again
+                self.dispatcher.sut_raised(e, qid)
 
     def complete(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` completed at ``t_ns``."""

@@ -38,7 +38,8 @@ class RunResult:
         errors: failure counts by kind; error_messages: the first few messages.
         duration_s: from the first scheduled time to the end of the run.
         issue_duration_s: from the first scheduled time to the last issue.
-        interrupted: the run was stopped early (stop(), Ctrl-C, an error).
+        interrupted: the run was stopped early (stop(), Ctrl-C, an error, a SUT that
+            raised KeyboardInterrupt).
         settings: the settings the run used.
         over_bound: for each of ``settings.latency_bounds_ns``, the exact number of
             latencies strictly greater than it.
@@ -205,7 +206,7 @@ class Engine:
             error_messages=c.error_messages(),
             duration_s=ns_to_s(max(end - start, 0)) if start else 0.0,
             issue_duration_s=ns_to_s(max(issue_end - start, 0)) if start and issue_end else 0.0,
-            interrupted=self._stopped,
+            interrupted=self._stopped or (self._dispatcher is not None and self._dispatcher.interrupted),
             settings=self.settings,
             samples_per_query=self.settings.samples_per_query,
             over_bound=list(c.over_bound()),

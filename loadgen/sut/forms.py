@@ -12,8 +12,10 @@
   arrays ``ids`` and ``sample_indices`` and is completed later, from any thread, with
   ``batch.complete()`` or ``batch.complete_many(ids)``.
 
-An exception raised by a SUT fails that query (counted, message kept); it never ends
-the run or hangs it.
+An exception raised by a SUT fails that query (counted by kind, the first messages kept,
+cleaned and cut to a bounded size), ``SystemExit`` included; it never ends the run or
+hangs it. ``KeyboardInterrupt`` fails its query and stops the run as Ctrl-C would.
+A plain function in a closed loop of ``concurrency`` N > 1 runs on N threads.
 """
 
 from __future__ import annotations
@@ -213,7 +215,9 @@ class Batch:
         return self._engine.first_token(int(query_id), t_ns)
 
     def fail(self, ids: Optional[npt.ArrayLike] = None, kind: str = "error", message: str = "") -> int:
-        """Fails the given queries (all of the batch by default) with an error kind."""
+        """Fails the given queries (all of the batch by default) with an error kind. The
+        engine keeps the kind as a short identifier and the message cut to 500 bytes,
+        without control characters. Returns how many were still in flight."""
         target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
         return sum(bool(self._engine.fail(int(i), kind, message)) for i in target)
 
