@@ -5,6 +5,8 @@
 #                                   codec, engine, recorder, MLPerf loop)
 #   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests
 #   ... asan -- -k codec            arguments after "--" go to pytest (a subset)
+#   SANITIZE_TESTS="tests/test_codec.py tests/test_histogram.py" ... asan
+#                                   these test files instead of the mode's list
 #
 # The sanitized build goes to build/sanitize-<mode>/ (never in place: the normal build in
 # loadgen/ is left as it is): the Python sources are copied there and the extension is
@@ -52,6 +54,9 @@ esac
 # libstdc++ goes in too: the runtime's __cxa_throw interceptor needs the real one loaded
 # when it starts, and python itself does not link it (else every C++ throw aborts).
 runtime="$runtime $(readlink -f "$("$CXX" -print-file-name=libstdc++.so)")"
+if [[ -n "${SANITIZE_TESTS:-}" ]]; then
+  read -r -a tests <<<"$SANITIZE_TESTS"
+fi
 if [[ ! -e "${runtime%% *}" ]]; then
   echo "sanitize.sh: the $mode runtime of $CXX is not installed (${runtime%% *})" >&2
   exit 2
