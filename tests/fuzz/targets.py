@@ -10,9 +10,11 @@ corpora and every crash found so far with plain pytest.
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
 import tempfile
 from typing import Callable, Dict, List, Tuple
 
@@ -25,6 +27,7 @@ from loadgen.stats.histogram import HdrDecodeError, Histogram
 from loadgen.engine.trace import load_trace
 
 _TMP = tempfile.mkdtemp(prefix="loadgen-fuzz-")
+atexit.register(shutil.rmtree, _TMP, True)
 
 
 def _file(name: str, data: bytes) -> str:
