@@ -113,7 +113,7 @@ def check_json_response(body: bytes, expected: Sequence[InputSpec]) -> Optional[
     """Checks a REST infer response: JSON, with outputs that match ``expected``. None when
     it passes, else a short description of what is wrong."""
     try:
-        doc = json.loads(body)
+        doc = _loads_json(body)
     except (ValueError, UnicodeDecodeError):
         return f"the response is not JSON: {clip(body, 80)!r}"
     if not isinstance(doc, dict):
@@ -129,10 +129,18 @@ def check_json_response(body: bytes, expected: Sequence[InputSpec]) -> Optional[
         count = _flat_len(data) if data is not None else (-1 if _is_binary(o) else 0)
         try:
             shape = tuple(int(d) for d in o["shape"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return f"output {o.get('name')} has shape {o['shape']!r}"
         seen.append((str(o["name"]), str(o.get("datatype", "")).upper(), shape, count))
     return check_outputs(seen, expected)
+
+
+def _loads_json(body: bytes) -> Any:
+    """json.loads, with nesting too deep to parse (RecursionError) a ValueError too."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _is_binary(o: dict) -> bool:

@@ -25,6 +25,14 @@ __all__ = ["OpenAISUT", "TokenStream"]
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
 
 
+def _loads_json(text: str) -> Any:
+    """json.loads, with nesting too deep to parse (RecursionError) a ValueError too."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
@@ -84,7 +92,7 @@ class TokenStream:
                 self._token(t)
             return
         try:
-            doc = json.loads(data.decode("utf-8", "replace"))
+            doc = _loads_json(data.decode("utf-8", "replace"))
         except ValueError:
             self.error = self.error or f"an event is not JSON: {clip(data, 80)!r}"
             return

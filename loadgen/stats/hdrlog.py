@@ -174,7 +174,15 @@ class HistogramLogReader:
             self._stream.close()
 
     def __iter__(self) -> Iterator[LogEntry]:
-        for number, raw in enumerate(self._stream, start=1):
+        lines = enumerate(self._stream, start=1)
+        number = 0
+        while True:
+            try:
+                number, raw = next(lines)
+            except StopIteration:
+                return
+            except UnicodeDecodeError:
+                raise HistogramLogError(f"not an HdrHistogram log: not UTF-8 text (after line {number})") from None
             line = raw.strip()
             if not line or line.startswith('"StartTimestamp"'):
                 continue
