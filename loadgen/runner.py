@@ -125,8 +125,8 @@ def run_benchmark(
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)
-        if is_network_sut(effective.sut):
-            doc = net_options(effective).redactor().doc(doc)
+        # Secrets (headers, URL passwords, the metrics URL's) never reach a document.
+        doc = net_options(effective).redactor().doc(doc)
         raise ResultError(str(doc["invalid_reasons"][-1]), doc) from e
     if scraper is not None:
         try:
@@ -135,9 +135,7 @@ def run_benchmark(
             doc["server_metrics"] = {"url": effective.server_metrics_url, "scrapes": 0, "failed_scrapes": 0,
                                      "errors": [f"reporting the scrapes failed: {type(e).__name__}: {e}"],
                                      "deltas": {}, "intervals": []}
-    if is_network_sut(effective.sut):
-        doc = net_options(effective).redactor().doc(doc)
-    return doc
+    return net_options(effective).redactor().doc(doc)
 
 
 def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupted: bool,
