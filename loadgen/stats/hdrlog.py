@@ -23,7 +23,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import IO, Iterator, List, Optional, Union
+from typing import IO, Iterator, List, Optional, Tuple, Union
 
 from loadgen.stats.histogram import HdrDecodeError, Histogram
 
@@ -154,8 +154,11 @@ class HistogramLogReader:
     """
 
     def __init__(self, source: Union[str, os.PathLike[str], IO[str]]) -> None:
+        # A path is read as bytes and decoded line by line, so that a file that is not
+        # text is reported at its line (a text stream decodes ahead, in blocks).
+        self._stream: Union[IO[str], IO[bytes]]
         if isinstance(source, (str, os.PathLike)):
-            self._stream: IO[str] = open(source, encoding="utf-8")
+            self._stream = open(source, "rb")
             self._owns = True
         else:
             self._stream = source
@@ -174,15 +177,7 @@ class HistogramLogReader:
             self._stream.close()
 
     def __iter__(self) -> Iterator[LogEntry]:
-        lines = enumerate(self._stream, start=1)
-        number = 0
-        while True:
-            try:
-                number, raw = next(lines)
-            except StopIteration:
-                return
-            except UnicodeDecodeError:
-                raise HistogramLogError(f"not an HdrHistogram log: not UTF-8 text (after line {number})") from None
+        for number, raw in self._lines():
             line = raw.strip()
             if not line or line.startswith('"StartTimestamp"'):
                 continue
@@ -190,6 +185,27 @@ class HistogramLogReader:
                 self._read_comment(line, number)
                 continue
             yield self._read_interval(line, number)
+
+    def _lines(self) -> Iterator[Tuple[int, str]]:
+        """(1-based number, text) of each line; HistogramLogError "not an HdrHistogram
+        log" for a line that is not UTF-8 text or holds NUL bytes (a binary file)."""
+        number = 0
+        while True:
+            try:
+                raw = self._stream.readline()
+            except UnicodeDecodeError:  # a text stream, decoding ahead of the line
+                raise HistogramLogError(f"not an HdrHistogram log: not UTF-8 text (after line {number})") from None
+            if not raw:
+                return
+            number += 1
+            if isinstance(raw, bytes):
+                try:
+                    raw = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise HistogramLogError(f"not an HdrHistogram log: line {number} is not UTF-8 text") from None
+            if "\x00" in raw:
+                raise HistogramLogError(f"not an HdrHistogram log: line {number} holds binary data (NUL bytes)")
+            yield number, raw
 
     def _read_comment(self, line: str, number: int) -> None:
         for pattern, attr in ((_START_TIME, "start_time_s"), (_BASE_TIME, "base_time_s")):
