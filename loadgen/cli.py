@@ -359,10 +359,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             if len(files) > 1:
                 print(f"== {path}")
+            # load_result checked the schema; these are the last line of defence.
             try:
                 sys.stdout.write(render_summary(doc))
-            except (KeyError, TypeError) as e:
+            except KeyError as e:
+                if doc.get("partial"):
+                    raise _UsageError(f"{path} is a partial result (its document could not be built after "
+                                      f"the run) without {e} for a summary; 'loadgen report --json' shows "
+                                      "what it holds") from None
                 raise _UsageError(f"{path}: the result is missing {e}; is it complete?") from None
+            except (TypeError, ValueError, AttributeError, OverflowError) as e:
+                raise _UsageError(f"{path}: the result cannot be summarized: {e}") from None
         if not doc.get("valid", False):
             status = EXIT_INVALID
     return status

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Union
 
 from loadgen.results.document import SCHEMA
 from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary
+from loadgen.results.schema import SchemaError, check_result
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,14 +92,30 @@ def result_files(paths: Iterable[Union[str, os.PathLike[str]]]) -> List[str]:
 
 
 def load_result(path: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
-    """Reads one result document; ValueError when it is not one."""
-    with open(path, encoding="utf-8") as f:
-        try:
-            doc = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{os.fspath(path)} is not JSON: {e}") from None
+    """Reads one result document and checks it against the ``loadgen.result/1`` schema
+    (:mod:`loadgen.results.schema`); ValueError naming the file, and the key when one is
+    wrong, when it is not one."""
+    name = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name} is not a loadgen result: not UTF-8 text (byte {e.start})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{name} is not a loadgen result: its JSON is nested too deeply to read") from None
+    except ValueError as e:  # such as an integer of more digits than Python converts
+        raise ValueError(f"{name} is not a loadgen result: {e}") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("loadgen.result/"):
-        raise ValueError(f"{os.fspath(path)} is not a loadgen result (no 'schema': '{SCHEMA}')")
+        raise ValueError(f"{name} is not a loadgen result (no 'schema': '{SCHEMA}')")
+    try:
+        check_result(doc)
+    except SchemaError as e:
+        raise ValueError(f"{name} is not a valid {SCHEMA} document: {e}") from None
     return doc
 
 
@@ -112,7 +129,7 @@ def load_results(
 
     Raises:
         ImportError: pandas is not installed (``pip install pandas``).
-        ValueError: a file is not a loadgen result.
+        ValueError: a file is not a loadgen result, or does not follow its schema.
     """
     try:
         import pandas as pd
