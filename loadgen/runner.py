@@ -135,7 +135,8 @@ def run_benchmark(
             doc["server_metrics"] = {"url": effective.server_metrics_url, "scrapes": 0, "failed_scrapes": 0,
                                      "errors": [f"reporting the scrapes failed: {type(e).__name__}: {e}"],
                                      "deltas": {}, "intervals": []}
-    return net_options(effective).redactor().doc(doc)
+    redacted: Dict[str, Any] = net_options(effective).redactor().doc(doc)
+    return redacted
 
 
 def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupted: bool,
