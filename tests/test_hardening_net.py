@@ -169,17 +169,34 @@ def run_cli(tmp_path: Path, *args: object, timeout: float = 60) -> Tuple[int, st
         proc = subprocess.Popen([sys.executable, "-m", "loadgen", *map(str, args)], stdout=fo, stderr=fe,
                                 env=_env())
     deadline = time.monotonic() + timeout
+    # The child's own high-water mark, read while it runs: VmHWM belongs to the process's
+    # memory since exec. (wait4's ru_maxrss would not do: Linux carries the forking
+    # parent's peak, here the whole test session's, across exec into the child's figure.)
+    peak_kib = 0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        peak_kib = max(peak_kib, _vm_hwm_kib(proc.pid))
+        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() > deadline:
             proc.kill()
             proc.wait()
             pytest.fail(f"loadgen {' '.join(map(str, args))} ran past {timeout} s")
-        time.sleep(0.05)
+        time.sleep(0.02)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
-    return proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss
+    return proc.returncode, out.read_text(), err.read_text(), peak_kib
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    """Peak resident memory of a running process in KiB (0 once it has exited)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def kserve_url(server: _Server) -> str:
@@ -193,6 +210,7 @@ LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "
 def _json_run(tmp_path: Path, *args: object) -> Tuple[dict, int, str]:
     rc, out, err, rss_kib = run_cli(tmp_path, "run", "--json", *args)
     assert rc in (0, 1), f"exit {rc}\n{err}"
+    assert rss_kib > 0, "the run's memory was never read"
     return json.loads(out), rss_kib, err
 
 
