@@ -297,3 +297,17 @@ def test_server_known_figure_p99_all_under_needs_459():
     h = server_histogram(458, 0, BOUND)
     got = server_verdict(h, 458, 99.0)
     assert not got.passed and "at least 1 more" in got.message
+
+
+def test_rank_over_bound_agrees_with_sorting_the_values():
+    from loadgen.stats.early_stopping import rank_over_bound
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        values = np.sort(rng.integers(0, 20, n))
+        bound = int(rng.integers(0, 20))
+        over = int(np.sum(values > bound))
+        for rank in range(1, n + 1):
+            assert rank_over_bound(n, over, rank) == bool(values[rank - 1] > bound), (values, bound, rank)
+    assert rank_over_bound(0, 0, 1) is False

@@ -37,6 +37,7 @@ from ..stats.early_stopping import (
     OrderStatistics,
     count_over,
     estimate_early_stopping,
+    rank_over_bound,
     server_early_stopping,
 )
 from ..stats.histogram import Histogram
@@ -355,10 +356,7 @@ class _Views:
     def over_at(self, name: str, index: int, bound_ns: int) -> bool:
         """Whether the value at 0-based ``index`` (clamped) of view ``name``'s sorted values
         is over ``bound_ns``: exactly when at least ``count - index`` values are."""
-        count = getattr(self, name).count
-        if not count:
-            return False
-        return self.count_over(name, bound_ns) >= count - min(max(index, 0), count - 1)
+        return rank_over_bound(getattr(self, name).count, self.count_over(name, bound_ns), index + 1)
 
 
 def _process_latencies(ev: Evaluation, eff: Any, fig: RunFigures, views: _Views) -> None:

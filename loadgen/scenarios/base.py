@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypeVar
 from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
+from loadgen.stats.early_stopping import rank_over_bound
 from loadgen.sut.spec import is_network_sut
 from loadgen.units import NS_PER, ms_to_ns
 
@@ -127,8 +128,7 @@ def percentile_over_bound(count: int, over: int, percentile: float) -> bool:
     the latency of rank ``max(1, round(count * percentile / 100))``, the rank the
     histogram's percentiles use, so it is over the bound when more latencies exceed the
     bound than lie above that rank."""
-    rank = max(1, int(count * percentile / 100.0 + 0.5))
-    return over > count - rank
+    return rank_over_bound(count, over, int(count * percentile / 100.0 + 0.5))
 
 
 def _ms(ns: float) -> str:

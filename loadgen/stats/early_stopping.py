@@ -41,6 +41,7 @@ __all__ = [
     "OrderStatistics",
     "binomial_cdf_upper_q",
     "count_over",
+    "rank_over_bound",
     "estimate_early_stopping",
     "largest_passing_overlatency",
     "min_passing_queries",
@@ -190,6 +191,17 @@ class OrderStatistics:
     def _count_at_or_under(self, bound_ns: int) -> int:
         first_over = int(np.searchsorted(self._highest, int(bound_ns), side="right"))
         return int(self._cumulative[first_over - 1]) if first_over > 0 else 0
+
+
+def rank_over_bound(count: int, over: int, rank: int) -> bool:
+    """Whether the ``rank``-th smallest (1-based, clamped into 1..count) of ``count``
+    values is over a bound that ``over`` of them exceed: exactly when at least
+    ``count - rank + 1`` values are over it. The one rule by which a percentile is judged
+    against a bound from an exact over-bound count; callers differ only in which rank
+    their percentile means."""
+    if count <= 0:
+        return False
+    return over >= count - min(max(rank, 1), count) + 1
 
 
 def count_over(latency: Union[Histogram, OrderStatistics, None], bound_ns: int) -> int:
