@@ -192,7 +192,7 @@ def test_a_renderer_failing_after_the_run_leaves_result_json_written(tmp_path, c
         raise KeyError("no such figure")
 
     monkeypatch.setattr(loadgen.results.files, "render_summary", broken)
-    monkeypatch.setattr(cli, "render_summary", broken)
+    monkeypatch.setattr(cli.run, "render_summary", broken)
     out = tmp_path / "out"
     status, stdout, stderr = _run_in_process(capsys, "--output", out)
     assert status == 1 and "no such figure" in stderr

@@ -1,0 +1,107 @@
+"""The ``loadgen`` command line. Only :func:`main` turns errors into exit codes.
+
+Exit codes: 0 the run was valid (or the command succeeded), 1 it ran but was invalid or a
+--fail-if/--require threshold failed, 2 bad usage, options or input, 130 interrupted
+(Ctrl-C, or SIGTERM as when a pod is stopped), 141 stdout was a pipe that closed before
+all the output was written (as in ``loadgen report R | head -1``; 128 + SIGPIPE, what a
+shell reports for a process a broken pipe ended). A closed pipe ends the command quietly,
+with no traceback; ``run`` still finishes the run and writes its ``--output`` files
+first, so no measured result is lost.
+
+Each command lives in a module of this package with a ``register(subparsers)`` that adds
+its parser and returns ``{name: (handler, known flags)}``; known flags (None: argparse
+judges) turn a misspelled flag into a "did you mean" error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from loadgen._version import __version__
+from loadgen.cli import report as _report
+from loadgen.cli import run as _run
+from loadgen.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError, check_unknown
+
+__all__ = ["main"]
+
+Handler = Callable[[argparse.Namespace], int]
+Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
+_COMMAND_MODULES = (_run, _report)
+
+
+def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:
+    parser = Parser(
+        prog="loadgen",
+        description="A load generator for machine-learning inference.",
+        epilog="Run 'loadgen run --help' for the benchmark options.",
+    )
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    commands: Commands = {}
+    for module in _COMMAND_MODULES:
+        commands.update(module.register(sub))
+    return parser, commands
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs the command line and returns the process exit code.
+
+    Output to a closed pipe ends the command quietly with :data:`EXIT_BROKEN_PIPE`.
+    ``--help`` and ``--version`` exit through argparse's SystemExit, as before.
+    """
+    try:
+        try:
+            status = _main(argv)
+        except SystemExit:  # --help, --version: printed; their output is flushed here
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _silence_closed_pipes()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_closed_pipes() -> None:
+    """Points stdout, and stderr when it is a closed pipe too, at os.devnull, so that the
+    interpreter's flush of what is still buffered at exit does not raise again."""
+    streams: List[TextIO] = [sys.stdout]
+    try:
+        sys.stderr.flush()
+    except BrokenPipeError:  # as in `loadgen ... 2>&1 | head -1`
+        streams.append(sys.stderr)
+    except (OSError, ValueError):
+        pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in streams:
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):  # no file descriptor (replaced stream): nothing to redirect
+                pass
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Optional[List[str]]) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = _build_parser()
+    try:
+        if argv and argv[0] in commands:
+            known = commands[argv[0]][1]
+            if known is not None:
+                check_unknown(argv[1:], known, argv[0])
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return commands[args.command][0](args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,246 @@
+"""What the commands of the command line share: exit codes, usage errors, the run
+options as flags, signal handling around a run, progress lines, and saving results."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Sequence, TextIO, Tuple
+
+from loadgen.options import OPTION_SPECS, RunOptions
+from loadgen.results import ThresholdError, parse_threshold, write_outputs
+from loadgen.results.files import CSV_FILE, HLOG_FILE, RESULT_FILE, SUMMARY_FILE
+from loadgen.scenarios import options_not_applying
+from loadgen.stats.hdrlog import HistogramLogError
+from loadgen.units import NS_PER
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from loadgen.runner import Progress
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE (a constant: Windows has no signal.SIGPIPE)
+
+
+class UsageError(Exception):
+    """Bad input from the user: exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse would exit; main decides
+        raise UsageError(f"{self.prog}: {message}")
+
+    def _print_message(self, message: str, file: Optional[SupportsWrite[str]] = None) -> None:
+        # What prints --help, --version and usage. argparse drops every write error; a
+        # closed pipe is let through, so that main ends with EXIT_BROKEN_PIPE.
+        if message:
+            try:
+                (file or sys.stderr).write(message)
+            except BrokenPipeError:
+                raise
+            except (AttributeError, OSError):
+                pass
+
+
+
+def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()) -> None:
+    """Adds every ``loadgen run`` option (but ``exclude``) to ``parser`` as a flag; a
+    parser made with ``argument_default=argparse.SUPPRESS`` then holds only those given."""
+    skip = set(exclude)
+    for spec in OPTION_SPECS:
+        if spec.name in skip:
+            continue
+        kwargs: Dict[str, Any] = {"dest": spec.name, "help": spec.help + f" [env {spec.env}]"}
+        if spec.convert.__name__ == "_bool":
+            kwargs["action"] = "store_const"
+            kwargs["const"] = True
+        else:
+            kwargs["metavar"] = spec.metavar or spec.name.upper()
+            if spec.repeatable:
+                kwargs["action"] = "append"
+        parser.add_argument(spec.flag, **kwargs)
+
+
+def run_flags(args: argparse.Namespace) -> Dict[str, Any]:
+    """The run options given as flags: name -> raw value."""
+    return {spec.name: getattr(args, spec.name) for spec in OPTION_SPECS if hasattr(args, spec.name)}
+
+
+def check_unknown(argv: Sequence[str], known: Iterable[str], command: str) -> None:
+    """Turns an unknown --flag of ``command`` into an error with a 'did you mean'."""
+    known_set = set(known) | {"--help", "-h"}
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            flag = arg.split("=", 1)[0]
+            if flag not in known_set:
+                close = difflib.get_close_matches(flag, sorted(known_set), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]}?" if close else f"; see 'loadgen {command} --help'"
+                raise UsageError(f"unknown option {flag}{hint}")
+
+
+class Interrupts:
+    """SIGINT/SIGTERM handling from the options to the end of a run. Before the run (while
+    the SUT is loaded or a server's readiness awaited) either signal ends the command as
+    interrupted (exit 130); during it, the first asks the run to stop (the result is
+    still written). Handlers are restored afterwards."""
+
+    def __init__(self) -> None:
+        self.signal: Optional[int] = None
+        self.running = False  # before the run (options, the server's readiness): stop at once
+        self._old: Dict[int, Any] = {}
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if not self.running:
+            raise KeyboardInterrupt  # nothing measured yet: main says "interrupted", exit 130
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up at once
+        self.signal = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+class ProgressPrinter:
+    """Prints progress lines on ``out``: one line rewritten in place on a terminal, a
+    line each time otherwise. A closed pipe stops the printing, not the run: the error
+    is kept in :attr:`broken` for after the results are saved."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.broken: Optional[BrokenPipeError] = None
+
+    def __call__(self, p: Progress) -> None:
+        line = (f"{p.elapsed_s:7.1f} s  issued {p.issued:>10,}  completed {p.completed:>10,}  "
+                f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / NS_PER['ms']:8.3f} ms")
+        self._write("\r" + line if self.tty else line + "\n")
+
+    def end(self) -> None:
+        """Ends the line rewritten in place on a terminal."""
+        if self.tty:
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError as e:
+            self.broken = e
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def check_thresholds(options: RunOptions) -> None:
+    """Every --fail-if/--require expression reads; the error names the option."""
+    for flag, exprs in (("--fail-if", options.fail_if), ("--require", options.require)):
+        for expr in exprs:
+            try:
+                parse_threshold(expr)
+            except ThresholdError as e:
+                raise UsageError(f"{flag}: {e}") from None
+
+
+def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, Any]) -> None:
+    """An option that the scenario does not read is an error when given as a flag, and a
+    warning when it comes from the config file or the environment (which may set options
+    for several scenarios)."""
+    problems = options_not_applying(options.scenario, [name for name in given if name in flags])
+    if problems:
+        raise UsageError(problems[0] + "; drop it, or choose the scenario it is for with --scenario")
+    for message in options_not_applying(options.scenario, [name for name in given if name not in flags]):
+        warn(message + " (set in the config file or the environment: ignored)")
+
+
+def check_output(directory: Optional[str]) -> None:
+    """Fails before the run when ``--output`` cannot be written: a file in the way, a
+    folder that cannot be created or written. Warns when it holds an earlier run's
+    result (replaced; results.csv gets a row per run)."""
+    if not directory:
+        return
+    path = os.path.abspath(directory)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output: cannot write to {directory}: it exists and is not a folder")
+    probe = path
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise UsageError(f"--output: cannot write to {directory}: {probe} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".loadgen-probe-", dir=probe)
+    except OSError as e:
+        where = "" if probe == path else f" (nor create it in {probe})"
+        raise UsageError(f"--output: cannot write to {directory}{where}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(tmp)
+    for name in (RESULT_FILE, SUMMARY_FILE, HLOG_FILE, CSV_FILE):
+        if os.path.isdir(os.path.join(path, name)):
+            raise UsageError(f"--output: {os.path.join(directory, name)} is a folder; the run writes a file there")
+    if os.path.isfile(os.path.join(path, RESULT_FILE)):
+        warn(f"--output {directory} holds an earlier run's {RESULT_FILE}: this run replaces it, "
+              f"{SUMMARY_FILE} and {HLOG_FILE}, and adds a row to {CSV_FILE}")
+
+
+def save(doc: Dict[str, Any], directory: str, partial: bool) -> Tuple[List[str], Optional[str]]:
+    """Writes the run's files to ``directory``; returns their paths and, when rendering
+    them failed, what failed. result.json is written whatever fails after it; a partial
+    document (see :class:`loadgen.runner.ResultError`) is written as result.json alone."""
+    failure: Optional[str] = None
+    if not partial:
+        try:
+            return write_outputs(doc, directory), None
+        except OSError:
+            raise
+        except Exception as e:  # a renderer failed: the result itself is kept
+            failure = f"writing the result files failed: {type(e).__name__}: {e}"
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, RESULT_FILE)
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return [path], failure
+
+def after_run_failure(doc: Dict[str, Any], failure: str, paths: List[str], as_json: bool) -> int:
+    """An error after the run: the measured result is saved (``paths``), or printed as
+    JSON (on stdout with --json, else on stderr), then the error; exit 1."""
+    if not paths:
+        text = json.dumps(doc, indent=2, default=str)
+        print(text, file=sys.stdout if as_json else sys.stderr)
+    where = f"saved in {paths[0]}" if paths else ("printed on stdout" if as_json else "printed above")
+    print(f"error: {failure} (the measured result is {where})", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def read(read: Any, path: str) -> Any:
+    """``read(path)``; a file that cannot be read, or is not what it should be, is bad input."""
+    try:
+        return read(path)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    except HistogramLogError as e:
+        raise UsageError(f"{path}: {e}") from None
+    except ValueError as e:  # load_result's message names the file
+        raise UsageError(str(e)) from None
+

@@ -1,0 +1,115 @@
+"""``loadgen report`` (saved results) and ``loadgen hlog`` (HdrHistogram interval logs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, read
+from loadgen.results import load_result, render_summary, result_files
+from loadgen.stats.hdrlog import read_log
+from loadgen.stats.histogram import DEFAULT_PERCENTILES, Histogram
+from loadgen.units import NS_PER, TIME_UNITS
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> Dict[str, Any]:
+    """Adds ``report`` and ``hlog``; returns {name: (handler, known flags or None)}."""
+    report = sub.add_parser("report", help="re-render the summary of a saved result.json",
+                            description="Prints the summary of saved results (a result.json "
+                            "or a folder holding one).")
+    report.add_argument("paths", nargs="+", metavar="RESULT", help="result.json files or folders")
+    report.add_argument("--json", action="store_true", help="print the result JSON instead")
+
+    hlog = sub.add_parser(
+        "hlog", help="summarize HdrHistogram interval logs (.hlog)",
+        description="Merges the intervals of one or more HdrHistogram interval logs, per tag, "
+        "and prints count, min, mean, percentiles and max.",
+    )
+    hlog.add_argument("paths", nargs="+", metavar="FILE", help="interval log files")
+    hlog.add_argument("--tag", help="only intervals with this tag ('' for untagged)")
+    hlog.add_argument("--unit", choices=sorted(TIME_UNITS), default="us",
+                      help="unit to print values in; recorded values are taken as ns (default: us)")
+    hlog.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return {"report": (_cmd_report, None), "hlog": (_cmd_hlog, None)}
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    files = result_files(args.paths)
+    if not files:
+        raise UsageError(f"no result.json found in {', '.join(args.paths)}")
+    status = EXIT_OK
+    for path in files:
+        doc = read(load_result, path)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            if len(files) > 1:
+                print(f"== {path}")
+            # load_result checked the schema; these are the last line of defence.
+            try:
+                sys.stdout.write(render_summary(doc))
+            except KeyError as e:
+                if doc.get("partial"):
+                    raise UsageError(f"{path} is a partial result (its document could not be built after "
+                                      f"the run) without {e} for a summary; 'loadgen report --json' shows "
+                                      "what it holds") from None
+                raise UsageError(f"{path}: the result is missing {e}; is it complete?") from None
+            except (TypeError, ValueError, AttributeError, OverflowError) as e:
+                raise UsageError(f"{path}: the result cannot be summarized: {e}") from None
+        if not doc.get("valid", False):
+            status = EXIT_INVALID
+    return status
+
+
+# --------------------------------------------------------------------------------- hlog
+
+def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    merged: Dict[str, Dict[str, Any]] = {}
+    for path in paths:
+        for entry in read(read_log, path):
+            key = entry.tag or ""
+            if tag is not None and key != tag:
+                continue
+            slot = merged.setdefault(key, {"intervals": 0, "histogram": None})
+            slot["intervals"] += 1
+            if slot["histogram"] is None:
+                slot["histogram"] = entry.histogram.copy()
+                continue
+            try:
+                slot["histogram"].add(entry.histogram)
+            except ValueError as e:
+                raise UsageError(f"{path} line {entry.line_number}: {e}") from None
+    return merged
+
+
+def _summarize(h: Histogram, scale: float) -> Dict[str, float]:
+    out: Dict[str, float] = {"count": h.total_count, "min": h.min / scale, "mean": h.mean / scale}
+    for p, v in h.percentiles(DEFAULT_PERCENTILES).items():
+        out[f"p{p:g}"] = v / scale
+    out["max"] = h.max / scale
+    return out
+
+
+def _cmd_hlog(args: argparse.Namespace) -> int:
+    merged = _merge_logs(args.paths, args.tag)
+    if not merged:
+        print("no intervals found" + (f" with tag {args.tag!r}" if args.tag is not None else ""),
+              file=sys.stderr)
+        return EXIT_INVALID
+    scale = NS_PER[args.unit]
+    rows = {tag or "(untagged)": {"intervals": slot["intervals"], **_summarize(slot["histogram"], scale)}
+            for tag, slot in sorted(merged.items())}
+    if args.json:
+        print(json.dumps({"unit": args.unit, "tags": rows}, indent=2))
+        return EXIT_OK
+    columns = list(next(iter(rows.values())).keys())
+    print(f"{'tag':<16}" + "".join(f"{c:>14}" for c in columns) + f"   ({args.unit})")
+    for tag, row in rows.items():
+        cells = [f"{row[c]:>14d}" if isinstance(row[c], int) else f"{row[c]:>14.3f}" for c in columns]
+        print(f"{tag:<16}" + "".join(cells))
+    return EXIT_OK
+

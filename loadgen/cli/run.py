@@ -1,0 +1,95 @@
+"""``loadgen run``: one benchmark, its summary and its files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List, Optional
+
+from loadgen.cli.common import (
+    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
+    after_run_failure, check_applies, check_output, check_thresholds, run_flags, save, warn,
+)
+from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
+from loadgen.results import ThresholdError, render_summary
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> Dict[str, Any]:
+    """Adds ``run`` to the subcommands; returns {name: (handler, known flags)}."""
+    run = sub.add_parser(
+        "run", help="run one benchmark",
+        description="Runs one benchmark and prints a summary (VALID/INVALID first). Options "
+        "come from, in rising precedence: defaults, --config FILE (TOML, keys are the long "
+        "flag names), LOADGEN_<FLAG_NAME> environment variables, and these flags.",
+        argument_default=argparse.SUPPRESS,
+    )
+    add_run_options(run)
+    return {"run": (cmd_run, [spec.flag for spec in OPTION_SPECS])}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from loadgen.runner import ResultError, prepare, run_benchmark
+
+    flags = run_flags(args)
+    for warning in unknown_environment():
+        warn(warning)
+    with Interrupts() as interrupts:  # SIGTERM before the run (the server's readiness): as Ctrl-C
+        try:
+            options, given = resolve(flags)
+            check_thresholds(options)
+            check_applies(options, flags, given)
+            check_output(options.output)
+            prepared = prepare(options)  # every option and the SUT checked before anything runs
+        except (OptionError, ThresholdError, ValueError) as e:
+            raise UsageError(str(e)) from None
+        quiet = options.quiet or options.json
+        show = None if quiet else ProgressPrinter(sys.stdout)
+        tty = show is not None and show.tty
+        interrupts.running = True
+        failure: Optional[str] = None
+        try:
+            doc = run_benchmark(
+                options, given=given, on_progress=show,
+                progress_interval_s=0.5 if tty else 5.0,
+                stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
+            )
+        except ResultError as e:  # measured, but the document could not be built
+            doc, failure = e.doc, str(e)
+    if show is not None:
+        show.end()
+    # The result files before the summary: whatever happens to stdout (a closed pipe, a
+    # renderer that fails), the measured result is saved.
+    paths: List[str] = []
+    if options.output:
+        try:
+            paths, render_failure = save(doc, options.output, partial=failure is not None)
+        except OSError as e:
+            print(json.dumps(doc, default=str), file=sys.stderr)
+            raise UsageError(f"--output: cannot write to {options.output}: {e.strerror or e} "
+                              "(the result JSON was printed on stderr instead)") from None
+        failure = failure or render_failure
+    if show is not None and show.broken is not None:
+        raise show.broken  # stdout closed during the run: main ends quietly
+    if failure is None:
+        try:
+            if options.json:
+                print(json.dumps(doc, indent=2))
+            elif not options.quiet:
+                sys.stdout.write(render_summary(doc))
+                if options.output:
+                    print(f"wrote {', '.join(paths)}")
+        except (BrokenPipeError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            failure = f"showing the result failed: {type(e).__name__}: {e}"
+    if failure is not None:
+        return after_run_failure(doc, failure, paths, options.json)
+    if interrupts.signal is not None:
+        return EXIT_INTERRUPTED
+    thresholds_ok = all(t["passed"] for t in doc["thresholds"])
+    return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
+
+
