@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from loadgen import defaults as D
 from loadgen.units import TIME_UNITS, parse_duration_s
 
-__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_stages", "parse_duration_s", "resolve",
+__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_labels", "parse_stages", "parse_duration_s", "resolve",
            "unknown_environment"]
 
 
@@ -159,6 +159,30 @@ def _cpu_list(v: Any) -> List[int]:
             raise ValueError(f"CPU {b} in {item!r} is past the largest CPU number Linux has, {D.MAX_CPU}")
         cpus.extend(range(a, b + 1))
     return cpus
+
+
+_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def _label_list(v: Any) -> List[str]:
+    """'key=value' labels: the key a name (letters, digits, '_', '.', '-'; 64 at most),
+    the value any text without a line break."""
+    items = _raw_list(v)
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"must be KEY=VALUE, like gpu=h100; got {item!r}")
+        if not _LABEL_KEY.fullmatch(key):
+            raise ValueError(f"label name {key!r} must start with a letter or '_' and hold only letters, "
+                             "digits, '_', '.', '-' (64 characters at most)")
+        if "\n" in value or "\r" in value:
+            raise ValueError(f"label {key!r}: the value holds a line break")
+    return items
+
+
+def parse_labels(items: List[str]) -> Dict[str, str]:
+    """``--label`` values as a dict; a later value for a name replaces an earlier one."""
+    return dict(item.partition("=")[::2] for item in items)
 
 
 def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
@@ -324,6 +348,19 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "EXPR", repeatable=True),
     OptionSpec("require", _str_list, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
                "EXPR", repeatable=True),
+    OptionSpec("label", _label_list, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
+               "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True),
+    OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
+               "recording (counted apart, under 'warmup'), for servers that compile or fill caches first "
+               f"(default {D.WARMUP_S:g})", "S"),
+    OptionSpec("workers", _int(1, D.MAX_WORKERS), "scale-out: the number of workers (pods) sharing this load; "
+               "each runs 1/N of the rate or its share of the concurrency (default 1)", "N"),
+    OptionSpec("worker_index", _int(0, D.MAX_WORKERS - 1), "scale-out: this worker's index, 0..N-1 (default: "
+               "$JOB_COMPLETION_INDEX, as in a Kubernetes Indexed Job, else 0)", "I"),
+    OptionSpec("start_at", _float(0, 1e11, unit="s"), "scale-out: start issuing at this wall-clock time "
+               "(seconds since the epoch) so that workers start together", "EPOCH"),
+    OptionSpec("start_tolerance_s", _float(0, D.MAX_TIME_S, unit="s"), "scale-out: a worker that starts later than "
+               f"--start-at by more than this is invalid (default {D.START_TOLERANCE_S:g})", "S"),
     OptionSpec("config", _str, "TOML file of options (keys are the long flag names)", "FILE", flag_only=True),
 )
 
@@ -386,6 +423,12 @@ class RunOptions:
     quiet: bool = False
     fail_if: List[str] = field(default_factory=list)
     require: List[str] = field(default_factory=list)
+    label: List[str] = field(default_factory=list)
+    warmup_s: float = D.WARMUP_S
+    workers: int = D.WORKERS
+    worker_index: Optional[int] = None
+    start_at: Optional[float] = None
+    start_tolerance_s: float = D.START_TOLERANCE_S
     config: Optional[str] = None
 
     def as_dict(self) -> Dict[str, Any]:
@@ -487,5 +530,12 @@ def resolve(
         else:
             value = _convert(spec, raw, "flag")
         given[name] = value
+    if "worker_index" not in given and environ.get("JOB_COMPLETION_INDEX", "").strip():
+        spec = _SPEC_BY_NAME["worker_index"]
+        given["worker_index"] = _convert(spec, environ["JOB_COMPLETION_INDEX"], "environment JOB_COMPLETION_INDEX")
     options = RunOptions(**given)
+    index = options.worker_index or 0
+    if index >= options.workers:
+        raise OptionError(f"--worker-index {index} is not below --workers {options.workers} "
+                          "(workers are numbered 0..N-1)")
     return options, given

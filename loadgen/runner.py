@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
-from loadgen.options import RunOptions
+from loadgen.options import RunOptions, parse_labels
 from loadgen.results.document import SCHEMA, build_document, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
@@ -148,7 +148,7 @@ def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupte
                    "this partial document holds what was measured")
     doc: Dict[str, Any] = {
         "schema": SCHEMA, "scenario": scenario.name, "sut": o.sut, "valid": False,
-        "invalid_reasons": reasons, "interrupted": interrupted, "partial": True,
+        "invalid_reasons": reasons, "interrupted": interrupted, "partial": True, "labels": parse_labels(o.label),
         "started_at_epoch_s": started_wall,
         "duration_s": result.duration_s, "issue_duration_s": result.issue_duration_s,
         "settings": {"given": dict(given), "effective": o.as_dict()},

@@ -18,7 +18,7 @@ from typing import Any, Dict, Sequence
 from loadgen._version import __version__
 from loadgen.engine import RunResult
 from loadgen.engine.settings import allowed_cpus
-from loadgen.options import RunOptions
+from loadgen.options import RunOptions, parse_labels
 from loadgen.results.thresholds import evaluate_thresholds
 from loadgen.scenarios import Scenario
 from loadgen.scenarios.base import common_invalid_reasons, require
@@ -117,6 +117,7 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         "valid": not reasons,
         "invalid_reasons": reasons,
         "interrupted": interrupted,
+        "labels": parse_labels(o.label),
         "metric": scenario.metric(result, o),
         "started_at": _dt.datetime.fromtimestamp(started_wall, tz=_dt.timezone.utc).isoformat(),
         "started_at_epoch_s": started_wall,

@@ -50,6 +50,7 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         f"queries      {c['issued']:,} issued, {c['completed']:,} completed, {c['failed']:,} failed, "
         f"{c['timed_out']:,} timed out, {c['cancelled']:,} cancelled",
         f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
+        *([f"labels       {' '.join(f'{k}={v}' for k, v in doc['labels'].items())}"] if doc.get("labels") else []),
     ]
     unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
     if unrecorded:
