@@ -192,6 +192,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("min_query_count", &EngineSettings::min_query_count)
       .def_readwrite("max_duration_ns", &EngineSettings::max_duration_ns)
       .def_readwrite("max_query_count", &EngineSettings::max_query_count)
+      .def_readwrite("warmup_ns", &EngineSettings::warmup_ns)
       .def_readwrite("samples_per_query", &EngineSettings::samples_per_query)
       .def_readwrite("sample_count", &EngineSettings::sample_count)
       .def_readwrite("sample_order", &EngineSettings::sample_order)
@@ -319,6 +320,9 @@ void bind_engine(py::module_& m) {
              d["outstanding"] = c.outstanding;
              d["unknown_completions"] = c.unknown_completions;
              d["cap_waits"] = c.cap_waits;
+             d["warmup_issued"] = c.warmup_issued;
+             d["warmup_completed"] = c.warmup_completed;
+             d["warmup_failed"] = c.warmup_failed;
              loadgen_bindings::put_recorder_counts(d, c);
              return d;
            })
@@ -354,6 +358,7 @@ void bind_engine(py::module_& m) {
       .def("error_counts", &Engine::error_counts)
       .def("error_messages", &Engine::error_messages)
       .def_property_readonly("start_ns", &Engine::start_ns)
+      .def_property_readonly("measure_start_ns", &Engine::measure_start_ns)
       .def_property_readonly("issue_end_ns", &Engine::issue_end_ns)
       .def_property_readonly("end_ns", &Engine::end_ns)
       .def_property_readonly("run_error", &Engine::run_error);

@@ -52,6 +52,7 @@ EngineSettings validated(EngineSettings s) {
   const std::pair<const char*, int64_t> non_negative[] = {
       {"min_duration", s.min_duration_ns}, {"min_query_count", s.min_query_count},
       {"max_duration", s.max_duration_ns}, {"max_query_count", s.max_query_count},
+      {"warmup", s.warmup_ns},
       {"max_in_flight", s.max_in_flight},  {"spin", s.spin_ns},
       {"timeout", s.timeout_ns},           {"grace", s.grace_ns},
       {"interval", s.interval_ns},         {"table_capacity", s.table_capacity},
@@ -254,6 +255,10 @@ bool Engine::should_stop_issuing(int64_t count, int64_t elapsed_ns,
                                  int64_t last_elapsed_ns) const noexcept {
   // Limits: the next query would break one. Minimums (MLPerf): the queries issued so
   // far already meet both, so the query that crosses the minimum duration is issued.
+  // Every bound counts from the end of the warm-up.
+  count -= warmup_issued_.load(std::memory_order_relaxed);
+  elapsed_ns -= s_.warmup_ns;
+  last_elapsed_ns -= s_.warmup_ns;
   if (s_.max_query_count > 0 && count >= s_.max_query_count) return true;
   if (s_.max_duration_ns > 0 && elapsed_ns >= s_.max_duration_ns) return true;
   if (s_.min_duration_ns > 0 || s_.min_query_count > 0) {
@@ -296,6 +301,7 @@ void Engine::issue_loop() {
   set_min_timer_slack();
   const int64_t t0 = now_ns();
   inline_prev_scheduled_ = t0;
+  warmup_end_ns_.store(t0 + s_.warmup_ns, std::memory_order_relaxed);
   start_ns_.store(t0, std::memory_order_release);
   done_.notify();  // the monitor waits for the start time
   queued_.notify();  // inline consumers wait for it too
@@ -327,7 +333,7 @@ void Engine::issue_scheduled(int64_t t0) {
   int64_t prev_scheduled = t0;
   int64_t last_offset = -1;  // schedule offset of the last query issued
   // Waiting for room (cap or table) must not outlast a duration limit.
-  const int64_t run_deadline = s_.max_duration_ns > 0 ? t0 + s_.max_duration_ns : INT64_MAX;
+  const int64_t run_deadline = s_.max_duration_ns > 0 ? t0 + s_.warmup_ns + s_.max_duration_ns : INT64_MAX;
   while (!stop_.load(std::memory_order_relaxed)) {
     int64_t scheduled;
     bool waited = false;
@@ -438,10 +444,14 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
   }
   const InFlightTable::Slot& sl = table_.slot(id);
   const int64_t t = completed_ns > 0 ? completed_ns : now_ns();
-  // A time out of range is counted by the recorder; the query is completed all the same.
-  recorder_.complete(sl.scheduled_ns, sl.issued_ns, t, 1, std::max<int64_t>(n_tokens, 0), n_tokens,
-                     sl.first_token_ns.load(std::memory_order_relaxed));
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  if (in_warmup(sl.scheduled_ns)) {
+    warmup_completed_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    // A time out of range is counted by the recorder; the query is completed all the same.
+    recorder_.complete(sl.scheduled_ns, sl.issued_ns, t, 1, std::max<int64_t>(n_tokens, 0), n_tokens,
+                       sl.first_token_ns.load(std::memory_order_relaxed));
+    completed_.fetch_add(1, std::memory_order_relaxed);
+  }
   release(id, t);
   return true;
 }
@@ -468,8 +478,9 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
     unknown_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  failed_.fetch_add(1, std::memory_order_relaxed);
+  const bool measured = count_resolution(id, failed_);
   release(id);  // before the bookkeeping, which allocates and could throw
+  if (!measured) return true;  // a warm-up failure: counted apart, its kind and message not kept
   std::string clean = clean_kind(kind);
   std::lock_guard<std::mutex> lock(info_mutex_);
   auto it = error_counts_.find(clean);
@@ -494,7 +505,7 @@ bool Engine::first_token(int64_t id, int64_t t_ns) noexcept {
   const int64_t t = t_ns > 0 ? t_ns : now_ns();
   int64_t scheduled = 0;
   if (!table_.stamp_first_token(id, t, &scheduled)) return false;
-  recorder_.first_token(scheduled, t);  // out of range: counted there
+  if (!in_warmup(scheduled)) recorder_.first_token(scheduled, t);  // out of range: counted there
   return true;
 }
 
@@ -513,7 +524,7 @@ void Engine::reap_timeouts(int64_t now) noexcept {
     // Deadlines are scheduled + timeout, so they come in queue order.
     if (now - sl.scheduled_ns < s_.timeout_ns) return;
     if (table_.transition(id, st, InFlightTable::kClaimed)) {
-      timed_out_.fetch_add(1, std::memory_order_relaxed);
+      count_resolution(id, timed_out_);
       release(id, now);
       timeout_queue_.pop_front();
     }
@@ -524,7 +535,7 @@ void Engine::cancel_outstanding() noexcept {
   for (uint64_t i = 0; i < table_.capacity(); ++i) {
     const int64_t id = table_.claim_outstanding(i);
     if (id != 0) {
-      cancelled_.fetch_add(1, std::memory_order_relaxed);
+      count_resolution(id, cancelled_);
       release(id);
     }
   }
@@ -536,7 +547,8 @@ void Engine::monitor_loop() {
     if (start_ns_.load() != 0 || run_over_.load()) break;
     e.wait(10'000'000);
   }
-  const int64_t start = start_ns_.load();
+  // The time series starts at the end of the warm-up.
+  const int64_t start = start_ns_.load() + s_.warmup_ns;
   timeseries_.begin(start);
   int64_t next_snapshot = s_.interval_ns > 0 ? start + s_.interval_ns : INT64_MAX;
   const int64_t reap_every = s_.timeout_ns > 0
@@ -552,24 +564,31 @@ void Engine::monitor_loop() {
       next_reap = now + reap_every;  // reap_every is finite whenever next_reap is
     }
     if (now >= next_snapshot) {
-      timeseries_.snapshot(recorder_.latency(), issued_.load(), now);
+      timeseries_.snapshot(recorder_.latency(), measured_issued(), now);
       next_snapshot += s_.interval_ns;
       if (next_snapshot <= now) next_snapshot = now + s_.interval_ns;
     }
     const int64_t sleep = std::min({next_reap, next_snapshot, now + 100'000'000}) - now;
     e.wait(std::max<int64_t>(sleep, 0));
   }
-  if (s_.interval_ns > 0) timeseries_.snapshot(recorder_.latency(), issued_.load(), end_ns_.load());
+  if (s_.interval_ns > 0) timeseries_.snapshot(recorder_.latency(), measured_issued(), end_ns_.load());
 }
 
 EngineCounts Engine::counts() const {
   EngineCounts c;
-  c.issued = issued_.load();
+  const int64_t resolved = resolved_.load();
+  const int64_t issued = issued_.load();
+  c.warmup_issued = warmup_issued_.load();
+  c.warmup_completed = warmup_completed_.load();
+  c.warmup_failed = warmup_failed_.load();
+  c.issued = issued - c.warmup_issued;
   c.completed = completed_.load();
   c.failed = failed_.load();
   c.timed_out = timed_out_.load();
   c.cancelled = cancelled_.load();
-  c.outstanding = c.issued - resolved_.load();
+  // What is in flight, less the warm-up queries still in flight.
+  const int64_t warmup_outstanding = c.warmup_issued - c.warmup_completed - c.warmup_failed;
+  c.outstanding = std::max<int64_t>(issued - resolved - std::max<int64_t>(warmup_outstanding, 0), 0);
   c.unknown_completions = unknown_.load();
   c.cap_waits = cap_waits_.load();
   static_cast<RecorderCounts&>(c) = recorder_.counts();

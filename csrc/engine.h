@@ -45,6 +45,11 @@ struct EngineSettings {
   int64_t min_query_count = 0;     ///< ...this many queries (both, when either is set)
   int64_t max_duration_ns = 0;     ///< stop issuing at this offset (0: no limit)
   int64_t max_query_count = 0;     ///< stop after this many queries (0: no limit)
+  /// Warm-up: queries scheduled in the first warmup_ns are issued at the schedule like
+  /// any other, but not recorded; they are counted apart (EngineCounts::warmup_*). The
+  /// durations and query counts above, the time series and the histograms all start
+  /// at the end of the warm-up.
+  int64_t warmup_ns = 0;
 
   int64_t samples_per_query = 1;
   int64_t sample_count = 1;
@@ -95,6 +100,11 @@ struct EngineCounts : RecorderCounts {
   int64_t outstanding = 0;
   int64_t unknown_completions = 0;  ///< complete()/fail() of an id not in flight (late, duplicate, bogus)
   int64_t cap_waits = 0;            ///< queries that waited for the in-flight cap (or table space)
+  /// Warm-up queries (scheduled before the end of the warm-up), by outcome; in no
+  /// other count and in no histogram.
+  int64_t warmup_issued = 0;
+  int64_t warmup_completed = 0;
+  int64_t warmup_failed = 0;     ///< failed, timed out or cancelled
 };
 
 /// An engine runs once. Thread-safety: every public method may be called from any
@@ -176,6 +186,12 @@ class Engine : private CompletionSink {
   std::vector<std::string> error_messages() const;
   /// now_ns() at the first scheduled time, at the end of issuing, and at the end.
   int64_t start_ns() const noexcept { return start_ns_.load(); }
+  /// now_ns() at the end of the warm-up: where durations and the time series start
+  /// (start_ns() + settings().warmup_ns once started, else 0).
+  int64_t measure_start_ns() const noexcept {
+    const int64_t t0 = start_ns_.load();
+    return t0 != 0 ? t0 + s_.warmup_ns : 0;
+  }
   int64_t issue_end_ns() const noexcept { return issue_end_ns_.load(); }
   int64_t end_ns() const noexcept { return end_ns_.load(); }
   /// An error that ended the run early (e.g. pinning failed on the issue thread), or "".
@@ -190,6 +206,29 @@ class Engine : private CompletionSink {
                          bool count_unknown) noexcept;
   // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
   void release(int64_t id, int64_t t = 0) noexcept;
+  // Whether a query scheduled at `scheduled_ns` belongs to the warm-up (never before
+  // the start time is known: warmup_end_ns_ starts at INT64_MIN).
+  bool in_warmup(int64_t scheduled_ns) const noexcept {
+    return scheduled_ns < warmup_end_ns_.load(std::memory_order_relaxed);
+  }
+  // The issue side: query `seq` (1-based) scheduled at `scheduled_ns` was issued.
+  void note_issued(int64_t seq, int64_t scheduled_ns) noexcept {
+    if (in_warmup(scheduled_ns)) warmup_issued_.store(seq, std::memory_order_relaxed);
+    issued_.store(seq, std::memory_order_release);
+  }
+  // Counts one resolution other than completion: in `measured` or, for a warm-up
+  // query, as a warm-up failure. Returns whether it was a measured query.
+  bool count_resolution(int64_t id, std::atomic<int64_t>& measured) noexcept {
+    if (in_warmup(table_.slot(id).scheduled_ns)) {
+      warmup_failed_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    measured.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  int64_t measured_issued() const noexcept {
+    return issued_.load(std::memory_order_acquire) - warmup_issued_.load(std::memory_order_relaxed);
+  }
   int64_t in_flight() const noexcept {
     return issued_.load(std::memory_order_acquire) - resolved_.load(std::memory_order_acquire);
   }
@@ -258,6 +297,10 @@ class Engine : private CompletionSink {
   std::atomic<int64_t> unknown_{0};
   std::atomic<int64_t> cap_waits_{0};
   std::atomic<int64_t> last_free_ns_{0};
+  std::atomic<int64_t> warmup_end_ns_{INT64_MIN};  // start + warmup_ns, once started
+  std::atomic<int64_t> warmup_issued_{0};  // the last warm-up seq (issue side only)
+  std::atomic<int64_t> warmup_completed_{0};
+  std::atomic<int64_t> warmup_failed_{0};
   // Timeouts: ids in issue order (= deadline order, as deadlines are scheduled + timeout).
   std::mutex timeout_mutex_;
   std::deque<int64_t> timeout_queue_;

@@ -17,14 +17,14 @@ void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
     table_.slot(id).issued_ns = issued_at;
     table_.set(id, InFlightTable::kIssued);
     track_timeout(id);  // after the state store: the reaper must see this id in the slot
-    issued_.store(seq, std::memory_order_release);
-    recorder_.issue_delay(scheduled_ns, issued_at);
+    note_issued(seq, scheduled_ns);
+    if (!in_warmup(scheduled_ns)) recorder_.issue_delay(scheduled_ns, issued_at);
     native_.submit(id, issued_at);
     return;
   }
   table_.set(id, InFlightTable::kQueued);
   track_timeout(id);
-  issued_.store(seq, std::memory_order_release);
+  note_issued(seq, scheduled_ns);
   const uint64_t tail = ring_tail_.load(std::memory_order_relaxed);
   ring_[tail & mask_].store(id, std::memory_order_relaxed);
   ring_tail_.store(tail + 1, std::memory_order_release);
@@ -40,8 +40,8 @@ int64_t Engine::issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled,
   for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
   std::copy(dst, dst + spq, samples_out);
   table_.set(id, InFlightTable::kIssued);
-  issued_.store(seq, std::memory_order_release);
-  recorder_.issue_delay(scheduled, now);
+  note_issued(seq, scheduled);
+  if (!in_warmup(scheduled)) recorder_.issue_delay(scheduled, now);
   track_timeout(id);
   inline_count_ = seq;
   return id;
@@ -95,7 +95,7 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
         inline_next_due_ns_.store(scheduled, std::memory_order_relaxed);
         break;
       }
-      if (s_.max_duration_ns > 0 && now - t0 >= s_.max_duration_ns &&
+      if (s_.max_duration_ns > 0 && now - t0 - s_.warmup_ns >= s_.max_duration_ns &&
           (in_flight() >= (s_.max_in_flight > 0 ? s_.max_in_flight : INT64_MAX) ||
            table_.find_free_slot() < 0)) {
         finish_issuing();  // the run's time is up while waiting for room
@@ -165,7 +165,7 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
           std::copy(src, src + spq, samples + n * spq);
           const int64_t delay = now - sl.scheduled_ns;
           table_.set(id, InFlightTable::kIssued);
-          recorder_.issue_delay(now - delay, now);
+          if (!in_warmup(sl.scheduled_ns)) recorder_.issue_delay(now - delay, now);
           scheduled_ns[n] = now - delay;
           ids[n++] = id;
         }

@@ -171,6 +171,7 @@ class EngineSettings:
     min_query_count: int
     max_duration_ns: int
     max_query_count: int
+    warmup_ns: int
     samples_per_query: int
     sample_count: int
     sample_order: SampleOrder
@@ -251,6 +252,8 @@ class Engine:
     def error_messages(self) -> List[str]: ...
     @property
     def start_ns(self) -> int: ...
+    @property
+    def measure_start_ns(self) -> int: ...
     @property
     def issue_end_ns(self) -> int: ...
     @property

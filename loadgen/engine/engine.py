@@ -27,7 +27,8 @@ class RunResult:
 
     Attributes:
         counts: issued, completed, failed, timed_out, cancelled, outstanding,
-            unknown_completions, cap_waits, tokens. issued equals completed + failed +
+            unknown_completions, cap_waits, tokens, and the warm-up's warmup_issued,
+            warmup_completed, warmup_failed (in no other count). issued equals completed + failed +
             timed_out + cancelled once the run has ended.
         latency: completed - scheduled, per completed query.
         service_time: completed - issued.
@@ -191,7 +192,8 @@ class Engine:
     def result(self) -> RunResult:
         """What the run measured (complete once :meth:`wait` returned True)."""
         c = self._core
-        start, end, issue_end = c.start_ns, c.end_ns, c.issue_end_ns
+        # Durations count from the end of the warm-up (the start when there is none).
+        start, end, issue_end = c.measure_start_ns, c.end_ns, c.issue_end_ns
         if not end:
             end = _core.now_ns()
         return RunResult(

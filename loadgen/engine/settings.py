@@ -78,6 +78,10 @@ class EngineSettings:
             counts, as it records, every latency strictly greater than each bound
             (``RunResult.over_bound``, in this order). Early stopping and bound checks
             use these counts, never a histogram-bucket estimate.
+        warmup_s: warm-up: queries scheduled in the first ``warmup_s`` are issued at the
+            schedule but not recorded (counted apart as ``warmup_*``). Durations, query
+            counts, histograms and the time series start at its end. Not for "stages",
+            "trace" (the schedule itself is the warm-up there) or "offline".
     """
 
     mode: str = defaults.MODE
@@ -106,6 +110,7 @@ class EngineSettings:
     consumer_spin_us: float = defaults.CONSUMER_SPIN_US
     inline_dispatch: bool = False
     latency_bounds_ns: Sequence[int] = ()
+    warmup_s: float = 0.0
 
     def validate(self) -> None:
         """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
@@ -132,8 +137,12 @@ class EngineSettings:
             _check_time("duration_s", self.duration_s, defaults.MIN_DURATION_S, "(or None for no limit)")
         if self.query_count is not None:
             _check_int("query_count", self.query_count, 1, defaults.MAX_QUERY_COUNT, "(or None)")
-        for name in ("min_duration_s", "grace_s", "interval_s"):
+        for name in ("min_duration_s", "grace_s", "interval_s", "warmup_s"):
             _check_time(name, getattr(self, name), 0.0)
+        if self.warmup_s > 0 and self.mode in ("stages", "trace", "offline"):
+            raise ValueError(f"warmup_s (--warmup-s) does not apply to mode {self.mode!r}: "
+                             + ("everything is issued at once" if self.mode == "offline"
+                                else "the schedule itself is the warm-up (start it with a stage)"))
         if 0 < self.interval_s < defaults.MIN_INTERVAL_S:
             raise ValueError(f"interval_s must be 0 (none) or >= {defaults.MIN_INTERVAL_S:g} s; "
                              f"got {self.interval_s!r}")
@@ -237,6 +246,7 @@ class EngineSettings:
         s.max_query_count = self.query_count or 0
         s.min_duration_ns = _ns(self.min_duration_s)
         s.min_query_count = self.min_query_count
+        s.warmup_ns = _ns(self.warmup_s)
         s.samples_per_query = self.samples_per_query
         s.sample_count = self.sample_count
         s.sample_order = getattr(_core.SampleOrder, self.sample_order)

@@ -36,6 +36,8 @@ _PCT_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9", 
 _ENGINE_HISTOGRAMS = {"latency_ns": "latency", "service_time_ns": "service_time",
                       "issue_delay_ns": "issue_delay", "ttft_ns": "ttft", "tpot_ns": "tpot"}
 _ALWAYS = ("latency_ns", "service_time_ns", "issue_delay_ns")
+# The warm-up's counts: in the document's "warmup" section, not in "counts".
+_WARMUP_COUNTS = ("warmup_issued", "warmup_completed", "warmup_failed")
 
 
 def histogram_summary(h: Histogram) -> Dict[str, Any]:
@@ -102,11 +104,13 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         result: what the engine measured.
         interrupted: the run was stopped early.
         given: the options as the user gave them.
-        started_wall: the wall-clock start, in seconds since the epoch.
+        started_wall: the wall-clock start, in seconds since the epoch. The document's
+            ``started_at`` is when measuring began: this plus any warm-up.
         sut: the SUT; a :class:`~loadgen.sut.ReportingSUT` adds its histograms and its
             report (the ``"network"`` section).
     """
     c = dict(result.counts)
+    warmup = {key[len("warmup_"):]: c.pop(key) for key in _WARMUP_COUNTS if key in c}
     c["samples_completed"] = c["completed"] * require(o.samples_per_query, "--samples-per-query")
     reasons = common_invalid_reasons(scenario, result, o, interrupted)
     reasons += [r for r in scenario.invalid_reasons(result, o) if r not in reasons]
@@ -119,13 +123,14 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         "interrupted": interrupted,
         "labels": parse_labels(o.label),
         "metric": scenario.metric(result, o),
-        "started_at": _dt.datetime.fromtimestamp(started_wall, tz=_dt.timezone.utc).isoformat(),
-        "started_at_epoch_s": started_wall,
+        "started_at": _dt.datetime.fromtimestamp(started_wall + o.warmup_s, tz=_dt.timezone.utc).isoformat(),
+        "started_at_epoch_s": started_wall + o.warmup_s,
         "duration_s": result.duration_s,
         "issue_duration_s": result.issue_duration_s,
         "settings": _settings_section(o, result, given),
         "counts": c,
         "throughput": _throughput_section(o, result),
+        **({"warmup": {"duration_s": o.warmup_s, **warmup}} if o.warmup_s > 0 else {}),
         # Exact counts kept by the engine as it recorded (never a bucket estimate).
         "latency_bounds": [
             {"bound_ns": int(bound), "over": int(over)}

@@ -41,6 +41,14 @@ def _verdict_lines(doc: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _warmup_lines(doc: Dict[str, Any]) -> List[str]:
+    w = doc.get("warmup")
+    if not w:
+        return []
+    return [f"warm-up      {w['duration_s']:g} s first, not recorded: {w['issued']:,} issued, "
+            f"{w['completed']:,} completed, {w['failed']:,} failed or timed out"]
+
+
 def _run_lines(doc: Dict[str, Any]) -> List[str]:
     c, tp = doc["counts"], doc["throughput"]
     target = f" (target {tp['target_qps']:,.1f})" if tp.get("target_qps") else ""
@@ -51,6 +59,7 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         f"{c['timed_out']:,} timed out, {c['cancelled']:,} cancelled",
         f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
         *([f"labels       {' '.join(f'{k}={v}' for k, v in doc['labels'].items())}"] if doc.get("labels") else []),
+        *_warmup_lines(doc),
     ]
     unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
     if unrecorded:

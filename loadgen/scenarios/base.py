@@ -87,6 +87,7 @@ class Scenario:
             pin_cpus=tuple(o.pin_cpus),
             timeout_ms=o.timeout_ms,
             grace_s=o.grace_s,
+            warmup_s=o.warmup_s,
             interval_s=o.interval_s,
             significant_figures=o.significant_figures,
             inline_dispatch=o.inline_dispatch,
