@@ -19,6 +19,12 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
+void set_current_thread_name(const char* name) noexcept {
+  char buf[16] = {};
+  for (size_t i = 0; i < sizeof buf - 1 && name[i] != '\0'; ++i) buf[i] = name[i];
+  pthread_setname_np(pthread_self(), buf);
+}
+
 void pin_current_thread(const std::vector<int>& cpus) {
   if (cpus.empty()) throw std::invalid_argument("pin_cpus must not be empty");
   const std::vector<int> allowed = allowed_cpus();

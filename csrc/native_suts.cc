@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "affinity.h"
 #include "clock.h"
 #include "require.h"
 #include "rng.h"
@@ -68,6 +69,7 @@ void NativeSut::close() noexcept {
 }
 
 void NativeSut::fixed_delay_loop() {
+  set_current_thread_name("lg-sut");
   set_min_timer_slack();
   uint64_t head = 0;
   for (;;) {
@@ -94,6 +96,7 @@ void NativeSut::fixed_delay_loop() {
 // whenever a worker is free it takes up to max_batch of them; the batch completes
 // after a sampled service time. Completions are reported when they are due.
 void NativeSut::demo_loop() {
+  set_current_thread_name("lg-sut");
   set_min_timer_slack();
   Rng rng(s_.seed);
   auto service_ns = [&](int64_t batch) {

@@ -23,6 +23,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import functools
+import os
 import signal
 import threading
 import time
@@ -98,8 +99,21 @@ class Dispatcher:
         from outside, so a stuck one is left to its (daemon) thread."""
         self._thread.join(timeout_s)
 
+    @property
+    def thread_id(self) -> Optional[int]:
+        """The dispatcher thread's kernel thread id (None before it started)."""
+        return self._thread.native_id
+
+    def pin(self) -> None:
+        """Pins the calling (dispatcher) thread to ``settings.dispatcher_cpus``, if any.
+        Called once the engine's threads exist: they must not inherit this pin."""
+        if self.settings.dispatcher_cpus:
+            os.sched_setaffinity(0, list(self.settings.dispatcher_cpus))
+
     def _drive_guarded(self, drive: Optional[Callable[[], None]] = None) -> None:
         try:
+            if drive is None and self.sut_form != "loop":
+                self.pin()  # a loop SUT's driver pins once it has started the engine
             if drive is not None:
                 drive()
             elif self.sut_form == "function":
@@ -371,6 +385,7 @@ class _LoopDriver(_AsyncDriver):
         # it before waking the starter.
         await self.sut.open_on_loop(self.loop, self)
         self.core.start()
+        self.dispatcher.pin()
         # The issue thread sets the start time as it begins (microseconds); asking for
         # queries before that would find none and sleep until the next wake-up.
         while not self.core.start_ns and not self.core.wait(0.0):

@@ -82,6 +82,8 @@ class EngineSettings:
             schedule but not recorded (counted apart as ``warmup_*``). Durations, query
             counts, histograms and the time series start at its end. Not for "stages",
             "trace" (the schedule itself is the warm-up there) or "offline".
+        dispatcher_cpus: CPUs to pin the Python dispatcher thread (and the event loop it
+            runs) to (empty = not pinned); see :mod:`loadgen.placement`.
     """
 
     mode: str = defaults.MODE
@@ -111,6 +113,7 @@ class EngineSettings:
     inline_dispatch: bool = False
     latency_bounds_ns: Sequence[int] = ()
     warmup_s: float = 0.0
+    dispatcher_cpus: Sequence[int] = ()
 
     def validate(self) -> None:
         """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
@@ -167,12 +170,12 @@ class EngineSettings:
                              f"(or None); got {self.timeout_ms!r}")
         if not 1 <= self.significant_figures <= 5:
             raise ValueError(f"significant_figures must be in 1..5; got {self.significant_figures}")
-        if self.pin_cpus:
-            allowed = allowed_cpus()
-            bad = [c for c in self.pin_cpus if c not in allowed]
+        allowed = allowed_cpus()
+        for name in ("pin_cpus", "dispatcher_cpus"):
+            bad = [c for c in getattr(self, name) if c not in allowed]
             if bad:
                 raise ValueError(
-                    f"pin_cpus: CPU {bad[0]} is not available to this process "
+                    f"{name}: CPU {bad[0]} is not available to this process "
                     f"(allowed: {','.join(map(str, allowed))})"
                 )
         for name in ("schedule_seed", "sample_seed"):

@@ -1,0 +1,208 @@
+"""The generator's own health during a run: CPU time per thread role, memory, and the
+machine's CPU busy and steal time, per interval, from ``/proc``.
+
+Roles come from thread names and ids: the engine's native threads name themselves
+``lg-issue``, ``lg-monitor`` and ``lg-sut``; the dispatcher (which runs the event loop
+for network targets and async SUTs) is known by its thread id; the main thread is the
+process id; everything else (a SUT's own threads, gRPC's, the samplers) is ``other``.
+
+Per-thread CPU time is read from ``/proc/self/task/<tid>/stat`` (user + system, in clock
+ticks of 1/``SC_CLK_TCK`` s, usually 10 ms): figures for intervals much shorter than a
+second are coarse, and the saturation rule judges only intervals of at least
+:data:`MIN_JUDGED_S`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu"]
+
+#: An event loop busier than this fraction of an interval is saturated.
+SATURATED_FRACTION = 0.9
+#: Intervals shorter than this are not judged (tick resolution).
+MIN_JUDGED_S = 0.5
+
+_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut"}
+ROLES = ("issue", "dispatcher", "monitor", "native_sut", "main", "other")
+
+
+def _ticks_per_s() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        return 100
+
+
+def read_thread_cpu(proc: str = "/proc") -> Dict[int, Tuple[str, int]]:
+    """tid -> (name, user + system CPU ticks) of every thread of this process."""
+    out: Dict[int, Tuple[str, int]] = {}
+    base = os.path.join(proc, "self", "task")
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(os.path.join(base, tid, "stat"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        # "tid (comm) state ..." where comm may hold spaces and parentheses.
+        lpar, rpar = text.find("("), text.rfind(")")
+        if lpar < 0 or rpar < 0:
+            continue
+        fields = text[rpar + 2:].split()
+        try:
+            out[int(tid)] = (text[lpar + 1:rpar], int(fields[11]) + int(fields[12]))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def read_machine_cpu(proc: str = "/proc") -> Optional[Tuple[int, int, int]]:
+    """(total, idle + iowait, steal) ticks of all CPUs from /proc/stat; None if unreadable."""
+    try:
+        with open(os.path.join(proc, "stat"), encoding="utf-8") as f:
+            line = f.readline()
+    except OSError:
+        return None
+    parts = line.split()
+    if not parts or parts[0] != "cpu":
+        return None
+    values = [int(v) for v in parts[1:]]
+    values += [0] * (8 - len(values))
+    # user nice system idle iowait irq softirq steal (guest time is inside user).
+    return sum(values[:8]), values[3] + values[4], values[7]
+
+
+def _rss_bytes(proc: str) -> Optional[int]:
+    try:
+        with open(os.path.join(proc, "self", "statm"), encoding="utf-8") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class _Snapshot:
+    t_ns: int
+    threads: Dict[int, Tuple[str, int]]
+    machine: Optional[Tuple[int, int, int]]
+    rss: Optional[int]
+
+
+@dataclass
+class HostSampler:
+    """Samples the process's threads and the machine every ``interval_s`` on a thread of
+    its own (``loadgen-host``), from :meth:`start` to :meth:`stop`.
+
+    Args:
+        interval_s: the sampling interval (the run's time-series interval).
+        dispatcher_tid: returns the dispatcher thread's id (None when the SUT has none).
+        proc: the /proc to read (tests point it elsewhere).
+    """
+
+    interval_s: float
+    dispatcher_tid: Callable[[], Optional[int]] = lambda: None
+    proc: str = "/proc"
+    _snaps: List[_Snapshot] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: Optional[threading.Thread] = None
+    error: str = ""
+
+    def snapshot(self) -> None:
+        """Takes one sample now (the thread does this every interval)."""
+        self._snaps.append(_Snapshot(time.monotonic_ns(), read_thread_cpu(self.proc),
+                                     read_machine_cpu(self.proc), _rss_bytes(self.proc)))
+
+    def start(self) -> None:
+        self.snapshot()
+        self._thread = threading.Thread(target=self._loop, name="loadgen-host", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                self.snapshot()
+        except Exception as e:  # the run goes on without host figures
+            self.error = f"host sampling stopped: {type(e).__name__}: {e}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        self.snapshot()
+
+    def _role(self, tid: int, name: str, dispatcher: Optional[int]) -> str:
+        if name in _NAMED_ROLES:
+            return _NAMED_ROLES[name]
+        if dispatcher is not None and tid == dispatcher:
+            return "dispatcher"
+        if tid == os.getpid():
+            return "main"
+        return "other"
+
+    def intervals(self, origin_ns: Optional[int] = None) -> List[Dict[str, Any]]:
+        """One entry per pair of successive samples: its start offset and length (s,
+        from ``origin_ns`` on the monotonic clock, default the first sample), the CPU of each role as a fraction of one CPU, the
+        busiest thread of each role, RSS, and the machine's busy and steal fractions."""
+        hz = _ticks_per_s()
+        dispatcher = self.dispatcher_tid()
+        out: List[Dict[str, Any]] = []
+        t0 = origin_ns if origin_ns is not None else (self._snaps[0].t_ns if self._snaps else 0)
+        for a, b in zip(self._snaps, self._snaps[1:]):
+            length_s = (b.t_ns - a.t_ns) / 1e9
+            if length_s <= 0:
+                continue
+            cpu: Dict[str, float] = {}
+            busiest: Dict[str, float] = {}
+            for tid, (name, ticks) in b.threads.items():
+                before = a.threads.get(tid)
+                used = (ticks - before[1] if before is not None else ticks) / hz / length_s
+                role = self._role(tid, name, dispatcher)
+                cpu[role] = cpu.get(role, 0.0) + used
+                busiest[role] = max(busiest.get(role, 0.0), used)
+            entry: Dict[str, Any] = {"t_s": (a.t_ns - t0) / 1e9, "length_s": length_s,
+                                        "cpu": {r: round(v, 4) for r, v in sorted(cpu.items())},
+                                        "busiest_thread": {r: round(v, 4) for r, v in sorted(busiest.items())},
+                                        "rss_bytes": b.rss}
+            if a.machine is not None and b.machine is not None and b.machine[0] > a.machine[0]:
+                total = b.machine[0] - a.machine[0]
+                entry["machine_busy"] = round(1.0 - (b.machine[1] - a.machine[1]) / total, 4)
+                entry["machine_steal"] = round((b.machine[2] - a.machine[2]) / total, 4)
+            out.append(entry)
+        return out
+
+    def report(self, event_loop: bool, origin_ns: Optional[int] = None) -> Dict[str, Any]:
+        """The ``host`` section: per-interval figures, totals per role (CPU seconds),
+        peak RSS, and ``saturated``: intervals in which the dispatcher's event loop was
+        busier than :data:`SATURATED_FRACTION` (judged only when ``event_loop``: a
+        dispatcher that runs a synchronous SUT is busy with the SUT's own work)."""
+        ivs = self.intervals(origin_ns)
+        cpu_s: Dict[str, float] = {}
+        for iv in ivs:
+            for role, frac in iv["cpu"].items():
+                cpu_s[role] = cpu_s.get(role, 0.0) + frac * float(iv["length_s"])
+        rss = [int(iv["rss_bytes"]) for iv in ivs if iv.get("rss_bytes") is not None]
+        saturated = []
+        if event_loop:
+            for iv in ivs:
+                busy = iv["busiest_thread"].get("dispatcher", 0.0)
+                if float(iv["length_s"]) >= MIN_JUDGED_S and busy > SATURATED_FRACTION:
+                    saturated.append({"t_s": iv["t_s"], "busy": busy})
+        out: Dict[str, Any] = {
+            "interval_s": self.interval_s,
+            "cpu_s": {r: round(v, 3) for r, v in sorted(cpu_s.items())},
+            "peak_rss_bytes": max(rss) if rss else None,
+            "event_loop_judged": event_loop,
+            "saturated": saturated,
+            "intervals": ivs,
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
