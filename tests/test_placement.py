@@ -207,3 +207,17 @@ def test_the_engines_threads_name_themselves_and_the_dispatcher_is_pinned():
     names = {name for name, _ in read_thread_cpu().values()}
     demo.wait()
     assert "lg-sut" in names
+
+
+def test_loadgen_env_prints_the_topology_and_the_plan(capsys):
+    import json
+
+    from loadgen.cli import main
+
+    assert main(["env"]) == 0
+    text = capsys.readouterr().out
+    assert "usable cpus" in text and "plan (--pin auto)" in text and "gpus" in text
+    assert main(["env", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["topology"]["usable"] == sorted(os.sched_getaffinity(0))
+    assert main(["env", "--pin", "nope"]) == 2
