@@ -68,7 +68,11 @@ def _cpu_model() -> str:
 
 
 def environment(pin_cpus: Sequence[int] = ()) -> Dict[str, Any]:
-    """Where the run happened: versions, platform, CPU and the affinity used."""
+    """Where the run happened: versions, platform, kernel, CPU model and governor, the
+    affinity, the usable CPUs (affinity and cgroup cpuset) and the NUMA nodes."""
+    from loadgen import placement
+
+    topo = placement.read_topology(gpus=[])
     return {
         "loadgen_version": __version__,
         "python": sys.version.split()[0],
@@ -79,6 +83,12 @@ def environment(pin_cpus: Sequence[int] = ()) -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "affinity": allowed_cpus(),
         "issue_thread_cpus": list(pin_cpus),
+        "kernel": platform.release(),
+        "cpu_governor": placement.cpu_governor(),
+        "usable_cpus": topo.usable,
+        "cgroup_cpus": topo.cgroup_cpus,
+        "physical_cores": len(topo.cores),
+        "numa_nodes": {str(node): cpus for node, cpus in topo.numa_nodes.items()},
     }
 
 
