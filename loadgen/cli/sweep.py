@@ -13,9 +13,9 @@ from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
     check_applies, check_output, run_flags, save, warn,
 )
-from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, read_config_table, unknown_environment
+from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
 from loadgen.results import ThresholdError
-from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, csv_table
+from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table
 from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
 from loadgen.sweep.plan import PlannedRun, plan_runs
 from loadgen.sweep.run import SweepContext, SweepOutcome, run_sweep
@@ -98,7 +98,8 @@ def _swept(points: Sequence[Dict[str, Any]]) -> List[str]:
     return names
 
 
-def _plan(args: argparse.Namespace, flags: Dict[str, Any]) -> Tuple[Any, List[PlannedRun], SweepSettings, List[str]]:
+def _plan(args: argparse.Namespace, flags: Dict[str, Any]) -> Tuple[RunOptions, List[PlannedRun], SweepSettings,
+                                                                    List[str]]:
     """Every point resolved and checked (exit 2 before anything runs when one is bad)."""
     try:
         points, settings = _definition(args, flags)
@@ -133,14 +134,18 @@ class _Reporter:
     def __init__(self, as_json: bool, printer: Optional[ProgressPrinter]) -> None:
         self.as_json = as_json
         self.printer = printer
+        self.broken: Optional[BrokenPipeError] = None  # stdout closed: the sweep goes on, unseen
 
     def start(self, position: int, total: int, run: PlannedRun, eta_s: Optional[float]) -> None:
         if self.printer is not None:
             self.printer.write(f"[{position}/{total}] point {run.index}: {run.describe()}  (ETA {_duration(eta_s)})\n")
 
     def end(self, position: int, total: int, run: PlannedRun, record: Dict[str, Any]) -> None:
-        if self.as_json:
-            print(json.dumps(record, separators=(",", ":")), flush=True)
+        if self.as_json and self.broken is None:
+            try:
+                print(json.dumps(record, separators=(",", ":")), flush=True)
+            except BrokenPipeError as e:
+                self.broken = e
         if self.printer is None:
             return
         self.printer.end()
@@ -159,10 +164,10 @@ def _table(records: List[Dict[str, Any]], swept: List[str]) -> str:
     if not records:
         return ""
     columns, rows = csv_table(records)
-    wanted = ["point", "repeat", *[("labels." + n[6:]) if n.startswith("label.") else n for n in swept],
+    wanted = ["point", "repeat", *map(column_name, swept),
               "status", "valid", "completed_qps", "latency_p99_ms"]
     shown = [c for c in wanted if c in columns]
-    cells = [[c for c in shown]] + [[_cell(row[c]) for c in shown] for row in rows]
+    cells = [list(shown)] + [[_cell(row[c]) for c in shown] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(shown))]
     return "".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) + "\n" for r in cells)
 
@@ -194,6 +199,8 @@ def _end_lines(outcome: SweepOutcome, directory: str, swept: List[str]) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Plans and checks every point, opens (or resumes) the sweep folder, runs the points
+    not finished, and returns the exit code."""
     flags = run_flags(args)
     for warning in unknown_environment():
         warn(warning)
@@ -210,21 +217,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         printer = None if quiet else ProgressPrinter(sys.stdout)
         todo = sum(1 for r in runs if not state.finished(r))
         if printer is not None:
-            printer.write(f"sweep: {len({r.index for r in runs})} points x {settings.repeat} repeat(s) = {len(runs)} runs; "
-                           f"{len(runs) - todo} done earlier, {todo} to run; in {directory}\n")
+            points = len({r.index for r in runs})
+            printer.write(f"sweep: {points} points x {settings.repeat} repeat(s) = {len(runs)} runs; "
+                          f"{len(runs) - todo} done earlier, {todo} to run; in {directory}\n")
         ctx = SweepContext(directory, settings, interrupts, save, on_progress=printer,
                            progress_interval_s=0.5 if printer is not None and printer.tty else 5.0)
         interrupts.running = True
+        reporter = _Reporter(base.json, printer)
         try:
-            outcome = run_sweep(state, ctx, _Reporter(base.json, printer))
+            outcome = run_sweep(state, ctx, reporter)
         except OSError as e:  # the points finished before are in the folder's files
             raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
         finally:
             state.close()
     if printer is not None:
         printer.write(_end_lines(outcome, directory, swept))
-        if printer.broken is not None:
-            raise printer.broken
+    broken = reporter.broken or (printer.broken if printer is not None else None)
+    if broken is not None:
+        raise broken  # after every point ran and was saved: main ends quietly
     if outcome.interrupted:
         warn(f"interrupted: {sum(1 for r in outcome.records if r and r['sweep']['status'] == 'done')} of "
              f"{len(runs)} runs are done; run the same command again to run the rest")
