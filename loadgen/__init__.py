@@ -39,6 +39,7 @@ from loadgen.stats.histogram import (
 )
 
 from loadgen.results import load_results
+from loadgen.sweep import load_sweep
 from loadgen.sut import Batch, DemoSUT, FixedDelaySUT, NullSUT
 
 from loadgen._version import __version__
@@ -52,6 +53,7 @@ __all__ = [
     "NullSUT",
     "RunResult",
     "load_results",
+    "load_sweep",
     "load_trace",
     "run",
     "DEFAULT_HIGHEST_TRACKABLE_VALUE",

@@ -13,13 +13,13 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults as D
 from loadgen.units import TIME_UNITS, parse_duration_s
 
-__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "parse_labels", "parse_stages", "parse_duration_s", "resolve",
-           "unknown_environment"]
+__all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "SWEEP_TABLE", "parse_labels", "parse_stages",
+           "parse_duration_s", "read_config_table", "resolve", "unknown_environment"]
 
 
 class OptionError(ValueError):
@@ -442,22 +442,48 @@ def _convert(spec: OptionSpec, value: Any, source: str) -> Any:
         raise OptionError(f"{spec.flag} ({source}): {e}") from None
 
 
-def _read_config(path: str) -> Dict[str, Any]:
+#: The config file's table of ``loadgen sweep`` (its points); ``loadgen run`` refuses it.
+SWEEP_TABLE = "sweep"
+
+
+def _load_toml(path: str) -> Dict[str, Any]:
     try:
         import tomllib  # Python 3.11+
     except ImportError:  # pragma: no cover - older Pythons
         import tomli as tomllib  # type: ignore[no-redef]
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            data: Dict[str, Any] = tomllib.load(f)
     except OSError as e:
         raise OptionError(f"--config: cannot read {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise OptionError(f"--config: {path} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:  # tomllib reads bytes; older versions let this through
         raise OptionError(f"--config: {path} is not UTF-8 text (byte {e.start}): a TOML file is UTF-8") from None
+    return data
+
+
+def read_config_table(path: str, name: str) -> Optional[Dict[str, Any]]:
+    """The TOML table ``name`` of the config file ``path`` as read (None when the file has
+    none), such as ``loadgen sweep``'s ``[sweep]``; OptionError when it is not a table."""
+    table = _load_toml(path).get(name)
+    if table is not None and not isinstance(table, dict):
+        raise OptionError(f"--config: {path}: {name!r} must be a table ([{name}]), not {type(table).__name__}")
+    return table
+
+
+def _read_config(path: str, tables: Sequence[str] = ()) -> Dict[str, Any]:
+    """The run options of a config file; the tables named in ``tables`` are left to
+    their command."""
+    data = _load_toml(path)
     out: Dict[str, Any] = {}
     for key, value in data.items():
+        if key in tables:
+            continue
+        if key == SWEEP_TABLE:
+            raise OptionError(f"--config: {path}: the [{SWEEP_TABLE}] table is read by 'loadgen sweep', which "
+                              "runs its points; 'loadgen run' runs one benchmark (use loadgen sweep, or "
+                              "remove the table)")
         name = key.replace("-", "_")
         spec = _SPEC_BY_NAME.get(name)
         if spec is not None and spec.flag_only:
@@ -496,13 +522,15 @@ def unknown_environment(environ: Optional[Mapping[str, str]] = None) -> List[str
 
 
 def resolve(
-    flags: Dict[str, Any], environ: Optional[Mapping[str, str]] = None
+    flags: Dict[str, Any], environ: Optional[Mapping[str, str]] = None, *, config_tables: Sequence[str] = ()
 ) -> Tuple[RunOptions, Dict[str, Any]]:
     """Merges defaults < config file < environment < flags.
 
     Args:
         flags: option name -> raw value, for the flags actually given.
         environ: the environment (default os.environ).
+        config_tables: tables of the config file that a command reads itself (``sweep``
+            for ``loadgen sweep``), skipped here; any other table is an unknown key.
 
     Returns:
         The options, and the dict of values the user gave (with their sources merged).
@@ -515,7 +543,7 @@ def resolve(
     given: Dict[str, Any] = {}
     config_path = flags.get("config") or environ.get("LOADGEN_CONFIG")
     if config_path:
-        given.update(_read_config(str(config_path)))
+        given.update(_read_config(str(config_path), config_tables))
         given["config"] = str(config_path)
     for spec in OPTION_SPECS:
         if spec.flag_only or spec.env not in environ:

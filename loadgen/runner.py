@@ -18,7 +18,7 @@ from loadgen.sut.spec import is_network_sut, load_sut
 if TYPE_CHECKING:
     from loadgen.net.metrics import MetricsScraper
 
-__all__ = ["Progress", "ResultError", "prepare", "run_benchmark"]
+__all__ = ["Progress", "ResultError", "plan", "prepare", "run_benchmark"]
 
 #: What :func:`prepare` returns: the scenario, the effective options, the engine settings
 #: and the SUT (any form :func:`loadgen.sut.classify_sut` accepts).
@@ -46,23 +46,41 @@ class Progress:
     p99_ns: int
 
 
-def prepare(options: RunOptions) -> _Prepared:
-    """Scenario, effective options, engine settings and SUT for ``options``.
+def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
+    """Scenario, effective options and engine settings for ``options``, checked without
+    loading a Python SUT or contacting a server: what can be known about a run before
+    anything starts (``loadgen sweep`` checks every point with it first).
 
     Raises:
-        ValueError: an option or the SUT is unusable; the message names it.
+        ValueError: an option is unusable; the message names it.
     """
     scenario = get_scenario(options.scenario)
     effective = scenario.effective(options)
     settings = scenario.engine_settings(effective)
     settings.validate()  # the SUT is not loaded (nor the server contacted) for bad settings
     if is_network_sut(effective.sut):
+        from loadgen.net.targets import parse_target
+
+        parse_target(effective.sut, template=bool(effective.request_template))
+    elif any(getattr(effective, name) for name in _NETWORK_ONLY):
+        given = [name for name in _NETWORK_ONLY if getattr(effective, name)]
+        raise ValueError(f"--{given[0].replace('_', '-')} applies to network targets (--sut URL), "
+                         f"not to --sut {effective.sut}")
+    return scenario, effective, settings
+
+
+def prepare(options: RunOptions) -> _Prepared:
+    """Scenario, effective options, engine settings and SUT for ``options``: :func:`plan`,
+    then the SUT loaded, or the server's readiness awaited (``--ready-timeout-s``) and
+    its requests prepared.
+
+    Raises:
+        ValueError: an option or the SUT is unusable; the message names it.
+    """
+    scenario, effective, settings = plan(options)
+    if is_network_sut(effective.sut):
         sut = open_from_options(effective, settings)
     else:
-        if any(getattr(effective, name) for name in _NETWORK_ONLY):
-            given = [name for name in _NETWORK_ONLY if getattr(effective, name)]
-            raise ValueError(f"--{given[0].replace('_', '-')} applies to network targets (--sut URL), "
-                             f"not to --sut {effective.sut}")
         sut = load_sut(effective.sut)
     _scraper(effective, check=True)
     return scenario, effective, settings, sut

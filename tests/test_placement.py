@@ -174,14 +174,24 @@ def test_host_intervals_split_cpu_by_role_from_proc_files(tmp_path):
 
 
 def test_host_sampler_on_this_process_sees_a_busy_named_thread():
-    t = threading.Thread(target=lambda: time.sleep(0) or sum(i * i for i in range(3_000_000)))
+    done = threading.Event()
+
+    def spin():
+        while not done.is_set():
+            sum(i * i for i in range(10_000))
+
+    t = threading.Thread(target=spin)
     sampler = HostSampler(0.2, dispatcher_tid=lambda: t.native_id)
-    sampler.start()
     t.start()
-    t.join()
-    sampler.stop()
+    sampler.start()
+    try:
+        time.sleep(0.8)
+        sampler.stop()  # its last sample while the thread still runs: an ended thread's CPU is gone from /proc
+    finally:
+        done.set()
+        t.join()
     report = sampler.report(event_loop=False)
-    assert report["cpu_s"].get("dispatcher", 0.0) > 0.05
+    assert report["cpu_s"].get("dispatcher", 0.0) > 0.1
     assert report["peak_rss_bytes"] > 1_000_000
     assert read_machine_cpu() is not None and os.getpid() in read_thread_cpu()
 

@@ -24,13 +24,14 @@ from loadgen._version import __version__
 from loadgen.cli import env as _env
 from loadgen.cli import report as _report
 from loadgen.cli import run as _run
+from loadgen.cli import sweep as _sweep
 from loadgen.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError, check_unknown
 
 __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
-_COMMAND_MODULES = (_run, _report, _env)
+_COMMAND_MODULES = (_run, _sweep, _report, _env)
 
 
 def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
 
 from loadgen.options import OPTION_SPECS, RunOptions
 from loadgen.results import ThresholdError, parse_threshold, write_outputs
@@ -126,16 +126,25 @@ class ProgressPrinter:
         self.out = out
         self.tty = out.isatty()
         self.broken: Optional[BrokenPipeError] = None
+        self._in_place = False  # a line rewritten in place is open on the terminal
 
     def __call__(self, p: Progress) -> None:
         line = (f"{p.elapsed_s:7.1f} s  issued {p.issued:>10,}  completed {p.completed:>10,}  "
                 f"{p.qps:>10,.0f} q/s  p99 {p.p99_ns / NS_PER['ms']:8.3f} ms")
         self._write("\r" + line if self.tty else line + "\n")
+        self._in_place = self.tty
 
     def end(self) -> None:
         """Ends the line rewritten in place on a terminal."""
-        if self.tty:
+        if self._in_place:
             self._write("\n")
+            self._in_place = False
+
+    def write(self, text: str) -> None:
+        """Writes other text (whole lines) among the progress lines, ending an open
+        in-place line first."""
+        self.end()
+        self._write(text)
 
     def _write(self, text: str) -> None:
         if self.broken is not None:
@@ -161,15 +170,19 @@ def check_thresholds(options: RunOptions) -> None:
                 raise UsageError(f"{flag}: {e}") from None
 
 
-def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, Any]) -> None:
+def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, Any],
+                  warned: Optional[Set[str]] = None) -> None:
     """An option that the scenario does not read is an error when given as a flag, and a
     warning when it comes from the config file or the environment (which may set options
-    for several scenarios)."""
+    for several scenarios). With ``warned``, a warning already in it is not repeated."""
     problems = options_not_applying(options.scenario, [name for name in given if name in flags])
     if problems:
         raise UsageError(problems[0] + "; drop it, or choose the scenario it is for with --scenario")
     for message in options_not_applying(options.scenario, [name for name in given if name not in flags]):
-        warn(message + " (set in the config file or the environment: ignored)")
+        if warned is None or message not in warned:
+            warn(message + " (set in the config file or the environment: ignored)")
+        if warned is not None:
+            warned.add(message)
 
 
 def check_output(directory: Optional[str]) -> None:

@@ -17,7 +17,7 @@ from loadgen.results.schema import SchemaError, check_result
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["CSV_FILE", "HLOG_FILE", "RESULT_FILE", "SUMMARY_FILE", "load_result", "load_results",
+__all__ = ["CSV_FILE", "HLOG_FILE", "RESULT_FILE", "SUMMARY_FILE", "atomic_write", "load_result", "load_results",
            "result_files", "write_outputs"]
 
 #: The names of the files :func:`write_outputs` writes.
@@ -33,7 +33,9 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(path: str, data: Union[str, bytes]) -> None:
+def atomic_write(path: str, data: Union[str, bytes]) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a
+    rename: a reader sees the old file or the new one, never a part."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
@@ -60,7 +62,7 @@ def write_outputs(doc: Dict[str, Any], directory: str) -> List[str]:
         (HLOG_FILE, hlog_text(doc)),
     ):
         path = os.path.join(directory, name)
-        _atomic_write(path, data)
+        atomic_write(path, data)
         paths.append(path)
     csv_path = os.path.join(directory, CSV_FILE)
     existing = ""
@@ -72,7 +74,7 @@ def write_outputs(doc: Dict[str, Any], directory: str) -> List[str]:
     if not existing:
         writer.writeheader()
     writer.writerow(csv_row(doc))
-    _atomic_write(csv_path, existing + buf.getvalue())
+    atomic_write(csv_path, existing + buf.getvalue())
     paths.append(csv_path)
     return paths
 
@@ -124,8 +126,13 @@ def load_results(
 ) -> pd.DataFrame:
     """A pandas DataFrame with one row per result file and flattened keys as columns.
 
+    A sweep's folder (``loadgen sweep --output DIR``) gives one row per point, from its
+    sweep.jsonl, with the swept values and labels as columns (see
+    :func:`loadgen.sweep.load_sweep`), not a row per result.json under it.
+
     Args:
-        paths: result.json files and/or folders (searched recursively for result.json).
+        paths: result.json files and/or folders (searched recursively for result.json),
+            and/or sweep folders.
 
     Raises:
         ImportError: pandas is not installed (``pip install pandas``).
@@ -135,11 +142,17 @@ def load_results(
         import pandas as pd
     except ImportError:
         raise ImportError("load_results needs pandas: pip install pandas") from None
+    from loadgen.sweep.files import frame_rows, is_sweep_folder  # a sweep's folder is read by its own format
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     rows = []
-    for path in result_files(paths):
-        row = flatten(load_result(path))
-        row["path"] = path
-        rows.append(row)
+    for p in paths:
+        if is_sweep_folder(p):
+            rows.extend(frame_rows(p))
+            continue
+        for path in result_files([p]):
+            row = flatten(load_result(path))
+            row["path"] = path
+            rows.append(row)
     return pd.DataFrame(rows)

@@ -1,0 +1,243 @@
+"""``loadgen sweep``: many runs over a grid or a list of points, one folder each, into
+one table; resumable, with per-point hooks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from loadgen.cli.common import (
+    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
+    check_applies, check_output, run_flags, save, warn,
+)
+from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
+from loadgen.results import ThresholdError
+from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table
+from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
+from loadgen.sweep.plan import PlannedRun, plan_runs
+from loadgen.sweep.run import SweepContext, SweepOutcome, run_sweep
+from loadgen.sweep.settings import HOOK_TIMEOUT_S, MAX_REPEAT, ORDERS, SweepSettings, split_table, sweep_settings
+from loadgen.sweep.state import open_sweep
+
+__all__ = ["register"]
+
+_SETTING_FLAGS = ("before_point", "after_point", "hook_timeout_s", "stop_on_error", "order", "order_seed", "repeat",
+                  "restart", "force_mix")
+_SWEEP_FLAGS = ["--vary", "--points", *("--" + n.replace("_", "-") for n in _SETTING_FLAGS)]
+
+
+def register(sub: Any) -> Dict[str, Any]:
+    """Adds ``sweep`` to the subcommands; returns {name: (handler, known flags)}."""
+    p = sub.add_parser(
+        "sweep", help="run a grid or a list of points, resumably",
+        description="Runs one benchmark per point of a grid (--vary, repeatable) or a list of points "
+        "(--points FILE, or the [sweep] table of --config), each with every 'loadgen run' option, into "
+        "--output DIR: a folder per point under DIR/points, DIR/sweep.jsonl and DIR/sweep.csv. Rerunning "
+        "the same command resumes: finished points are skipped. Exit 0 when every point ran and is valid, "
+        "1 when one is invalid or failed, 2 bad usage, 130 interrupted.",
+        argument_default=argparse.SUPPRESS,
+    )
+    add_run_options(p)
+    g = p.add_argument_group("sweep")
+    g.add_argument("--vary", action="append", metavar="NAME=VALUES",
+                   help="sweep a run option over values: a comma list, A:B:STEP an inclusive range "
+                   "(concurrency=1,2,4 or target-qps=100:1000:100); label.KEY=a,b sweeps a label; "
+                   "repeatable: the points are the grid of all")
+    g.add_argument("--points", metavar="FILE", help="a list of points: TOML (points = [{concurrency = 1}, ...]), "
+                   "a JSON list of objects, or .jsonl; with --vary, each point is combined with the grid")
+    g.add_argument("--repeat", metavar="N", help=f"run each point N times, in rounds (default 1, at most {MAX_REPEAT})")
+    g.add_argument("--order", metavar="ORDER", help=f"the points' order: {' or '.join(ORDERS)} (default given)")
+    g.add_argument("--order-seed", metavar="N", help="seed of the shuffled order (default: --seed)")
+    g.add_argument("--before-point", metavar="CMD", help="shell command run before each point, with "
+                   "LOADGEN_POINT_<NAME> for its values, LOADGEN_POINT_INDEX and LOADGEN_POINT_DIR set; "
+                   "failing (non-zero, or too long) fails the point")
+    g.add_argument("--after-point", metavar="CMD", help="shell command run after each point, like --before-point")
+    g.add_argument("--hook-timeout-s", metavar="S", help=f"the longest a hook may run (default {HOOK_TIMEOUT_S:g})")
+    g.add_argument("--stop-on-error", action="store_const", const=True,
+                   help="stop at the first failed point (default: record it and go on)")
+    g.add_argument("--restart", action="store_const", const=True, help="start over: move the earlier "
+                   "sweep's files in --output aside (into restarted-<time>/)")
+    g.add_argument("--force-mix", action="store_const", const=True, help="resume although the base options "
+                   "changed, keeping the earlier points beside these")
+    return {"sweep": (cmd_sweep, [spec.flag for spec in OPTION_SPECS] + _SWEEP_FLAGS)}
+
+
+def _merge(table_dims: List[Dimension], flag_dims: List[Dimension]) -> List[Dimension]:
+    """The table's dimensions, each replaced by a --vary of the same name, then the other
+    --vary dimensions."""
+    by_name = {d.name: d for d in flag_dims}
+    dims = [by_name.pop(d.name, d) for d in table_dims]
+    return dims + [d for d in flag_dims if d.name in by_name]
+
+
+def _definition(args: argparse.Namespace, flags: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], SweepSettings]:
+    """The points and the settings, from the flags and the config file's [sweep] table."""
+    config = flags.get("config") or os.environ.get("LOADGEN_CONFIG")
+    table = read_config_table(str(config), SWEEP_TABLE) if config else None
+    where = f"--config {config}: [{SWEEP_TABLE}]"
+    table_dims, points, raw = split_table(table or {}, where)
+    dims = _merge(table_dims, [parse_vary(v) for v in getattr(args, "vary", [])])
+    if hasattr(args, "points"):
+        points = read_points_file(args.points)
+    if not dims and points is None:
+        raise UsageError("nothing to sweep: give --vary NAME=VALUES (like --vary concurrency=1,2,4), --points FILE, "
+                         f"or a [{SWEEP_TABLE}] table in the --config file")
+    settings = sweep_settings({n: getattr(args, n) for n in _SETTING_FLAGS if hasattr(args, n)}, raw, where)
+    if settings.restart and settings.force_mix:
+        raise UsageError("--restart and --force-mix exclude each other: start over, or keep the earlier points")
+    return combine(dims, points), settings
+
+
+def _swept(points: Sequence[Dict[str, Any]]) -> List[str]:
+    names: List[str] = []
+    for p in points:
+        names.extend(n for n in p if n not in names)
+    return names
+
+
+def _plan(args: argparse.Namespace, flags: Dict[str, Any]) -> Tuple[RunOptions, List[PlannedRun], SweepSettings,
+                                                                    List[str]]:
+    """Every point resolved and checked (exit 2 before anything runs when one is bad)."""
+    try:
+        points, settings = _definition(args, flags)
+        base, runs, flag_sets = plan_runs(flags, points, settings)
+    except (OptionError, SweepError, ThresholdError) as e:
+        raise UsageError(str(e)) from None
+    if not base.output:
+        raise UsageError("loadgen sweep needs --output DIR (the folder for every point's files, sweep.jsonl "
+                         "and sweep.csv)")
+    warned: Set[str] = set()
+    checked: Set[int] = set()
+    for run, run_flags_ in zip(runs, flag_sets):
+        if run.index not in checked:
+            checked.add(run.index)
+            check_applies(run.options, run_flags_, run.given, warned)
+    check_output(base.output)
+    return base, runs, settings, _swept(points)
+
+
+def _duration(s: Optional[float]) -> str:
+    if s is None:
+        return "?"
+    s = max(0, round(s))
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class _Reporter:
+    """Progress on stdout: a line as each point starts (k of n, its values, the ETA) and
+    one as it ends (its verdict and headline figures); with --json, each point's record
+    as a JSON line instead."""
+
+    def __init__(self, as_json: bool, printer: Optional[ProgressPrinter]) -> None:
+        self.as_json = as_json
+        self.printer = printer
+        self.broken: Optional[BrokenPipeError] = None  # stdout closed: the sweep goes on, unseen
+
+    def start(self, position: int, total: int, run: PlannedRun, eta_s: Optional[float]) -> None:
+        if self.printer is not None:
+            self.printer.write(f"[{position}/{total}] point {run.index}: {run.describe()}  (ETA {_duration(eta_s)})\n")
+
+    def end(self, position: int, total: int, run: PlannedRun, record: Dict[str, Any]) -> None:
+        if self.as_json and self.broken is None:
+            try:
+                print(json.dumps(record, separators=(",", ":")), flush=True)
+            except BrokenPipeError as e:
+                self.broken = e
+        if self.printer is None:
+            return
+        self.printer.end()
+        sweep = record["sweep"]
+        if sweep["status"] == "done":
+            p99 = record.get("latency_ns", {}).get("p99", 0) / 1e6
+            verdict = "VALID" if record["valid"] else "INVALID"
+            text = f"{verdict}  {record['throughput']['completed_qps']:,.1f} q/s  p99 {p99:.3f} ms"
+        else:
+            text = f"{sweep['status'].upper()}  {sweep.get('error', '')}"
+        self.printer.write(f"[{position}/{total}] {text}  ({sweep['wall_s']:.1f} s)\n")
+
+
+def _table(records: List[Dict[str, Any]], swept: List[str]) -> str:
+    """A short table of the points: their values, status and headline figures."""
+    if not records:
+        return ""
+    columns, rows = csv_table(records)
+    wanted = ["point", "repeat", *map(column_name, swept),
+              "status", "valid", "completed_qps", "latency_p99_ms"]
+    shown = [c for c in wanted if c in columns]
+    cells = [list(shown)] + [[_cell(row[c]) for c in shown] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(shown))]
+    return "".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) + "\n" for r in cells)
+
+
+def _cell(v: Any) -> str:
+    return f"{v:,.3f}" if isinstance(v, float) else str(v)
+
+
+def _exit_code(outcome: SweepOutcome) -> int:
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    for record in outcome.records:
+        if record is None or record["sweep"]["status"] != "done" or not record.get("valid"):
+            return EXIT_INVALID
+        if not all(t["passed"] for t in record.get("thresholds", [])):
+            return EXIT_INVALID
+    return EXIT_OK
+
+
+def _end_lines(outcome: SweepOutcome, directory: str, swept: List[str]) -> str:
+    done = [r for r in outcome.records if r is not None and r["sweep"]["status"] == "done"]
+    valid = sum(1 for r in done if r.get("valid"))
+    failed = sum(1 for r in outcome.records if r is not None and r["sweep"]["status"] == "failed")
+    text = _table([r for r in outcome.records if r is not None], swept)
+    text += (f"sweep: {len(done)} of {len(outcome.records)} runs done ({valid} valid, {len(done) - valid} invalid), "
+             f"{failed} failed; {outcome.ran} ran now, {outcome.skipped} done earlier\n")
+    text += f"wrote {os.path.join(directory, SWEEP_JSONL)}, {os.path.join(directory, SWEEP_CSV)}\n"
+    return text
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Plans and checks every point, opens (or resumes) the sweep folder, runs the points
+    not finished, and returns the exit code."""
+    flags = run_flags(args)
+    for warning in unknown_environment():
+        warn(warning)
+    with Interrupts() as interrupts:  # before the points run, a signal ends the command at once
+        base, runs, settings, swept = _plan(args, flags)
+        directory = str(base.output)
+        try:
+            state = open_sweep(directory, base, swept, runs, settings)
+        except SweepError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
+        quiet = base.quiet or base.json
+        printer = None if quiet else ProgressPrinter(sys.stdout)
+        todo = sum(1 for r in runs if not state.finished(r))
+        if printer is not None:
+            points = len({r.index for r in runs})
+            printer.write(f"sweep: {points} points x {settings.repeat} repeat(s) = {len(runs)} runs; "
+                          f"{len(runs) - todo} done earlier, {todo} to run; in {directory}\n")
+        ctx = SweepContext(directory, settings, interrupts, save, on_progress=printer,
+                           progress_interval_s=0.5 if printer is not None and printer.tty else 5.0)
+        interrupts.running = True
+        reporter = _Reporter(base.json, printer)
+        try:
+            outcome = run_sweep(state, ctx, reporter)
+        except OSError as e:  # the points finished before are in the folder's files
+            raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
+        finally:
+            state.close()
+    if printer is not None:
+        printer.write(_end_lines(outcome, directory, swept))
+    broken = reporter.broken or (printer.broken if printer is not None else None)
+    if broken is not None:
+        raise broken  # after every point ran and was saved: main ends quietly
+    if outcome.interrupted:
+        warn(f"interrupted: {sum(1 for r in outcome.records if r and r['sweep']['status'] == 'done')} of "
+             f"{len(runs)} runs are done; run the same command again to run the rest")
+    elif outcome.stopped:
+        warn("stopped at a failed point (--stop-on-error); run the same command again to retry it and go on")
+    return _exit_code(outcome)
