@@ -51,6 +51,7 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         f"{c['timed_out']:,} timed out, {c['cancelled']:,} cancelled",
         f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
         *([f"labels       {' '.join(f'{k}={v}' for k, v in doc['labels'].items())}"] if doc.get("labels") else []),
+        *_worker_lines(doc),
     ]
     unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
     if unrecorded:
@@ -58,6 +59,22 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
     for bound in doc.get("latency_bounds", []):
         lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
     return lines
+
+
+def _worker_lines(doc: Dict[str, Any]) -> List[str]:
+    """One line on which worker of how many this was, where, and when it started."""
+    w = doc.get("worker")
+    if not w:
+        return []
+    where = f"pod {w['pod']} on {w['hostname']}" if w.get("pod") and w["pod"] != w.get("hostname") \
+        else f"host {w.get('hostname')}"
+    if w.get("start_late_s") is not None:
+        when = f"started {w['start_late_s']:.3f} s after --start-at {w['start_at']:.3f}"
+    else:
+        when = f"started at {w['started_at_epoch_s']:.3f}"
+    seeds = w.get("seeds", {})
+    return [f"worker       {w['index']} of {w['count']} ({where}), {when}, "
+            f"seeds {seeds.get('schedule')}/{seeds.get('sample')}"]
 
 
 # Counts of reported times the histograms could not hold, as the summary names them.
