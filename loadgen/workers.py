@@ -22,6 +22,8 @@ import platform
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from loadgen.options import RunOptions
+
 __all__ = ["SAMPLE_STREAM", "SCHEDULE_STREAM", "START_LATE_WARN_S", "TOTAL_LOAD", "add_worker_section",
            "concurrency_share", "count_share", "late_start_reason", "splitmix64", "stages_text", "total_load",
            "wait_until", "worker_section", "worker_seed"]
@@ -101,12 +103,12 @@ def wait_until(start_at: float, stop_requested: Optional[Callable[[], bool]] = N
 TOTAL_LOAD = ("target_qps", "concurrency", "stages", "query_count", "min_query_count")
 
 
-def total_load(o: Any) -> Dict[str, Any]:
+def total_load(o: RunOptions) -> Dict[str, Any]:
     """:data:`TOTAL_LOAD` of the effective options of all workers together."""
     return {name: getattr(o, name) for name in TOTAL_LOAD}
 
 
-def worker_section(o: Any, seed_given: Dict[str, bool], total: Dict[str, Any],
+def worker_section(o: RunOptions, seed_given: Dict[str, bool], total: Dict[str, Any],
                    started_at_epoch_s: float) -> Dict[str, Any]:
     """The result's ``"worker"`` section of a worker's effective options ``o``.
 

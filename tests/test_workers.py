@@ -246,7 +246,7 @@ def test_cli_worker_from_the_environment_with_a_past_start_at_warns_and_is_inval
 
 @pytest.mark.integration
 def test_cli_sigterm_during_the_start_wait_exits_130():
-    proc = cli("run", "--scenario", "poisson", "--sut", "null", "--duration-s", "0.2", "--quiet",
+    proc = cli("run", "--scenario", "poisson", "--sut", "null", "--duration-s", "0.2",
                "--start-at", f"{time.time() + 120:.3f}")
     try:
         time.sleep(1.5)  # imported, prepared, waiting
@@ -259,6 +259,7 @@ def test_cli_sigterm_during_the_start_wait_exits_130():
             proc.wait()
     assert proc.returncode == 130, err
     assert time.monotonic() - t < 5 and "interrupted" in err
+    assert out.startswith("waiting 11") and "s for --start-at" in out  # said before the wait; nothing ran
 
 
 @pytest.mark.integration

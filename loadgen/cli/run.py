@@ -47,8 +47,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
-        _warn_past_start(options)
         quiet = options.quiet or options.json
+        _say_start(options, quiet)
         show = None if quiet else ProgressPrinter(sys.stdout)
         tty = show is not None and show.tty
         interrupts.running = True
@@ -99,11 +99,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 
-def _warn_past_start(options: RunOptions) -> None:
-    """Says, before the run, that a ``--start-at`` already past will start late."""
+def _say_start(options: RunOptions, quiet: bool) -> None:
+    """Says, before the run, how long it waits for ``--start-at`` (unless ``quiet``), or
+    warns that one already past will start late."""
     if options.start_at is None:
         return
     behind = time.time() - options.start_at
+    if behind < -1.0 and not quiet:
+        print(f"waiting {-behind:.1f} s for --start-at {options.start_at:.3f}", flush=True)
     if behind > options.start_tolerance_s:
         warn(f"--start-at {options.start_at:.3f} was {behind:.3f} s ago, more than --start-tolerance-s "
              f"{options.start_tolerance_s:g}: this worker starts now, late, and its result will be invalid")
