@@ -14,6 +14,7 @@ from loadgen.options import RunOptions, parse_labels
 from loadgen.results.document import SCHEMA, build_document, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
+from loadgen.workers import add_worker_section, total_load, wait_until, worker_section
 
 if TYPE_CHECKING:
     from loadgen.net.metrics import MetricsScraper
@@ -55,7 +56,7 @@ def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
         ValueError: an option is unusable; the message names it.
     """
     scenario = get_scenario(options.scenario)
-    effective = scenario.effective(options)
+    effective = scenario.for_worker(options)  # a plain run's effective options, or a worker's share
     settings = scenario.engine_settings(effective)
     settings.validate()  # the SUT is not loaded (nor the server contacted) for bad settings
     if is_network_sut(effective.sut):
@@ -114,11 +115,17 @@ def run_benchmark(
             document is marked interrupted and invalid.
         prepared: what :func:`prepare` returned for these options, so that the SUT is
             not loaded twice.
+
+    With ``--start-at`` the run waits, prepared, until that wall-clock time; a stop
+    requested meanwhile raises KeyboardInterrupt (nothing was measured yet).
     """
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     engine = Engine(settings, sut)
     scraper = _scraper(effective, check=False)
+    if effective.start_at is not None:
+        _wait_for_start(effective.start_at, stop_requested)
     started_wall = time.time()
+    clock_offset_s = started_wall - time.monotonic_ns() / 1e9  # wall clock minus the engine's clock
     if scraper is not None:
         scraper.start()
     # What exists now (modules, the prepared requests) lives through the run: moved out of
@@ -137,15 +144,20 @@ def run_benchmark(
         if scraper is not None:
             scraper.finish()
     result = engine.result()
+    started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
+    worker = _worker(scenario, options, effective, started)
     try:
         doc = build_document(scenario, effective, result, interrupted=interrupted,
                              given=given or {}, started_wall=started_wall, sut=sut)
+        add_worker_section(doc, worker)
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)
+        message = str(doc["invalid_reasons"][-1])
+        add_worker_section(doc, worker)
         # Secrets (headers, URL passwords, the metrics URL's) never reach a document.
         doc = net_options(effective).redactor().doc(doc)
-        raise ResultError(str(doc["invalid_reasons"][-1]), doc) from e
+        raise ResultError(message, doc) from e
     if scraper is not None:
         try:
             doc["server_metrics"] = scraper.report()
@@ -155,6 +167,32 @@ def run_benchmark(
                                      "deltas": {}, "intervals": []}
     redacted: Dict[str, Any] = net_options(effective).redactor().doc(doc)
     return redacted
+
+
+def _wait_for_start(start_at: float, stop_requested: Optional[Callable[[], bool]]) -> None:
+    """Waits for ``--start-at``; KeyboardInterrupt when a stop is requested first. The
+    full collection before the run is made (and frozen) before the wait, so that the one
+    after it walks only what the wait made and the run starts on time."""
+    gc.collect()
+    gc.freeze()
+    try:
+        started = wait_until(start_at, stop_requested)
+    except BaseException:
+        gc.unfreeze()
+        raise
+    if not started:
+        gc.unfreeze()
+        raise KeyboardInterrupt("stopped while waiting for --start-at")
+
+
+def _worker(scenario: Scenario, options: RunOptions, effective: RunOptions,
+            started_at_epoch_s: float) -> Optional[Dict[str, Any]]:
+    """The result's ``"worker"`` section (:func:`loadgen.workers.worker_section`) of a
+    worker of several or a run with ``--start-at``; None for a plain run."""
+    if effective.workers <= 1 and effective.start_at is None:
+        return None
+    seed_given = {"schedule": options.schedule_seed is not None, "sample": options.sample_seed is not None}
+    return worker_section(effective, seed_given, total_load(scenario.effective(options)), started_at_epoch_s)
 
 
 def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupted: bool,

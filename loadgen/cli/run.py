@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any, Dict, List, Optional
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
     after_run_failure, check_applies, check_output, check_thresholds, run_flags, save, warn,
 )
-from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
+from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
 from loadgen.results import ThresholdError, render_summary
+from loadgen.workers import START_LATE_WARN_S
 
 __all__ = ["register"]
 
@@ -46,6 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
         quiet = options.quiet or options.json
+        _say_start(options, quiet)
         show = None if quiet else ProgressPrinter(sys.stdout)
         tty = show is not None and show.tty
         interrupts.running = True
@@ -60,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             doc, failure = e.doc, str(e)
     if show is not None:
         show.end()
+    _warn_late_start(doc)
     # The result files before the summary: whatever happens to stdout (a closed pipe, a
     # renderer that fails), the measured result is saved.
     paths: List[str] = []
@@ -93,3 +97,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
 
 
+
+
+def _say_start(options: RunOptions, quiet: bool) -> None:
+    """Says, before the run, how long it waits for ``--start-at`` (unless ``quiet``), or
+    warns that one already past will start late."""
+    if options.start_at is None:
+        return
+    behind = time.time() - options.start_at
+    if behind < -1.0 and not quiet:
+        print(f"waiting {-behind:.1f} s for --start-at {options.start_at:.3f}", flush=True)
+    if behind > options.start_tolerance_s:
+        warn(f"--start-at {options.start_at:.3f} was {behind:.3f} s ago, more than --start-tolerance-s "
+             f"{options.start_tolerance_s:g}: this worker starts now, late, and its result will be invalid")
+    elif behind > 0:
+        warn(f"--start-at {options.start_at:.3f} was {behind:.3f} s ago: this worker starts now, late")
+
+
+def _warn_late_start(doc: Dict[str, Any]) -> None:
+    """Says by how much a worker started after ``--start-at``, when it did."""
+    late = doc.get("worker", {}).get("start_late_s")
+    if late is not None and late > START_LATE_WARN_S:
+        warn(f"this worker started {late:.3f} s after --start-at")

@@ -22,7 +22,7 @@ _SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service")
 def render_summary(doc: Dict[str, Any]) -> str:
     """The human summary: VALID/INVALID and the reasons first, then the figures."""
     lines = _verdict_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
-    lines += _network_lines(doc)
+    lines += _network_lines(doc) + _merge_lines(doc)
     es = doc.get("early_stopping")
     if es:
         lines.append(f"early stop   {es['message']}")
@@ -60,6 +60,7 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         f"throughput   {tp['completed_qps']:,.1f} queries/s{target}, {tp['samples_per_s']:,.1f} samples/s",
         *([f"labels       {' '.join(f'{k}={v}' for k, v in doc['labels'].items())}"] if doc.get("labels") else []),
         *_warmup_lines(doc),
+        *_worker_lines(doc),
     ]
     unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
     if unrecorded:
@@ -67,6 +68,22 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
     for bound in doc.get("latency_bounds", []):
         lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
     return lines
+
+
+def _worker_lines(doc: Dict[str, Any]) -> List[str]:
+    """One line on which worker of how many this was, where, and when it started."""
+    w = doc.get("worker")
+    if not w:
+        return []
+    where = f"pod {w['pod']} on {w['hostname']}" if w.get("pod") and w["pod"] != w.get("hostname") \
+        else f"host {w.get('hostname')}"
+    if w.get("start_late_s") is not None and w.get("start_at") is not None:
+        when = f"started {w['start_late_s']:.3f} s after --start-at {w['start_at']:.3f}"
+    else:
+        when = f"started at {w['started_at_epoch_s']:.3f}"
+    seeds = w.get("seeds", {})
+    return [f"worker       {w['index']} of {w['count']} ({where}), {when}, "
+            f"seeds {seeds.get('schedule')}/{seeds.get('sample')}"]
 
 
 # Counts of reported times the histograms could not hold, as the summary names them.
@@ -115,6 +132,22 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
         shown = sorted(deltas.items(), key=lambda kv: ("request" not in kv[0], kv[0]))[:4]
         text = ", ".join(f"{k} +{v:,.0f}" for k, v in shown) or "no counter changed"
         lines.append(f"server says  {text} ({sm['scrapes']} scrapes, {sm['failed_scrapes']} failed)")
+    return lines
+
+
+def _merge_lines(doc: Dict[str, Any]) -> List[str]:
+    """A merged result's workers: how many, how far apart they started, each one's figures."""
+    m = doc.get("merge")
+    if not m:
+        return []
+    lines = [f"merged       {len(m['workers'])} result(s) of {m['expected_workers']} workers, "
+             f"start spread {m.get('start_spread_s', 0.0):.3f} s"]
+    for w in m["workers"]:
+        late = w.get("start_late_s")
+        when = f", started {late:.3f} s late" if late is not None else ""
+        lines.append(f"  worker {w['index']:<4} {w.get('hostname') or '?'}: {w['completed']:,} completed, "
+                     f"{w.get('qps', 0.0):,.1f} queries/s, p99 {format_ns(w.get('p99_ns', 0))}{when}, "
+                     f"{'VALID' if w['valid'] else 'INVALID'}")
     return lines
 
 

@@ -12,6 +12,7 @@ from loadgen.options import RunOptions
 from loadgen.stats.early_stopping import rank_over_bound
 from loadgen.sut.spec import is_network_sut
 from loadgen.units import NS_PER, ms_to_ns
+from loadgen.workers import SAMPLE_STREAM, SCHEDULE_STREAM, count_share, worker_seed
 
 __all__ = ["SCENARIO_OPTIONS", "Scenario", "common_invalid_reasons", "require"]
 
@@ -71,6 +72,41 @@ class Scenario:
             o.min_duration_s = o.min_duration_s or 0.0
             o.min_query_count = o.min_query_count or 0
         return o
+
+    def for_worker(self, opts: RunOptions) -> RunOptions:
+        """The effective options of worker I of N (``--worker-index``, ``--workers``).
+
+        Worker 0 of 1 gets :meth:`effective`, unchanged. With N > 1 the worker draws its
+        own random streams: ``--schedule-seed`` and ``--sample-seed``, unless given, are
+        :func:`loadgen.workers.worker_seed` of ``--seed`` and I; and it runs its share of
+        the load: :meth:`worker_share` (1/N of the rate, its part of the concurrency),
+        and ``--query-count`` and ``--min-query-count`` rounded up to a whole share
+        (:func:`loadgen.workers.count_share`). Raises ValueError when the scenario
+        cannot be shared."""
+        if opts.workers <= 1:
+            return self.effective(opts)
+        index, count = opts.worker_index or 0, opts.workers
+        seeded = dataclasses.replace(
+            opts,
+            schedule_seed=(worker_seed(opts.seed, index, SCHEDULE_STREAM)
+                           if opts.schedule_seed is None else opts.schedule_seed),
+            sample_seed=(worker_seed(opts.seed, index, SAMPLE_STREAM)
+                         if opts.sample_seed is None else opts.sample_seed),
+        )
+        o = self.worker_share(self.effective(seeded), index, count)
+        o.query_count = count_share(o.query_count, count)
+        o.min_query_count = count_share(o.min_query_count, count)
+        return o
+
+    #: Why this scenario cannot be shared by several workers ("" when it can).
+    unshared = "it has no rule for sharing its load"
+
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        """Worker ``index`` of ``count``'s share of the effective options ``o`` (the
+        rate or concurrency; :meth:`for_worker` does seeds and query counts). Raises
+        ValueError, saying why, for a scenario that cannot be shared."""
+        raise ValueError(f"the {self.name} scenario cannot be shared by --workers {count}: {self.unshared}; "
+                         "run it with one worker")
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         """Engine settings for the effective options ``o``."""

@@ -36,6 +36,8 @@ def _replace(o: RunOptions, **kw: Any) -> RunOptions:
 class _Stream(_Mlperf):
     """One query in flight; the next when it completes."""
 
+    unshared = "it keeps one query in flight, the next when it completes: one stream, one worker"
+
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
             o, mode="closed", concurrency=1,
@@ -98,6 +100,11 @@ class Server(_Mlperf):
             o.latency_bound_ms = defaults.LATENCY_BOUND_MS
         return o
 
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        # N independent Poisson streams at rate / N add up to one at the rate: the
+        # merged run has MLPerf's Server arrivals.
+        return _replace(o, target_qps=require(o.target_qps, "--target-qps") / count)
+
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
             o, mode="poisson", target_qps=o.target_qps,
@@ -135,6 +142,7 @@ class Offline(_Mlperf):
                "1.1 x --min-duration-s x the expected --target-qps samples, and at least "
                "--min-query-count queries); metric: samples/s")
     checks_overload = False  # every query is due at t = 0: issue delay is the backlog by design
+    unshared = "it issues every query at once, at t = 0, from one generator"
     uses = _Mlperf.uses + ("target_qps",)
     default_expected_qps = defaults.OFFLINE_EXPECTED_QPS
 

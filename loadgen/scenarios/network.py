@@ -3,6 +3,7 @@ optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace re
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict
 
 import numpy as np
@@ -10,7 +11,8 @@ import numpy as np
 from loadgen import defaults
 from loadgen.engine import EngineSettings, load_trace
 from loadgen.options import RunOptions, parse_stages
-from loadgen.scenarios.base import Scenario
+from loadgen.scenarios.base import Scenario, require
+from loadgen.workers import concurrency_share, stages_text
 
 __all__ = ["Concurrency", "Constant", "Poisson", "Ramp", "Trace"]
 
@@ -41,6 +43,12 @@ class Constant(_Timed):
             o.target_qps = defaults.TARGET_QPS
         return o
 
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        # Poisson: N independent streams at rate / N make one Poisson stream at the rate.
+        # Constant: N evenly spaced streams, each at rate / N, their phases set by when
+        # each worker starts.
+        return dataclasses.replace(o, target_qps=require(o.target_qps, "--target-qps") / count)
+
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(o, mode=self.mode, target_qps=o.target_qps,
                                    max_in_flight=o.max_in_flight, **self._bounds(o))
@@ -58,6 +66,9 @@ class Concurrency(_Timed):
     summary = ("closed loop with --concurrency N queries in flight (perf_analyzer style); "
                "metric: completed QPS")
     uses = ("concurrency",)
+
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        return dataclasses.replace(o, concurrency=concurrency_share(o.concurrency, index, count))
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(o, mode="closed", concurrency=o.concurrency, **self._bounds(o))
@@ -79,6 +90,10 @@ class Ramp(Scenario):
             raise ValueError(f"--stages: {e}") from None
         return o
 
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        stages = [(d, a / count, b / count) for d, a, b in parse_stages(o.stages, o.ramp)]
+        return dataclasses.replace(o, stages=stages_text(stages))
+
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
             o, mode="stages", stages=parse_stages(o.stages, o.ramp), stages_poisson=o.poisson_arrivals,
@@ -98,11 +113,23 @@ class Trace(Scenario):
             raise ValueError("--trace is required for the trace scenario (a file of arrival offsets)")
         return o
 
+    def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
+        return o  # the arrivals are shared in offsets_ns: every count-th line
+
     def offsets_ns(self, o: RunOptions) -> np.ndarray:
+        """The trace's arrival offsets (ns); worker I of N > 1 replays lines I, I + N,
+        I + 2N, ... at their own offsets, so that the workers together replay the trace."""
         try:
-            return load_trace(str(o.trace), unit=o.trace_unit)
+            offsets = load_trace(str(o.trace), unit=o.trace_unit)
         except ValueError as e:
             raise ValueError(f"--trace: {e}") from None
+        if o.workers <= 1:
+            return offsets
+        index = o.worker_index or 0
+        if len(offsets) <= index:
+            raise ValueError(f"--trace: {o.trace} holds {len(offsets)} arrivals, too few for --workers "
+                             f"{o.workers}: worker {index} would replay none")
+        return np.ascontiguousarray(offsets[index::o.workers])
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(

@@ -88,9 +88,9 @@ def parse_prometheus(text: str) -> List[Sample]:
     return samples
 
 
-def _tcp_open(port: int) -> bool:
+def _tcp_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+        with socket.create_connection((host, port), timeout=1.0):
             return True
     except OSError:
         return False
@@ -101,16 +101,18 @@ class MLServer:
 
     Args:
         process: the ``mlserver start`` process.
-        http_port, grpc_port, metrics_port: where it listens on 127.0.0.1.
+        http_port, grpc_port, metrics_port: where it listens on ``host``.
+        host: the address it listens on (127.0.0.1, or one a test made itself).
     """
 
     def __init__(self, process: ServerProcess, http_port: int, grpc_port: int,
-                 metrics_port: int) -> None:
+                 metrics_port: int, host: str = "127.0.0.1") -> None:
         self.process = process
         self.pid = process.pid
-        self.http_url = f"http://127.0.0.1:{http_port}"
-        self.grpc_target = f"127.0.0.1:{grpc_port}"
-        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        self.host = host
+        self.http_url = f"http://{host}:{http_port}"
+        self.grpc_target = f"{host}:{grpc_port}"
+        self.metrics_url = f"http://{host}:{metrics_port}/metrics"
 
     def metric_samples(self) -> List[Sample]:
         """Every sample of the metrics endpoint now; RuntimeError if it does not answer."""
@@ -154,8 +156,10 @@ class MLServer:
         self.stop()
 
 
-def start_mlserver(workdir: str, *, timeout_s: float = 120) -> MLServer:
-    """Starts MLServer on free ports of 127.0.0.1 with the models of ``mlserver_models/``.
+def start_mlserver(workdir: str, *, timeout_s: float = 120, host: str = "127.0.0.1") -> MLServer:
+    """Starts MLServer on free ports of ``host`` (127.0.0.1, or an address the test made
+    itself, such as a bridge into its network namespaces) with the models of
+    ``mlserver_models/``.
 
     The models and a settings.json are written under ``workdir``, which is also the
     server's working directory and holds its log (``mlserver.log``). Returns once REST
@@ -183,7 +187,7 @@ def start_mlserver(workdir: str, *, timeout_s: float = 120) -> MLServer:
             ports.append(port)
     http_port, grpc_port, metrics_port = ports
     settings = {
-        "host": "127.0.0.1",
+        "host": host,
         "http_port": http_port,
         "grpc_port": grpc_port,
         "metrics_port": metrics_port,
@@ -195,14 +199,14 @@ def start_mlserver(workdir: str, *, timeout_s: float = 120) -> MLServer:
 
     process = ServerProcess([str(executable), "start", str(repo)],
                             str(Path(workdir) / "mlserver.log"), cwd=workdir)
-    server = MLServer(process, http_port, grpc_port, metrics_port)
+    server = MLServer(process, http_port, grpc_port, metrics_port, host)
     try:
         deadline = time.monotonic() + timeout_s
         for url in [f"{server.http_url}/v2/health/ready",
                     *(f"{server.http_url}/v2/models/{m}/ready" for m in MODELS),
                     server.metrics_url]:
             process.wait_http_ok(url, max(0.0, deadline - time.monotonic()))
-        while not _tcp_open(grpc_port):
+        while not _tcp_open(grpc_port, host):
             if not process.alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"MLServer's gRPC port {grpc_port} did not open within "
                                    f"{timeout_s:g} s; log tail:\n{process.log_tail()}")

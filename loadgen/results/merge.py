@@ -1,0 +1,440 @@
+"""Merging the results of the workers of one scaled-out run into one result: what
+``loadgen merge`` does.
+
+Histograms are added exactly (every histogram's encoded ``hdr`` payload decoded and
+added; percentiles are never averaged), counts and the exact over-bound counts summed,
+and the time series aligned on the wall clock. The merged parts make a
+:class:`~loadgen.engine.RunResult` again, and the metric, validity and early stopping are
+those of the scenario's own code over the whole, with the options of the total load (the
+workers' ``worker.total``): the merged document is a ``loadgen.result/1`` document like
+any run's, with a ``"merge"`` section of the workers' own figures.
+
+The time series: interval lengths are the workers' ``--interval-s``. Worker w's
+interval at ``t_s`` starts on the wall clock at ``started_at_epoch_s(w) + t_s``; it goes
+to the merged interval k whose start ``t0 + k * interval_s`` is nearest, where ``t0`` is
+the earliest worker's start. Workers that started within half an interval of each other
+(``--start-at``) put their interval k in merged interval k.
+
+The merge is invalid, saying why, when a worker of ``0..N-1`` is missing or given twice,
+when a worker was interrupted, is partial or started late, when the workers' settings
+do not match (scenario, SUT, latency bounds, histogram layout, worker count, total
+load), and by the scenario's rules on the merged figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+from collections import Counter
+from typing import Any, Dict, List, Sequence, Tuple
+
+from loadgen.engine import EngineSettings, RunResult
+from loadgen.options import RunOptions, parse_stages
+from loadgen.results.document import build_document
+from loadgen.scenarios import get_scenario
+from loadgen.stats.histogram import HdrDecodeError, Histogram
+from loadgen.sut.report import NamedHistogram
+from loadgen.units import s_to_ns
+from loadgen.workers import late_start_reason
+
+__all__ = ["Input", "merge_results", "merge_sweeps", "sweep_key"]
+
+#: One result to merge: where it was read from, and the document.
+Input = Tuple[str, Dict[str, Any]]
+
+# The engine's histograms: document key -> RunResult attribute.
+_ENGINE = {"latency_ns": "latency", "service_time_ns": "service_time", "issue_delay_ns": "issue_delay",
+           "ttft_ns": "ttft", "tpot_ns": "tpot"}
+# Counts that are extremes, not sums; and one the document derives again.
+_EXTREMES = {"out_of_range_min_ns": min, "out_of_range_max_ns": max}
+_DERIVED_COUNTS = ("samples_completed",)
+_MAX_MESSAGES = 10
+
+
+@dataclasses.dataclass
+class _Worker:
+    """One input, as the merge sees it."""
+
+    path: str
+    doc: Dict[str, Any]
+    index: int
+    count: int
+    started: float
+
+    @property
+    def section(self) -> Dict[str, Any]:
+        w: Dict[str, Any] = self.doc.get("worker") or {}
+        return w
+
+
+def _workers(inputs: Sequence[Input]) -> List[_Worker]:
+    out = []
+    for path, doc in inputs:
+        w = doc.get("worker") or {}
+        started = w.get("started_at_epoch_s", doc.get("started_at_epoch_s")) or 0.0
+        out.append(_Worker(path, doc, int(w.get("index", 0)), int(w.get("count", 1)), float(started)))
+    return out
+
+
+def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
+    """The merged ``loadgen.result/1`` document of the workers' results ``inputs``.
+
+    Raises:
+        ValueError: there is nothing to merge, or a result cannot be merged at all (an
+            unknown scenario); a result that can be merged but should not (a worker
+            missing, twice, late, interrupted, or with other settings) makes the merged
+            document invalid instead, with the reason.
+    """
+    if not inputs:
+        raise ValueError("no results to merge")
+    workers = sorted(_workers(inputs), key=lambda w: w.index)  # stable: as given within an index
+    first = workers[0]
+    try:
+        scenario = get_scenario(str(first.doc["scenario"]))
+    except ValueError as e:
+        raise ValueError(f"{first.path}: {e}") from None
+    expected = Counter(w.count for w in workers).most_common(1)[0][0]
+    reasons = _roster_reasons(workers, expected) + _state_reasons(workers) + _mismatch_reasons(workers)
+    histograms, layout_reasons = _merge_histograms(workers)
+    reasons += layout_reasons
+    o = _total_options(first, expected)
+    t0 = min(w.started for w in workers)
+    result = _run_result(workers, histograms, o, t0)
+    sut = _MergedSUT(workers, histograms)
+    doc = build_document(scenario, o, result, interrupted=result.interrupted,
+                         given=dict(first.doc.get("settings", {}).get("given", {})), started_wall=t0, sut=sut)
+    if "environment" in first.doc:
+        doc["environment"] = first.doc["environment"]
+    if "sweep" in first.doc:
+        doc["sweep"] = first.doc["sweep"]
+    doc["invalid_reasons"] = reasons + [r for r in doc["invalid_reasons"] if r not in reasons]
+    doc["valid"] = not doc["invalid_reasons"]
+    doc["merge"] = {
+        "expected_workers": expected,
+        "start_spread_s": max(w.started for w in workers) - t0,
+        "workers": [_worker_figures(w) for w in workers],
+    }
+    return doc
+
+
+# ------------------------------------------------------------------------ validity
+
+def _name(w: _Worker) -> str:
+    return f"worker {w.index} ({w.path})"
+
+
+def _roster_reasons(workers: Sequence[_Worker], expected: int) -> List[str]:
+    """Workers missing, given twice, out of range, or disagreeing on how many there are."""
+    reasons = []
+    counts = Counter(w.count for w in workers)
+    if len(counts) > 1:
+        said = "; ".join(f"{n} by {', '.join(_name(w) for w in workers if w.count == n)}" for n in sorted(counts))
+        reasons.append(f"the workers disagree on --workers: {said}")
+    by_index: Dict[int, List[_Worker]] = {}
+    for w in workers:
+        by_index.setdefault(w.index, []).append(w)
+    for index, same in sorted(by_index.items()):
+        if len(same) > 1:
+            reasons.append(f"worker {index} is given {len(same)} times ({', '.join(w.path for w in same)}): "
+                           "its figures are counted more than once")
+        if index >= expected:
+            reasons.append(f"{_name(same[0])} is not one of the {expected} workers 0..{expected - 1}")
+    for index in range(expected):
+        if index not in by_index:
+            reasons.append(f"worker {index} of {expected} is missing: its share of the load is not in the figures")
+    return reasons
+
+
+def _state_reasons(workers: Sequence[_Worker]) -> List[str]:
+    """Workers whose own run went wrong: partial, interrupted, started late."""
+    reasons = []
+    for w in workers:
+        if w.doc.get("partial"):
+            reasons.append(f"{_name(w)} is partial: its result document could not be built after the run")
+        if w.doc.get("interrupted"):
+            reasons.append(f"{_name(w)} was interrupted before it finished; its figures are partial")
+        late = late_start_reason(w.section) if w.section else None
+        if late is not None:
+            reasons.append(f"{late} ({w.path})")
+    return reasons
+
+
+def _settings_of(w: _Worker) -> Dict[str, Any]:
+    effective = w.doc.get("settings", {}).get("effective", {})
+    return {
+        "scenario": w.doc.get("scenario"),
+        "SUT": w.doc.get("sut"),
+        "latency bounds": [b.get("bound_ns") for b in w.doc.get("latency_bounds", [])],
+        "--significant-figures": effective.get("significant_figures"),
+        "--samples-per-query": effective.get("samples_per_query"),
+        "--interval-s": effective.get("interval_s"),
+        "total load": w.section.get("total"),
+        "--start-at": w.section.get("start_at"),
+    }
+
+
+def _mismatch_reasons(workers: Sequence[_Worker]) -> List[str]:
+    """Settings that differ from the first worker's: the results are not of one run."""
+    reasons = []
+    first = workers[0]
+    mine = _settings_of(first)
+    for w in workers[1:]:
+        for what, value in _settings_of(w).items():
+            if value != mine[what]:
+                reasons.append(f"{_name(w)} has another {what} ({_text(value)}) than {_name(first)} "
+                               f"({_text(mine[what])}): the results are not of one run")
+    return reasons
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+
+
+# ----------------------------------------------------------------------- histograms
+
+def _histogram_keys(doc: Dict[str, Any]) -> List[str]:
+    """The histograms of a document: those its index lists, else every ``*_ns`` summary."""
+    index = doc.get("histograms")
+    if isinstance(index, dict) and index:
+        return [k for k in index if isinstance(doc.get(k), dict) and "hdr" in doc[k]]
+    return [k for k, v in doc.items() if k.endswith("_ns") and isinstance(v, dict) and "hdr" in v]
+
+
+def _decode(path: str, where: str, text: Any) -> Histogram:
+    """A document's encoded histogram; ValueError naming the file and key when it is not one."""
+    try:
+        return Histogram.decode(text)
+    except (HdrDecodeError, ValueError, TypeError) as e:
+        raise ValueError(f"{path}: {where} is not an encoded histogram: {e}") from None
+
+
+def _merge_histograms(workers: Sequence[_Worker]) -> Tuple[Dict[str, Histogram], List[str]]:
+    """Every histogram of the workers, added exactly; and the reasons for any that could
+    not be (another layout: added at each bucket's lowest value; beyond the range: left
+    out). ValueError naming the file for a payload that does not decode."""
+    merged: Dict[str, Histogram] = {}
+    reasons: List[str] = []
+    for w in workers:
+        for key in _histogram_keys(w.doc):
+            h = _decode(w.path, f"{key}.hdr", w.doc[key]["hdr"])
+            if key not in merged:
+                merged[key] = h
+                continue
+            if not merged[key].same_layout(h):
+                reasons.append(f"{_name(w)}'s {key} histogram has another layout (significant figures or "
+                               "range) than the first worker's: it is added at bucket precision")
+            try:
+                merged[key].add(h)
+            except ValueError as e:
+                reasons.append(f"{_name(w)}'s {key} histogram cannot be added ({e}); it is left out")
+    return merged, reasons
+
+
+@dataclasses.dataclass
+class _MergedSUT:
+    """The SUT's side of the merged run, for :func:`build_document`: the workers' own
+    histograms (a network client's) added, and the first worker's report with the
+    connections and tokens of all."""
+
+    workers: Sequence[_Worker]
+    merged: Dict[str, Histogram]
+
+    def histograms(self) -> Dict[str, NamedHistogram]:
+        out: Dict[str, NamedHistogram] = {}
+        for w in self.workers:
+            for key, entry in (w.doc.get("histograms") or {}).items():
+                if entry.get("source") != "sut" or key not in self.merged or key in out:
+                    continue
+                out[key] = NamedHistogram(self.merged[key], str(entry.get("unit", "")),
+                                          float(entry.get("scale", 1.0)), str(entry.get("hdr_unit", "")))
+        return out
+
+    def report(self) -> Dict[str, Any]:
+        reports = [w.doc["network"] for w in self.workers if isinstance(w.doc.get("network"), dict)]
+        if not reports:
+            return {}
+        out: Dict[str, Any] = json.loads(json.dumps(reports[0]))
+        if all(isinstance(r.get("connections"), int) for r in reports):
+            out["connections"] = sum(r["connections"] for r in reports)
+        tokens = [r.get("tokens") for r in reports]
+        if all(isinstance(t, dict) and isinstance(t.get("output_tokens"), int) for t in tokens):
+            out["tokens"]["output_tokens"] = sum(t["output_tokens"] for t in tokens if t)
+        if all(isinstance(r.get("ready_wait_s"), (int, float)) for r in reports):
+            out["ready_wait_s"] = max(r["ready_wait_s"] for r in reports)
+        return out
+
+
+# ------------------------------------------------------------------------ the run
+
+def _total_options(first: _Worker, expected: int) -> RunOptions:
+    """The effective options of the whole run: the first worker's, with the load of all
+    workers together (its ``worker.total``)."""
+    known = {f.name for f in dataclasses.fields(RunOptions)}
+    effective = first.doc.get("settings", {}).get("effective", {})
+    values = {k: v for k, v in effective.items() if k in known}
+    if first.section:
+        values.update({k: v for k, v in (first.section.get("total") or {}).items() if k in known})
+        values.update(workers=expected, worker_index=None)
+    return RunOptions(**values)
+
+
+def _engine_settings(first: _Worker, o: RunOptions) -> EngineSettings:
+    """The engine settings of the whole run: the first worker's, with the total load."""
+    known = {f.name for f in dataclasses.fields(EngineSettings)}
+    raw = {k: v for k, v in first.doc.get("settings", {}).get("engine", {}).items() if k in known}
+    s = EngineSettings(**raw)
+    s.latency_bounds_ns = tuple(int(b["bound_ns"]) for b in first.doc.get("latency_bounds", []))
+    if not first.section or first.section.get("count", 1) <= 1:
+        return s
+    s.query_count, s.min_query_count = o.query_count, o.min_query_count or 0
+    if s.mode in ("constant", "poisson"):
+        s.target_qps = o.target_qps
+    elif s.mode == "closed":
+        s.concurrency = o.concurrency
+    elif s.mode == "stages" and o.stages:
+        s.stages = parse_stages(o.stages, o.ramp)
+    return s
+
+
+def _sum_counts(workers: Sequence[_Worker]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for w in workers:
+        for key, value in w.doc.get("counts", {}).items():
+            if key in _DERIVED_COUNTS:
+                continue
+            if key in _EXTREMES:
+                counts[key] = _EXTREMES[key](counts[key], value) if key in counts else value
+            else:
+                counts[key] = counts.get(key, 0) + value
+    for key in ("issued", "completed", "failed", "timed_out", "cancelled"):
+        counts.setdefault(key, 0)
+    return counts
+
+
+def _over_bound(workers: Sequence[_Worker], bounds: Sequence[int]) -> List[int]:
+    """For each bound, the exact count over it summed over the workers that counted it."""
+    over = {int(b): 0 for b in bounds}
+    for w in workers:
+        for entry in w.doc.get("latency_bounds", []):
+            if int(entry["bound_ns"]) in over:
+                over[int(entry["bound_ns"])] += int(entry["over"])
+    return [over[int(b)] for b in bounds]
+
+
+def _errors(workers: Sequence[_Worker]) -> Tuple[Dict[str, int], List[str]]:
+    counts: Dict[str, int] = {}
+    messages: List[str] = []
+    for w in workers:
+        errors = w.doc.get("errors") or {}
+        for kind, n in (errors.get("counts") or {}).items():
+            counts[kind] = counts.get(kind, 0) + n
+        for message in errors.get("messages") or []:
+            if message not in messages and len(messages) < _MAX_MESSAGES:
+                messages.append(message)
+    return counts, messages
+
+
+def _run_result(workers: Sequence[_Worker], histograms: Dict[str, Histogram], o: RunOptions,
+                t0: float) -> RunResult:
+    """The merged parts as one :class:`RunResult`, for the scenario's rules and
+    :func:`build_document`."""
+    settings = _engine_settings(workers[0], o)
+    empty = Histogram(significant_figures=settings.significant_figures)
+    engine = {attr: histograms.get(key, empty).copy() for key, attr in _ENGINE.items()}
+    errors, messages = _errors(workers)
+    end = max(w.started + float(w.doc.get("duration_s", 0.0)) for w in workers)
+    issue_end = max(w.started + float(w.doc.get("issue_duration_s", 0.0)) for w in workers)
+    return RunResult(
+        counts=_sum_counts(workers),
+        timeseries=_merge_timeseries(workers, t0, float(settings.interval_s)),
+        errors=errors,
+        error_messages=messages,
+        duration_s=max(end - t0, 0.0),
+        issue_duration_s=max(issue_end - t0, 0.0),
+        interrupted=any(bool(w.doc.get("interrupted")) for w in workers),
+        settings=settings,
+        samples_per_query=int(o.samples_per_query or 1),
+        over_bound=_over_bound(workers, settings.latency_bounds_ns),
+        **engine,
+    )
+
+
+def _merge_timeseries(workers: Sequence[_Worker], t0: float, interval_s: float) -> List[Dict[str, Any]]:
+    """The workers' time series on one wall clock, in the engine's form (see the module's
+    docstring for the alignment rule): per merged interval, the issued and completed
+    counts summed and the latency histograms added."""
+    if interval_s <= 0:
+        return []
+    bins: Dict[int, Dict[str, Any]] = {}
+    for w in workers:
+        for i, p in enumerate(w.doc.get("timeseries") or []):
+            k = max(0, round((w.started + float(p["t_s"]) - t0) / interval_s))
+            b = bins.setdefault(k, {"length_s": 0.0, "issued": 0, "completed": 0, "hdr": None})
+            b["length_s"] = max(b["length_s"], float(p["length_s"]))
+            b["issued"] += int(p.get("issued", 0))
+            b["completed"] += int(p.get("completed", 0))
+            if p.get("latency_hdr"):
+                h = _decode(w.path, f"timeseries[{i}].latency_hdr", p["latency_hdr"])
+                try:
+                    b["hdr"] = h if b["hdr"] is None else b["hdr"].add(h)
+                except ValueError as e:
+                    raise ValueError(f"{w.path}: timeseries[{i}].latency_hdr cannot be added: {e}") from None
+    out = []
+    for k in sorted(bins):
+        b = bins[k]
+        h = b["hdr"] or Histogram()
+        out.append({
+            "start_offset_ns": s_to_ns(k * interval_s), "length_ns": s_to_ns(b["length_s"]),
+            "issued": b["issued"], "completed": b["completed"],
+            "latency_p50_ns": h.value_at_percentile(50.0), "latency_p99_ns": h.value_at_percentile(99.0),
+            "latency_max_ns": h.max, "latency_hdr": base64.b64decode(h.encode()),
+        })
+    return out
+
+
+def _worker_figures(w: _Worker) -> Dict[str, Any]:
+    """A worker's own figures, for the ``"merge"`` section."""
+    section = w.section
+    return {
+        "index": w.index,
+        "path": w.path,
+        "hostname": section.get("hostname") or (w.doc.get("environment") or {}).get("hostname"),
+        "pod": section.get("pod"),
+        "completed": int(w.doc.get("counts", {}).get("completed", 0)),
+        "qps": float((w.doc.get("throughput") or {}).get("completed_qps", 0.0)),
+        "p99_ns": float((w.doc.get("latency_ns") or {}).get("p99", 0)),
+        "valid": bool(w.doc.get("valid")),
+        "invalid_reasons": list(w.doc.get("invalid_reasons", [])),
+        "start_late_s": section.get("start_late_s"),
+        "started_at_epoch_s": w.started,
+    }
+
+
+# -------------------------------------------------------------------------- sweeps
+
+def sweep_key(path: str, doc: Dict[str, Any]) -> str:
+    """What identifies a sweep point across the workers' sweep folders: its
+    ``sweep.key`` when the document has one, else the point's folder name
+    (``points/NNN-<slug>``)."""
+    sweep = doc.get("sweep")
+    if isinstance(sweep, dict) and "key" in sweep:
+        return json.dumps(sweep["key"], sort_keys=True)
+    return os.path.basename(os.path.dirname(os.path.abspath(path)))
+
+
+def merge_sweeps(sweeps: Sequence[Sequence[Input]]) -> List[Tuple[str, Dict[str, Any]]]:
+    """Merges the workers' sweeps point by point: each sweep is the results of one
+    worker's sweep folder; points are matched by :func:`sweep_key`. Returns (the point's
+    folder name, the merged document) in the first sweep's order; a point some workers
+    lack is merged from those that have it, and is invalid naming the missing ones."""
+    groups: Dict[str, List[Input]] = {}
+    for sweep in sweeps:
+        for path, doc in sweep:
+            groups.setdefault(sweep_key(path, doc), []).append((path, doc))
+    out = []
+    for inputs in groups.values():
+        name = os.path.basename(os.path.dirname(os.path.abspath(inputs[0][0])))
+        out.append((name, merge_results(inputs)))
+    return out
