@@ -453,3 +453,44 @@ def test_a_sweep_against_mlserver_gives_a_row_per_point_and_resumes_after_ctrl_c
     assert list(zip(df["concurrency"], df["labels.config"])) == [(c, x) for c in (1, 2, 4) for x in "ab"]
     assert df["valid"].all() and (df["counts.completed"] > 0).all() and (df["counts.failed"] == 0).all()
     assert set(df["settings.effective.concurrency"]) == {1, 2, 4}
+
+
+# ------------------------------------------------------------ scaled-out sweeps
+
+def test_workers_give_a_point_the_same_key_and_start_points_in_lockstep():
+    from loadgen.sweep.run import start_times
+
+    def runs(index):
+        flags = {"scenario": "poisson", "duration_s": "0.5", "target_qps": "100", "workers": "2",
+                 "worker_index": str(index), "start_at": "1000"}
+        return plan_runs(flags, [{"warmup_s": 0.0}, {"warmup_s": 0.5}], SweepSettings(), environ={})[1]
+
+    w0, w1 = runs(0), runs(1)
+    assert [r.key for r in w0] == [r.key for r in w1]  # merge matches the points by key
+    assert [r.options.start_at for r in start_times(w0, 2.0)] == [1000.0, 1002.5]  # 0.5 s + 2 s gap
+    with pytest.raises(SweepError, match="needs a known length"):
+        plan_runs({"scenario": "poisson", "query_count": "10", "start_at": "1000"}, [{"seed": 1}],
+                  SweepSettings(), environ={})
+
+
+@pytest.mark.integration
+def test_two_workers_sweep_together_and_merge_point_by_point(tmp_path):
+    start = round(time.time() + 2.0, 3)
+    procs = []
+    for i in range(2):
+        env = {**clean_env(), "LOADGEN_WORKERS": "2", "JOB_COMPLETION_INDEX": str(i)}
+        cmd = [sys.executable, "-m", "loadgen", "sweep", "--scenario", "poisson", "--duration-s", "0.4",
+               "--vary", "target-qps=200,400", "--start-at", str(start), "--point-gap-s", "0.5",
+               "--output", str(tmp_path / f"w{i}"), "--quiet"]
+        procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    merged = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--output", tmp_path / "m", "--json")
+    assert merged.returncode == 0, merged.stderr
+    docs = json.loads(merged.stdout)
+    assert len(docs) == 2 and all(d["valid"] for d in docs)
+    for doc, qps in zip(docs, (200, 400)):
+        assert doc["merge"]["start_spread_s"] < 0.2
+        assert doc["throughput"]["target_qps"] == qps
+        assert doc["counts"]["completed"] == sum(w["completed"] for w in doc["merge"]["workers"])

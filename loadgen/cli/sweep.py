@@ -19,13 +19,13 @@ from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table
 from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
 from loadgen.sweep.plan import PlannedRun, plan_runs
 from loadgen.sweep.run import SweepContext, SweepOutcome, run_sweep
-from loadgen.sweep.settings import HOOK_TIMEOUT_S, MAX_REPEAT, ORDERS, SweepSettings, split_table, sweep_settings
+from loadgen.sweep.settings import HOOK_TIMEOUT_S, MAX_REPEAT, ORDERS, POINT_GAP_S, SweepSettings, split_table, sweep_settings
 from loadgen.sweep.state import open_sweep
 
 __all__ = ["register"]
 
 _SETTING_FLAGS = ("before_point", "after_point", "hook_timeout_s", "stop_on_error", "order", "order_seed", "repeat",
-                  "restart", "force_mix")
+                  "restart", "force_mix", "point_gap_s")
 _SWEEP_FLAGS = ["--vary", "--points", *("--" + n.replace("_", "-") for n in _SETTING_FLAGS)]
 
 
@@ -60,6 +60,9 @@ def register(sub: Any) -> Dict[str, Any]:
                    help="stop at the first failed point (default: record it and go on)")
     g.add_argument("--restart", action="store_const", const=True, help="start over: move the earlier "
                    "sweep's files in --output aside (into restarted-<time>/)")
+    g.add_argument("--point-gap-s", metavar="S", help="with --start-at: point k starts at --start-at plus the planned "
+                   "lengths of the points before it and this gap after each (default "
+                   f"{POINT_GAP_S:g}), so that the workers of a scaled-out sweep run each point together")
     g.add_argument("--force-mix", action="store_const", const=True, help="resume although the base options "
                    "changed, keeping the earlier points beside these")
     return {"sweep": (cmd_sweep, [spec.flag for spec in OPTION_SPECS] + _SWEEP_FLAGS)}

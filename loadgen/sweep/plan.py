@@ -22,7 +22,11 @@ __all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_option
 
 #: Options left out of a point's key and of the base compared on resume: where and how
 #: the results are shown, not what runs.
-KEY_EXCLUDED = ("output", "json", "quiet", "config")
+KEY_EXCLUDED = ("output", "json", "quiet", "config", "start_at")
+#: Also left out of a point's key (but not of the base): the worker index, so that the
+#: workers of a scaled-out sweep give a point the same key and ``loadgen merge`` can match
+#: their points.
+_POINT_KEY_EXCLUDED = ("worker_index",)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ def key_options(options: RunOptions) -> Dict[str, Any]:
 
 def point_key(options: RunOptions, repeat: int) -> str:
     """A stable hash of a point's options and repeat index (16 hex digits)."""
-    text = json.dumps({"options": key_options(options), "repeat": repeat}, sort_keys=True, default=str)
+    opts = {k: v for k, v in key_options(options).items() if k not in _POINT_KEY_EXCLUDED}
+    text = json.dumps({"options": opts, "repeat": repeat}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -93,6 +98,9 @@ def _check_point(run_flags: Mapping[str, Any], base: RunOptions, index: int, val
     except ValueError as e:
         raise SweepError(f"point {index} ({describe(values)}): {e}") from None
     planned = effective.duration_s + effective.warmup_s if effective.duration_s else None
+    if options.start_at is not None and planned is None:
+        raise SweepError(f"point {index} ({describe(values)}): with --start-at every point needs a known length "
+                         "(--duration-s), so that the workers start each point together")
     return options, given, flags, planned
 
 

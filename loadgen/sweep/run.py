@@ -187,6 +187,22 @@ def _bare(run: PlannedRun, error: str) -> Dict[str, Any]:
             "valid": False, "invalid_reasons": [error] if error else []}
 
 
+def start_times(todo: Sequence[PlannedRun], gap_s: float) -> List[PlannedRun]:
+    """With ``--start-at T``: the runs to do, run k starting at T plus the planned
+    lengths of the runs before it and ``gap_s`` after each. Every worker of a scaled-out
+    sweep plans the same runs, so each point starts at the same time on all of them, with
+    no coordinator; a point that overruns its slot makes the next start late (judged by
+    --start-tolerance-s). Without --start-at: the runs as they are."""
+    if not todo or todo[0].options.start_at is None:
+        return list(todo)
+    t = float(todo[0].options.start_at)
+    out = []
+    for run in todo:
+        out.append(dataclasses.replace(run, options=dataclasses.replace(run.options, start_at=t)))
+        t += float(run.planned_s or 0.0) + gap_s
+    return out
+
+
 def run_sweep(state: SweepState, ctx: SweepContext, reporter: Optional[Reporter] = None) -> SweepOutcome:
     """Runs the planned runs that are not finished, in order, writing the sweep's files
     after each. Stops at an interruption, or at a failed point with ``stop_on_error``.
@@ -194,7 +210,7 @@ def run_sweep(state: SweepState, ctx: SweepContext, reporter: Optional[Reporter]
     Returns:
         What ran, and every planned run's record.
     """
-    todo = [r for r in state.runs if not state.finished(r)]
+    todo = start_times([r for r in state.runs if not state.finished(r)], ctx.settings.point_gap_s)
     outcome = SweepOutcome(skipped=len(state.runs) - len(todo))
     walls: List[float] = []
     for position, run in enumerate(todo, 1):

@@ -11,10 +11,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from loadgen import defaults as D
 from loadgen.sweep.grid import Dimension, SweepError, points_from_list, vary_from_table
 
-__all__ = ["HOOK_TIMEOUT_S", "MAX_REPEAT", "ORDERS", "TABLE_KEYS", "SweepSettings", "split_table", "sweep_settings"]
+__all__ = ["HOOK_TIMEOUT_S", "MAX_REPEAT", "POINT_GAP_S", "ORDERS", "TABLE_KEYS", "SweepSettings", "split_table", "sweep_settings"]
 
 #: The default bound of a hook's run time, in seconds.
 HOOK_TIMEOUT_S = 600.0
+#: The default time between points of a sweep with --start-at.
+POINT_GAP_S = 5.0
 #: The most times ``--repeat`` runs each point.
 MAX_REPEAT = 1000
 ORDERS = ("given", "shuffled")
@@ -33,6 +35,8 @@ class SweepSettings:
         repeat: runs of each point (rounds: every point once, then again).
         restart: move an earlier sweep's files in the folder aside and start over.
         force_mix: resume although the base options changed, keeping the earlier points.
+        point_gap_s: with --start-at: the time between one point's planned end and the
+            next point's start (hooks, preparing the SUT, draining).
     """
 
     before_point: Optional[str] = None
@@ -44,6 +48,7 @@ class SweepSettings:
     repeat: int = 1
     restart: bool = False
     force_mix: bool = False
+    point_gap_s: float = POINT_GAP_S
 
 
 def _command(v: Any) -> Optional[str]:
@@ -59,6 +64,16 @@ def _timeout(v: Any) -> float:
         raise ValueError(f"must be a number of seconds, got {v!r}") from None
     if not (math.isfinite(x) and 0 < x <= D.MAX_TIME_S):
         raise ValueError(f"must be > 0 and <= {D.MAX_TIME_S:g} s, got {v!r}")
+    return x
+
+
+def _gap(v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number of seconds, got {v!r}") from None
+    if not (math.isfinite(x) and 0 <= x <= D.MAX_TIME_S):
+        raise ValueError(f"must be >= 0 and <= {D.MAX_TIME_S:g} s, got {v!r}")
     return x
 
 
@@ -91,11 +106,12 @@ def _flag(v: Any) -> bool:
 _CONVERT: Dict[str, Callable[[Any], Any]] = {
     "before_point": _command, "after_point": _command, "hook_timeout_s": _timeout, "stop_on_error": _flag,
     "order": _order, "order_seed": _integer(0, 2**64 - 1), "repeat": _integer(1, MAX_REPEAT),
-    "restart": _flag, "force_mix": _flag,
+    "restart": _flag, "force_mix": _flag, "point_gap_s": _gap,
 }
 #: The settings a ``[sweep]`` table may hold (--restart and --force-mix are flags only:
 #: they are decisions about one folder, not part of a sweep's definition).
-TABLE_KEYS = ("before_point", "after_point", "hook_timeout_s", "stop_on_error", "order", "order_seed", "repeat")
+TABLE_KEYS = ("before_point", "after_point", "hook_timeout_s", "stop_on_error", "order", "order_seed", "repeat",
+              "point_gap_s")
 
 
 def sweep_settings(flags: Mapping[str, Any], table: Mapping[str, Any], where: str) -> SweepSettings:
