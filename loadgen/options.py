@@ -185,6 +185,13 @@ def parse_labels(items: List[str]) -> Dict[str, str]:
     return dict(item.partition("=")[::2] for item in items)
 
 
+def _pin(v: Any) -> str:
+    s = str(v).strip()
+    if s != "auto":
+        _cpu_list(s)
+    return s
+
+
 def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
     """Parses ``--stages``: 'DURATION:QPS' or 'DURATION:QPS1-QPS2' stages, comma separated.
 
@@ -300,6 +307,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("spin_us", _float(0, 1e6), f"issue thread: spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
+    OptionSpec("pin", _pin, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
+               "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT; CPUS plans within "
+               "those CPUs; the plan goes in the result's 'placement' (see 'loadgen env')", "auto|CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),
     OptionSpec("timeout_ms", _float(D.MIN_TIMEOUT_MS, _MAX_MS, unit="ms"), "per-query timeout, measured like latency from the "
@@ -395,6 +405,7 @@ class RunOptions:
     sample_seed: Optional[int] = None
     spin_us: Optional[float] = None
     pin_cpus: List[int] = field(default_factory=list)
+    pin: Optional[str] = None
     inline_dispatch: bool = False
     timeout_ms: Optional[float] = None
     grace_s: float = D.GRACE_S

@@ -14,6 +14,7 @@ from loadgen.options import RunOptions, parse_labels
 from loadgen.results.document import SCHEMA, build_document, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
+from loadgen.telemetry.run import RunTelemetry, place
 from loadgen.workers import add_worker_section, total_load, wait_until, worker_section
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
     scenario = get_scenario(options.scenario)
     effective = scenario.for_worker(options)  # a plain run's effective options, or a worker's share
     settings = scenario.engine_settings(effective)
+    place(effective, settings)  # --pin: the issue thread's and the dispatcher's CPUs
     settings.validate()  # the SUT is not loaded (nor the server contacted) for bad settings
     if is_network_sut(effective.sut):
         from loadgen.net.targets import parse_target
@@ -120,7 +122,9 @@ def run_benchmark(
     requested meanwhile raises KeyboardInterrupt (nothing was measured yet).
     """
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
+    placement = place(effective, dataclasses.replace(settings))  # the record; plan() applied it
     engine = Engine(settings, sut)
+    telemetry = RunTelemetry(effective)
     scraper = _scraper(effective, check=False)
     if effective.start_at is not None:
         _wait_for_start(effective.start_at, stop_requested)
@@ -133,6 +137,7 @@ def run_benchmark(
     # and pauses Python SUTs and network clients for less.
     gc.collect()
     gc.freeze()
+    telemetry.start(engine)
     engine.start()
     try:
         interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested)
@@ -141,6 +146,7 @@ def run_benchmark(
         raise
     finally:
         gc.unfreeze()
+        telemetry.stop()
         if scraper is not None:
             scraper.finish()
     result = engine.result()
@@ -150,6 +156,7 @@ def run_benchmark(
         doc = build_document(scenario, effective, result, interrupted=interrupted,
                              given=given or {}, started_wall=started_wall, sut=sut)
         add_worker_section(doc, worker)
+        telemetry.add_to(doc, placement)
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)

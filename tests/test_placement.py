@@ -203,8 +203,8 @@ def test_the_engines_threads_name_themselves_and_the_dispatcher_is_pinned():
     cpus = sorted(os.sched_getaffinity(0))
     seen = {}
 
-    def sut(sample):
-        seen.setdefault("names", {name for name, _ in read_thread_cpu().values()})
+    def sut(sample):  # names seen over the run: a thread names itself once it is scheduled
+        seen.setdefault("names", set()).update(name for name, _ in read_thread_cpu().values())
         seen.setdefault("affinity", placement.thread_cpus())
 
     Engine(loadgen.EngineSettings(mode="constant", target_qps=200, duration_s=0.2,
@@ -213,9 +213,9 @@ def test_the_engines_threads_name_themselves_and_the_dispatcher_is_pinned():
     assert seen["affinity"] == cpus[-1:]
     demo = Engine(loadgen.EngineSettings(mode="constant", target_qps=200, duration_s=0.3), loadgen.DemoSUT())
     demo.start()
-    time.sleep(0.1)
-    names = {name for name, _ in read_thread_cpu().values()}
-    demo.wait()
+    names = set()
+    while not demo.wait(0.05):
+        names.update(name for name, _ in read_thread_cpu().values())
     assert "lg-sut" in names
 
 
@@ -231,3 +231,49 @@ def test_loadgen_env_prints_the_topology_and_the_plan(capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["topology"]["usable"] == sorted(os.sched_getaffinity(0))
     assert main(["env", "--pin", "nope"]) == 2
+
+
+# ------------------------------------------------------------------- in a run
+
+def _run_doc(tmp_path, *args):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--json", *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_pin_auto_applies_the_plan_and_records_it_with_the_host_figures(tmp_path):
+    (tmp_path / "sut_mod.py").write_text("def sut(sample):\n    return None\n")
+    doc = _run_doc(tmp_path, "--sut", "python:sut_mod:sut", "--scenario", "constant", "--target-qps", "300",
+                   "--duration-s", "1", "--interval-s", "0.5", "--pin", "auto",
+                   "--max-issue-delay-ms", "100000")  # a shared machine may hold up pinned threads
+    plan = placement.make_plan(placement.read_topology(gpus=[]))
+    pl = doc["placement"]
+    assert pl["pin"] == "auto" and pl["plan"]["ok"] == plan.ok
+    if plan.ok:
+        assert pl["applied"] == {"issue_thread": plan.issue_cpus, "dispatcher": plan.dispatcher_cpus}
+        assert doc["settings"]["engine"]["pin_cpus"] == plan.issue_cpus
+    host = doc["host"]
+    assert len(host["intervals"]) >= 2 and host["cpu_s"]["issue"] > 0 and "dispatcher" in host["cpu_s"]
+    assert not host["event_loop_judged"] and host["saturated"] == []
+    assert doc["valid"], doc["invalid_reasons"]
+
+
+def test_a_saturated_event_loop_makes_the_run_invalid(tmp_path):
+    # An async SUT that blocks its event loop for 6 ms a query at 400 queries/s: the loop
+    # is busy all the time; the latencies describe the client.
+    (tmp_path / "busy_mod.py").write_text(
+        "import time\n"
+        "async def sut(sample):\n"
+        "    end = time.perf_counter() + 0.006\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n")
+    doc = _run_doc(tmp_path, "--sut", "python:busy_mod:sut", "--scenario", "constant", "--target-qps", "400",
+                   "--duration-s", "2", "--interval-s", "0.5", "--max-issue-delay-ms", "100000")
+    assert doc["host"]["event_loop_judged"] and doc["host"]["saturated"]
+    assert not doc["valid"]
+    assert any(r.startswith("generator saturated") for r in doc["invalid_reasons"])

@@ -176,6 +176,17 @@ class Engine:
         before it has."""
         return self._core.start_ns
 
+    @property
+    def measure_start_ns(self) -> int:
+        """When measuring began (the start plus any warm-up), on the monotonic ns clock;
+        0 before the run started."""
+        return self._core.measure_start_ns
+
+    def dispatcher_thread_id(self) -> Optional[int]:
+        """The kernel thread id of the Python dispatcher (which runs the event loop of
+        network and async SUTs); None for native SUTs or before it started."""
+        return self._dispatcher.thread_id if self._dispatcher is not None else None
+
     def elapsed_s(self) -> float:
         """Seconds since the run started (0 before it has)."""
         start = self._core.start_ns

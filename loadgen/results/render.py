@@ -22,12 +22,39 @@ _SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service")
 def render_summary(doc: Dict[str, Any]) -> str:
     """The human summary: VALID/INVALID and the reasons first, then the figures."""
     lines = _verdict_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
-    lines += _network_lines(doc) + _merge_lines(doc)
+    lines += _network_lines(doc)
+    lines += _host_lines(doc) + _merge_lines(doc)
     es = doc.get("early_stopping")
     if es:
         lines.append(f"early stop   {es['message']}")
     lines += _error_lines(doc)
     return "\n".join(lines) + "\n"
+
+
+def _host_lines(doc: Dict[str, Any]) -> List[str]:
+    """The generator's own CPU per thread role, its peak memory and the machine's busy
+    and steal time; the placement applied."""
+    lines = []
+    host = doc.get("host")
+    if host and host.get("intervals"):
+        total_s = sum(iv["length_s"] for iv in host["intervals"]) or 1.0
+        roles = ", ".join(f"{role} {cpu / total_s:.0%}" for role, cpu in host["cpu_s"].items() if cpu > 0)
+        busy = [iv["machine_busy"] for iv in host["intervals"] if "machine_busy" in iv]
+        steal = [iv["machine_steal"] for iv in host["intervals"] if "machine_steal" in iv]
+        machine = (f"; machine busy {sum(busy) / len(busy):.0%}, steal {max(steal):.0%} at most"
+                   if busy and steal else "")
+        rss = host.get("peak_rss_bytes")
+        lines.append(f"generator    cpu {roles or 'idle'} (of one CPU); peak RSS "
+                     f"{rss / 2**20:,.0f} MiB{machine}" if rss else f"generator    cpu {roles or 'idle'}{machine}")
+    pl = doc.get("placement")
+    if pl:
+        applied = pl["applied"]
+        if pl["plan"]["ok"]:
+            lines.append(f"placement    --pin {pl['pin']}: issue thread on CPU {applied['issue_thread']}, dispatcher on "
+                         f"{applied['dispatcher'] or 'none (native SUT)'}")
+        else:
+            lines.append(f"placement    --pin {pl['pin']}: no plan, nothing pinned: {pl['plan']['why']}")
+    return lines
 
 
 def _verdict_lines(doc: Dict[str, Any]) -> List[str]:

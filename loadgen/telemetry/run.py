@@ -1,0 +1,98 @@
+"""Telemetry around one run, for the runner: where loadgen's threads are placed
+(``--pin``), the host sampler, and what they add to the result document.
+
+The runner calls :func:`place` when it builds the engine settings, then
+:meth:`RunTelemetry.start` right before the engine starts, :meth:`RunTelemetry.stop`
+once it has ended, and :meth:`RunTelemetry.add_to` on the finished document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from loadgen import placement
+from loadgen.engine import Engine, EngineSettings
+from loadgen.options import RunOptions
+from loadgen.telemetry.host import SATURATED_FRACTION, HostSampler
+
+__all__ = ["RunTelemetry", "place"]
+
+#: SUT forms whose dispatcher thread runs an event loop (network clients, async SUTs):
+#: its busy time is the client's own work, so a busy loop means a saturated generator.
+_EVENT_LOOP_FORMS = ("loop", "async")
+
+
+def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
+    """Applies ``--pin`` to ``settings`` (the issue thread's and the dispatcher's CPUs)
+    and returns the ``placement`` section: what was asked, the plan and what was applied.
+    None without ``--pin``. ValueError for a bad value or ``--pin`` with ``--pin-cpus``."""
+    if o.pin is None:
+        return None
+    if o.pin_cpus:
+        raise ValueError("--pin and --pin-cpus both place the issue thread; give one of them")
+    within = None
+    if o.pin != "auto":
+        try:
+            within = placement.parse_cpulist(o.pin)
+        except ValueError as e:
+            raise ValueError(f"--pin: {e} (give auto or CPUs like 2-5)") from None
+        if not within:
+            raise ValueError("--pin: no CPU given (give auto or CPUs like 2-5)")
+    topo = placement.read_topology(gpus=[])
+    plan = placement.make_plan(topo, within=within)
+    if within is not None and not plan.ok and "not usable" in plan.why:
+        raise ValueError(f"--pin {o.pin}: {plan.why}")
+    applied: Dict[str, Any] = {"issue_thread": [], "dispatcher": []}
+    if plan.ok:
+        settings.pin_cpus = tuple(plan.issue_cpus)
+        settings.dispatcher_cpus = tuple(plan.dispatcher_cpus)
+        applied = {"issue_thread": list(plan.issue_cpus), "dispatcher": list(plan.dispatcher_cpus)}
+    return {"pin": o.pin, "plan": plan.as_dict(), "applied": applied, "usable_cpus": topo.usable}
+
+
+class RunTelemetry:
+    """The samplers of one run.
+
+    Args:
+        o: the effective options (the time-series interval sets the sampling interval).
+    """
+
+    def __init__(self, o: RunOptions) -> None:
+        self.interval_s = o.interval_s if o.interval_s > 0 else 1.0
+        self.host: Optional[HostSampler] = None
+        self.engine: Optional[Engine] = None
+
+    def start(self, engine: Engine) -> None:
+        """Starts sampling; call right before ``engine.start()``."""
+        self.engine = engine
+        self.host = HostSampler(self.interval_s, dispatcher_tid=engine.dispatcher_thread_id)
+        self.host.start()
+
+    def stop(self) -> None:
+        """Stops sampling (after the run ended, or failed)."""
+        if self.host is not None:
+            self.host.stop()
+
+    def add_to(self, doc: Dict[str, Any], placement_section: Optional[Dict[str, Any]]) -> None:
+        """Adds the ``host`` (and ``placement``) sections; a saturated event loop makes
+        the run invalid, saying when and how busy."""
+        if self.host is None or self.engine is None:
+            return
+        if placement_section is not None:
+            if self.engine.dispatcher_thread_id() is None and placement_section["applied"]["dispatcher"]:
+                placement_section["applied"]["dispatcher"] = []
+                placement_section["note"] = "a native SUT has no dispatcher thread: only the issue thread was pinned"
+            doc["placement"] = placement_section
+        event_loop = self.engine.sut_form in _EVENT_LOOP_FORMS
+        origin = self.engine.measure_start_ns or None
+        host = self.host.report(event_loop=event_loop, origin_ns=origin)
+        doc["host"] = host
+        saturated = host["saturated"]
+        if saturated:
+            worst = max(saturated, key=lambda s: s["busy"])
+            reason = (f"generator saturated: the event loop (dispatcher thread) was busier than "
+                      f"{SATURATED_FRACTION:.0%} of {len(saturated)} interval(s), {worst['busy']:.0%} at "
+                      f"{worst['t_s']:.1f} s; the latencies then describe the client, not the SUT "
+                      "(more workers or --pin help)")
+            doc["invalid_reasons"].append(reason)
+            doc["valid"] = False
