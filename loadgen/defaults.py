@@ -54,6 +54,7 @@ GRPC_CONTENTS = "raw"
 MAX_TOKENS = 128
 PROMPT_WORDS = 64
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a response body (a stream: each event) past this fails
+MAX_SERVER_SERIES = 5000  # --server-metrics-url: series kept; those past it are counted, not kept
 
 # ----------------------------------------------------------------------------- limits
 # The ranges every value is checked against where it enters (flags, LOADGEN_* variables,

@@ -359,17 +359,20 @@ def test_redactor_hides_credentials_but_keeps_the_scheme_word():
         parse_header("no colon")
 
 
-def test_prometheus_text_parses_with_types():
-    text = ('# HELP req_total Requests.\n# TYPE req_total counter\nreq_total{code="200",path="/a b"} 12\n'
-            'req_total{code="500"} 1.5e1\n# TYPE inflight gauge\ninflight 3\nnot a sample line\n'
+def test_prometheus_text_parses_with_kinds():
+    text = ('# HELP req_total Requests.\n# TYPE req_total counter\nreq_total{path="/a b",code="200"} 12\n'
+            'req_total{code="500"} 1.5e1\n# TYPE inflight gauge\ninflight 3\n'
             "lat_bucket{le=\"+Inf\"} 7 1700000000\n")
-    values, types = parse_prometheus(text)
+    values, kinds = parse_prometheus(text)
     assert values['req_total{code="200",path="/a b"}'] == 12 and values['req_total{code="500"}'] == 15
     assert values["inflight"] == 3 and values['lat_bucket{le="+Inf"}'] == 7
-    assert types == {"req_total": "counter", "inflight": "gauge"}
+    assert kinds == {'req_total{code="200",path="/a b"}': "counter", 'req_total{code="500"}': "counter",
+                     "inflight": "gauge", 'lat_bucket{le="+Inf"}': "gauge"}
+    with pytest.raises(ValueError, match="not Prometheus text"):
+        parse_prometheus(text + "not a sample line\n")
 
 
-def test_metrics_scraper_reports_counter_deltas_only():
+def test_metrics_scraper_reports_counter_deltas_and_gauge_statistics():
     state = {"n": 0}
 
     class H(BaseHTTPRequestHandler):
@@ -398,7 +401,10 @@ def test_metrics_scraper_reports_counter_deltas_only():
         server.shutdown()
         server.server_close()
     assert report["scrapes"] == 2 and report["deltas"] == {"hits_total": 5.0}
-    assert report["intervals"] == [{"t_s": report["intervals"][0]["t_s"], "deltas": {"hits_total": 5.0}}]
+    assert report["intervals"] == [{"t_s": report["intervals"][0]["t_s"], "deltas": {"hits_total": 5.0},
+                                    "gauges": {"temp": 10.0}}]
+    assert report["gauges"] == {"temp": {"first": 5.0, "last": 10.0, "min": 5.0, "max": 10.0, "mean": 7.5,
+                                         "samples": 2}}
     with pytest.raises(ValueError, match="--server-metrics-url"):
         MetricsScraper("http://127.0.0.1:9/metrics", 0.0, timeout_s=1).check()
 

@@ -145,20 +145,27 @@ def _low_percentile(summary: Dict[str, Any]) -> float:
 
 
 def _network_lines(doc: Dict[str, Any]) -> List[str]:
+    lines: List[str] = []
     net = doc.get("network")
-    if not net:
-        return []
-    lines = [f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s), "
-             f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}"]
-    tokens = net.get("tokens")
-    if tokens:
-        lines.append(f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}")
+    if net:
+        lines.append(f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s), "
+                     f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}")
+        tokens = net.get("tokens")
+        if tokens:
+            lines.append(f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}")
     sm = doc.get("server_metrics")
     if sm:
         deltas = sm.get("deltas", {})
         shown = sorted(deltas.items(), key=lambda kv: ("request" not in kv[0], kv[0]))[:4]
         text = ", ".join(f"{k} +{v:,.0f}" for k, v in shown) or "no counter changed"
-        lines.append(f"server says  {text} ({sm['scrapes']} scrapes, {sm['failed_scrapes']} failed)")
+        dropped = f", {sm['dropped_series']:,} series over the limit dropped" if sm.get("dropped_series") else ""
+        lines.append(f"server says  {text} ({sm['scrapes']} scrapes, {sm['failed_scrapes']} failed{dropped})")
+        # GPU figures first: the reason to read a server's gauges during a load test.
+        gauges = sorted(sm.get("gauges", {}).items(), key=lambda kv: ("gpu" not in kv[0], kv[0]))
+        if gauges:
+            more = f" (+{len(gauges) - 3} more)" if len(gauges) > 3 else ""
+            lines.append("gauges       " + ", ".join(
+                f"{k} mean {g['mean']:,.4g} ({g['min']:,.4g}..{g['max']:,.4g})" for k, g in gauges[:3]) + more)
     return lines
 
 

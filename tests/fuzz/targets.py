@@ -256,11 +256,21 @@ def options_env(data: bytes) -> None:
 # ------------------------------------------------------------------- Prometheus
 
 def prometheus(data: bytes) -> None:
-    """A scrape as MetricsScraper reads it (UTF-8, bad bytes replaced)."""
-    values, types = metrics.parse_prometheus(data.decode("utf-8", "replace"))
+    """A scrape as MetricsScraper reads it (UTF-8, bad bytes replaced), as Prometheus text
+    (odd first byte: OpenMetrics); float values with a kind each, or ValueError; and the
+    scrape added up as a run would."""
+    content_type = "application/openmetrics-text" if data[:1] and data[0] & 1 else "text/plain"
+    try:
+        values, kinds = metrics.parse_prometheus(data[1:].decode("utf-8", "replace"), content_type)
+    except ValueError:
+        return
+    assert set(values) == set(kinds)
     for series, v in values.items():
-        assert isinstance(v, float)
-        metrics._is_counter(series, types)
+        assert isinstance(v, float) and kinds[series] in (metrics.COUNTER, metrics.GAUGE)
+    tally = metrics._Tally(50)
+    tally.add(0.0, values, kinds)
+    tally.add(1.0, values, kinds)
+    json.dumps(tally.report(), allow_nan=False)
 
 
 # ------------------------------------------------------------------------ trace
