@@ -349,7 +349,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("max_tokens", _int(1), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
     OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
-               "and after the run; the counters' deltas go in the result", "URL"),
+               "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
+               "interval) go in the result", "URL"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),

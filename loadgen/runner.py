@@ -171,7 +171,7 @@ def run_benchmark(
         except Exception as e:  # the run's own figures stand without the server's
             doc["server_metrics"] = {"url": effective.server_metrics_url, "scrapes": 0, "failed_scrapes": 0,
                                      "errors": [f"reporting the scrapes failed: {type(e).__name__}: {e}"],
-                                     "deltas": {}, "intervals": []}
+                                     "deltas": {}, "gauges": {}, "intervals": []}
     redacted: Dict[str, Any] = net_options(effective).redactor().doc(doc)
     return redacted
 
