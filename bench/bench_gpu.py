@@ -91,7 +91,7 @@ def issue_delay_round(with_sampler: bool, seed: int, duration_s: float, n_gpus: 
                                       spin_us=1000.0, pin_cpus=pin, schedule_seed=seed, interval_s=0)
     sampler = None
     if with_sampler:
-        sampler = GpuSampler("all", sample_ms, backend=FakeBackend(fake_devices(n_gpus)))
+        sampler = GpuSampler("all", sample_ms, backend=FakeBackend(fake_devices(n_gpus)), avoid_cpus=pin)
         sampler.start()
     try:
         r = loadgen.Engine(settings, loadgen.NullSUT()).run()

@@ -516,6 +516,20 @@ def test_thread_samples_in_real_time_and_stops_promptly():
     assert 0 <= ov["cpu_pct_of_core"] < 50
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_the_thread_keeps_off_the_issue_threads_cpus():
+    cpu = max(os.sched_getaffinity(0))
+    sampler = GpuSampler("all", 20, backend=FakeBackend([FakeDevice(UA)]), avoid_cpus=[cpu])
+    sampler.start()
+    (thread,) = [t for t in threading.enumerate() if t.name == "loadgen-gpu"]
+    deadline = time.monotonic() + 2
+    while cpu in os.sched_getaffinity(thread.native_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.sched_getaffinity(thread.native_id) == os.sched_getaffinity(0) - {cpu}
+    sampler.stop()
+    assert cpu in os.sched_getaffinity(0)  # the caller's own affinity is untouched
+
+
 def test_a_long_period_still_stops_at_once():
     sampler = GpuSampler("all", 60_000, backend=FakeBackend([FakeDevice(UA)]))
     sampler.start()

@@ -34,10 +34,11 @@ Typical use, around a run::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from loadgen.telemetry.gpu_backend import GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend
 from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
@@ -140,6 +141,9 @@ class GpuSampler:
             engine's clock; a fake one in tests that call :meth:`tick` themselves).
         drain_s: how often the driver's sample buffers are drained.
         max_points: points per time series before it halves its resolution.
+        avoid_cpus: CPUs the thread keeps off (the issue thread's ``pin_cpus``), so that
+            it never preempts a pinned, spinning issue thread; ignored when no other
+            CPU is allowed.
 
     Raises:
         ValueError: a bad ``gpus`` string or ``sample_ms``; the message names it.
@@ -147,7 +151,8 @@ class GpuSampler:
 
     def __init__(self, gpus: Union[GpuSelection, str, None] = "all", sample_ms: float = DEFAULT_SAMPLE_MS, *,
                  backend: Optional[GpuBackend] = None, clock: Callable[[], int] = time.monotonic_ns,
-                 drain_s: float = DRAIN_S, max_points: int = DEFAULT_MAX_POINTS) -> None:
+                 drain_s: float = DRAIN_S, max_points: int = DEFAULT_MAX_POINTS,
+                 avoid_cpus: Sequence[int] = ()) -> None:
         if not (isinstance(sample_ms, (int, float)) and MIN_SAMPLE_MS <= sample_ms <= MAX_SAMPLE_MS):
             raise ValueError(f"--gpu-sample-ms must be {MIN_SAMPLE_MS:g} to {MAX_SAMPLE_MS:g} ms; got {sample_ms!r}")
         self.selection = gpus if isinstance(gpus, GpuSelection) else parse_gpus(gpus)
@@ -156,6 +161,7 @@ class GpuSampler:
         self._clock = clock
         self._drain_ns = int(drain_s * 1e9)
         self._max_points = max_points
+        self._avoid_cpus = frozenset(avoid_cpus)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -303,6 +309,7 @@ class GpuSampler:
     # -------------------------------------------------------------- sampling
 
     def _run(self) -> None:
+        _keep_off(self._avoid_cpus)
         cpu0, wall0 = time.thread_time(), time.monotonic()
         period_ns = int(self.sample_ms * 1e6)
         next_ns = time.monotonic_ns() + period_ns
@@ -667,6 +674,18 @@ def _energy_source(gpu: _Gpu) -> Optional[str]:
     if "energy" not in gpu.unsupported:
         return "counter"
     return "power integral" if gpu.last_power is not None else None
+
+
+def _keep_off(cpus: FrozenSet[int]) -> None:
+    """Moves the calling thread off ``cpus`` (Linux: affinity is per thread)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        allowed = os.sched_getaffinity(0) - cpus
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    except OSError:
+        pass
 
 
 def _bits(mask: int) -> List[int]:

@@ -58,8 +58,10 @@ class StreamStats:
             return
         self.n += 1
         self.total += value
-        self.low = min(self.low, value)
-        self.high = max(self.high, value)
+        if value < self.low:
+            self.low = value
+        if value > self.high:
+            self.high = value
         self._hist.record(min(max(int(round(value * self.scale)), 0), self.highest))
 
     def summary(self) -> Dict[str, float]:
