@@ -335,6 +335,45 @@ def test_a_broken_backend_never_raises_into_the_run():
     assert sampler._thread is None
 
 
+def test_a_gpu_call_that_hangs_does_not_hang_the_run():
+    release = threading.Event()
+
+    class Hanging(FakeBackend):
+        calls = 0
+
+        def clocks(self, handle):
+            Hanging.calls += 1
+            if Hanging.calls > 1:  # the thread's first pass hangs in the driver
+                release.wait(10)
+            return super().clocks(handle)
+
+    sampler = GpuSampler("all", 20, backend=Hanging([_known_device()]))
+    sampler.join_s = sampler.lock_s = 0.2
+    try:
+        sampler.start()
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        sampler.mark("end")
+        rep = sampler.report()
+        assert time.monotonic() - t0 < 2
+        assert rep["status"] == "partial"
+        assert "the end mark was skipped: the GPU sampler thread is stuck in a GPU call" in rep["reason"]
+        assert rep["devices"][0]["samples"] == 1  # what was read before is kept
+    finally:
+        release.set()
+
+
+def test_a_library_that_breaks_at_start_is_unavailable():
+    class Broken(FakeBackend):
+        def driver_version(self):
+            raise OSError("bad ioctl")
+
+    sampler = GpuSampler("all", 100, backend=Broken([_known_device()]))
+    sampler.start()
+    rep = sampler.report()
+    assert rep["status"] == "unavailable" and rep["reason"] == "GPU discovery failed: OSError: bad ioctl"
+
+
 # ------------------------------------------------------------- unavailable
 
 def test_unavailable_library_gives_a_one_line_reason_and_no_thread():

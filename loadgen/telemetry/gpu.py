@@ -34,11 +34,12 @@ Typical use, around a run::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from loadgen.telemetry.gpu_backend import GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend
 from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
@@ -168,12 +169,16 @@ class GpuSampler:
         self._gpus: List[_Gpu] = []
         self._driver = ""
         self._unavailable: Optional[str] = None
-        self._failure: Optional[str] = None
+        self._failures: List[str] = []  # what went wrong outside a GPU, one line each
         self._opened_ns = 0
         self._last_drain_ns = 0
         self._state = "new"  # new -> open -> closed
         self._thread_cpu_s: Optional[float] = None
         self._thread_wall_s: Optional[float] = None
+        # How long stop() waits for the thread, and the caller's thread for the lock the
+        # thread holds during a pass: a GPU call that hangs must not hang the run.
+        self.join_s = 2.0
+        self.lock_s = 1.0
 
     # ------------------------------------------------------------- lifecycle
 
@@ -193,8 +198,8 @@ class GpuSampler:
             return
         try:
             self.backend.init()
-        except GpuError as e:
-            self._unavailable = _one_line(str(e))
+        except Exception as e:  # GpuUnavailable, or a broken library: never the run's end
+            self._unavailable = _one_line(str(e) if isinstance(e, GpuError) else f"{type(e).__name__}: {e}")
             self._state = "closed"
             return
         try:
@@ -203,8 +208,8 @@ class GpuSampler:
         except ValueError:
             self._close_backend()
             raise
-        except GpuError as e:
-            self._unavailable = _one_line(f"GPU discovery failed: {e}")
+        except Exception as e:  # a GpuError, or a broken library
+            self._unavailable = _one_line(f"GPU discovery failed: {type(e).__name__}: {e}")
         if not self._unavailable and not self._gpus:
             self._unavailable = f"no GPU matches {self.selection.describe()}"
         if self._unavailable:
@@ -227,20 +232,39 @@ class GpuSampler:
         Idempotent; raises nothing."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(10.0)
-        with self._lock:
+            self._thread.join(self.join_s)
+        with self._guard() as held:
             if self._state != "open":
                 return
+            if not held:  # the thread is stuck in a GPU call: leave the library alone
+                self._fail("the GPU sampler thread is stuck in a GPU call; its last readings are left out")
+                self._state = "closed"
+                return
             try:
-                if not self._unavailable and not self._failure:
+                if not self._unavailable and not self._failures:
                     now = self._clock()
                     self._drain(now)
                     for gpu in self._gpus:
                         if "start" in gpu.marks and "end" not in gpu.marks and not gpu.lost:
                             self._mark_gpu(gpu, "end", now)
             except Exception as e:  # a broken backend: keep what was measured
-                self._failure = _one_line(f"the GPU sampler's last readings failed: {type(e).__name__}: {e}")
+                self._fail(f"the GPU sampler's last readings failed: {type(e).__name__}: {e}")
             self._close_backend()
+
+    def _fail(self, message: str) -> None:
+        line = _one_line(message)
+        if line not in self._failures:
+            self._failures.append(line)
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[bool]:
+        """The sampler's lock, waited for ``lock_s`` at most; yields whether it is held."""
+        held = self._lock.acquire(timeout=self.lock_s)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
 
     def _close_backend(self) -> None:
         self._state = "closed"
@@ -254,7 +278,7 @@ class GpuSampler:
         """"ok", "partial" (a GPU was lost or the thread failed) or "unavailable"."""
         if self._unavailable or self._state == "new":
             return "unavailable"
-        if self._failure or any(u.lost for g in self._gpus for u in g.units):
+        if self._failures or any(u.lost for g in self._gpus for u in g.units):
             return "partial"
         return "ok"
 
@@ -331,7 +355,7 @@ class GpuSampler:
         try:
             self.tick()
         except Exception as e:  # a sampler bug must not end the run
-            self._failure = _one_line(f"the GPU sampler stopped: {type(e).__name__}: {e}")
+            self._fail(f"the GPU sampler stopped: {type(e).__name__}: {e}")
             return False
         return True
 
@@ -472,8 +496,11 @@ class GpuSampler:
         """
         if name not in MARKS:
             raise ValueError(f"mark: {name!r} is not one of {', '.join(MARKS)}")
-        with self._lock:
+        with self._guard() as held:
             if self._state != "open" or self._unavailable:
+                return
+            if not held:
+                self._fail(f"the {name} mark was skipped: the GPU sampler thread is stuck in a GPU call")
                 return
             now = self._clock()
             for gpu in self._gpus:
@@ -487,7 +514,7 @@ class GpuSampler:
             self._lose(gpu, now, e)
             return
         except Exception as e:  # a broken backend must not end the run
-            self._failure = _one_line(f"the GPU sampler's {name} mark failed: {type(e).__name__}: {e}")
+            self._fail(f"the GPU sampler's {name} mark failed: {type(e).__name__}: {e}")
             return
         if energy is not None:
             gpu.marks[name] = (now, energy)
@@ -515,7 +542,7 @@ class GpuSampler:
             own CPU time).
         """
         self.stop()
-        with self._lock:
+        with self._guard():  # read as it is even when a stuck thread holds the lock
             devices = [self._device_entry(u) for g in self._gpus for u in g.units]
             totals = [g.marks["end"][1] - g.marks["start"][1] for g in self._gpus
                       if "start" in g.marks and "end" in g.marks]
@@ -547,8 +574,7 @@ class GpuSampler:
             for u in g.units:
                 if u.lost and (u.slot is not None or u is g.units[0]):
                     parts.append(f"{u.uuid} lost {_ago(u.lost[0], self._opened_ns)}: {u.lost[1]}")
-        if self._failure:
-            parts.append(self._failure)
+        parts.extend(self._failures)
         if parts and gpus_with_energy < len(self._gpus):
             parts.append(f"energy totals cover {gpus_with_energy} of {len(self._gpus)} GPUs")
         return "; ".join(parts)
@@ -614,7 +640,7 @@ class GpuSampler:
                              f"got {interval_ns}, {n_intervals}")
         self.stop()
         out: List[Dict[str, Dict[str, Optional[float]]]] = [{} for _ in range(n_intervals)]
-        with self._lock:
+        with self._guard():
             for gpu in self._gpus:
                 _, _, power_series = _power_of(gpu)
                 util = gpu.utilization_series.bins(measure_start_ns, interval_ns, n_intervals)
