@@ -86,8 +86,8 @@ class FakeDevice:
     mig_devices: Sequence[FakeMigDevice] = ()
     fail_at: Optional[int] = None
     fail_error: str = "lost"
-    _reads: Dict[Tuple[Optional[int], str], int] = field(default_factory=dict, repr=False)
-    _failed: bool = field(default=False, repr=False)
+    _reads: Dict[Tuple[Optional[int], str], int] = field(default_factory=dict, init=False, repr=False)
+    _failed: bool = field(default=False, init=False, repr=False)
 
 
 @dataclass(frozen=True)
