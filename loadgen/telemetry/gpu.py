@@ -1,0 +1,745 @@
+"""GPU telemetry of a run: :class:`GpuSampler`, one background thread that samples every
+selected GPU through a :class:`~loadgen.telemetry.gpu_backend.GpuBackend` (NVML by
+default) and reports the result document's ``gpu`` section.
+
+Every ``sample_ms`` (100 by default) the thread reads, per physical GPU: SM and memory
+clocks, temperature, board power (instantaneous where the driver has it, else its
+averaged reading), the clock-event (throttle) reasons and the energy counter; and per
+selected device (a GPU, or a MIG device of a GPU in MIG mode) the memory used. About
+once a second it drains the driver's own high-rate buffers of utilization and power
+samples, from the last timestamp it saw. :meth:`GpuSampler.mark` reads the energy
+counters at the run's phase boundaries (``start``, ``issue_end``, ``end``), so that the
+energy of each phase is an exact difference of counter readings.
+
+Everything is stamped with ``time.monotonic_ns()``, the engine's clock, and keyed by
+UUID. Memory is bounded: statistics stream (exact min, max and mean; p50 and p99 from an
+HDR histogram) and the time series for per-interval figures halve their resolution when
+full (:mod:`loadgen.telemetry.streams`).
+
+Nothing here raises for a missing GPU, library or driver: the section then says
+``"status": "unavailable"`` with a one-line reason. A GPU that fails mid-run is no
+longer sampled, its ``lost`` entry says when and why, and the others go on
+(``"status": "partial"``).
+
+Typical use, around a run::
+
+    sampler = GpuSampler(parse_gpus(options.gpus, os.environ), sample_ms=100)
+    sampler.start()                  # ValueError: a --gpus item names no device
+    sampler.mark("start")
+    ...                              # the run; mark("issue_end") when issuing ends
+    sampler.mark("end")
+    section = sampler.report(completed_queries=..., completed_samples=...,
+                             measure_start_ns=..., interval_ns=..., n_intervals=...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+
+from loadgen.telemetry.gpu_backend import GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend
+from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
+from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries, StreamStats
+
+__all__ = [
+    "DEFAULT_SAMPLE_MS",
+    "GpuSampler",
+    "MARKS",
+    "MIN_SAMPLE_MS",
+    "MAX_SAMPLE_MS",
+    "THROTTLE_REASONS",
+]
+
+#: ``--gpu-sample-ms``: the default period and its range.
+DEFAULT_SAMPLE_MS = 100.0
+MIN_SAMPLE_MS = 10.0
+MAX_SAMPLE_MS = 60_000.0
+#: How often the driver's sample buffers are drained.
+DRAIN_S = 1.0
+#: The phase boundaries :meth:`GpuSampler.mark` knows.
+MARKS = ("start", "issue_end", "end")
+#: Names of the clock-event (throttle) reason bits (NVML's ``nvmlClocksEventReason*``).
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+_MIG_UTILIZATION = {"supported": False, "why": "MIG device"}
+# Tops of the percentile histograms (min, max and mean are exact beyond them).
+_SMALL_TOP = 1 << 12  # percent, degrees C
+_MHZ_TOP = 1 << 17  # clocks
+_MW_TOP = 1 << 24  # power in mW: 16.7 kW
+_T = TypeVar("_T")
+
+
+@dataclass
+class _Gpu:
+    """One physical GPU: what it is and what was read from it."""
+
+    index: int
+    uuid: str
+    name: str
+    handle: Handle
+    mig: bool = False
+    power_limit_w: Optional[float] = None
+    lost: Optional[Tuple[int, str]] = None
+    unsupported: Dict[str, str] = field(default_factory=dict)
+    ticks: int = 0
+    sm_clock: StreamStats = field(default_factory=lambda: StreamStats(highest=_MHZ_TOP))
+    mem_clock: StreamStats = field(default_factory=lambda: StreamStats(highest=_MHZ_TOP))
+    temperature: StreamStats = field(default_factory=lambda: StreamStats(highest=_SMALL_TOP))
+    power_read: StreamStats = field(default_factory=lambda: StreamStats(1000.0, _MW_TOP))
+    power_drained: StreamStats = field(default_factory=lambda: StreamStats(1000.0, _MW_TOP))
+    utilization: StreamStats = field(default_factory=lambda: StreamStats(highest=_SMALL_TOP))
+    power_read_series: BinnedSeries = field(default_factory=BinnedSeries)
+    power_drained_series: BinnedSeries = field(default_factory=BinnedSeries)
+    utilization_series: BinnedSeries = field(default_factory=BinnedSeries)
+    energy: CounterSeries = field(default_factory=CounterSeries)
+    integrated_mj: float = 0.0
+    last_power: Optional[Tuple[int, float]] = None
+    throttle_ticks: Dict[int, int] = field(default_factory=dict)
+    cursors: Dict[str, int] = field(default_factory=lambda: {"utilization": 0, "power": 0})
+    marks: Dict[str, Tuple[int, float]] = field(default_factory=dict)
+    units: List[_Unit] = field(default_factory=list)
+
+
+@dataclass
+class _Unit:
+    """One selected device: a whole GPU, or one MIG device of a GPU in MIG mode."""
+
+    gpu: _Gpu
+    uuid: str
+    name: str
+    handle: Handle
+    slot: Optional[int] = None
+    memory_total: Optional[int] = None
+    lost: Optional[Tuple[int, str]] = None
+    unsupported: Optional[str] = None
+    ticks: int = 0
+    memory: StreamStats = field(default_factory=StreamStats)
+    memory_series: BinnedSeries = field(default_factory=BinnedSeries)
+
+
+class GpuSampler:
+    """Samples the selected GPUs on a background thread (``loadgen-gpu``) and reports.
+
+    Args:
+        gpus: a :class:`GpuSelection` (from :func:`parse_gpus`) or a ``--gpus`` string
+            (parsed without the environment).
+        sample_ms: sampling period, ``MIN_SAMPLE_MS`` to ``MAX_SAMPLE_MS``.
+        backend: the GPU library (an :class:`NvmlBackend` when None).
+        clock: the monotonic ns clock stamping readings (``time.monotonic_ns``: the
+            engine's clock; a fake one in tests that call :meth:`tick` themselves).
+        drain_s: how often the driver's sample buffers are drained.
+        max_points: points per time series before it halves its resolution.
+        avoid_cpus: CPUs the thread keeps off (the issue thread's ``pin_cpus``), so that
+            it never preempts a pinned, spinning issue thread; ignored when no other
+            CPU is allowed.
+
+    Raises:
+        ValueError: a bad ``gpus`` string or ``sample_ms``; the message names it.
+    """
+
+    def __init__(self, gpus: Union[GpuSelection, str, None] = "all", sample_ms: float = DEFAULT_SAMPLE_MS, *,
+                 backend: Optional[GpuBackend] = None, clock: Callable[[], int] = time.monotonic_ns,
+                 drain_s: float = DRAIN_S, max_points: int = DEFAULT_MAX_POINTS,
+                 avoid_cpus: Sequence[int] = ()) -> None:
+        if not (isinstance(sample_ms, (int, float)) and MIN_SAMPLE_MS <= sample_ms <= MAX_SAMPLE_MS):
+            raise ValueError(f"--gpu-sample-ms must be {MIN_SAMPLE_MS:g} to {MAX_SAMPLE_MS:g} ms; got {sample_ms!r}")
+        self.selection = gpus if isinstance(gpus, GpuSelection) else parse_gpus(gpus)
+        self.sample_ms = float(sample_ms)
+        self.backend: GpuBackend = backend if backend is not None else NvmlBackend()
+        self._clock = clock
+        self._drain_ns = int(drain_s * 1e9)
+        self._max_points = max_points
+        self._avoid_cpus = frozenset(avoid_cpus)
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._gpus: List[_Gpu] = []
+        self._driver = ""
+        self._unavailable: Optional[str] = None
+        self._failures: List[str] = []  # what went wrong outside a GPU, one line each
+        self._opened_ns = 0
+        self._last_drain_ns = 0
+        self._state = "new"  # new -> open -> closed
+        self._thread_cpu_s: Optional[float] = None
+        self._thread_wall_s: Optional[float] = None
+        # How long stop() waits for the thread, and the caller's thread for the lock the
+        # thread holds during a pass: a GPU call that hangs must not hang the run.
+        self.join_s = 2.0
+        self.lock_s = 1.0
+
+    # ------------------------------------------------------------- lifecycle
+
+    def open(self) -> None:
+        """Opens the library and finds the selected devices, without starting the
+        thread (:meth:`start` does both). A missing library, driver or device makes the
+        sampler unavailable; nothing raises then.
+
+        Raises:
+            ValueError: a ``--gpus`` item names no device (the library is closed again).
+        """
+        if self._state != "new":
+            return
+        self._state = "open"
+        if self.selection.mode == "none":
+            self._unavailable = f"no GPU selected ({self.selection.describe()})"
+            return
+        try:
+            self.backend.init()
+        except Exception as e:  # GpuUnavailable, or a broken library: never the run's end
+            self._unavailable = _one_line(str(e) if isinstance(e, GpuError) else f"{type(e).__name__}: {e}")
+            self._state = "closed"
+            return
+        try:
+            self._opened_ns = self._last_drain_ns = self._clock()
+            self._discover()
+        except ValueError:
+            self._close_backend()
+            raise
+        except Exception as e:  # a GpuError, or a broken library
+            self._unavailable = _one_line(f"GPU discovery failed: {type(e).__name__}: {e}")
+        if not self._unavailable and not self._gpus:
+            self._unavailable = f"no GPU matches {self.selection.describe()}"
+        if self._unavailable:
+            self._close_backend()
+
+    def start(self) -> None:
+        """Opens (see :meth:`open`) and starts the sampling thread (none when no GPU can
+        be sampled). Takes the first readings before it returns."""
+        self.open()
+        if self._state != "open" or self._thread is not None or self._unavailable:
+            return
+        if not self._safe_tick():
+            return
+        self._thread = threading.Thread(target=self._run, name="loadgen-gpu", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the thread promptly, drains the driver buffers a last time, marks
+        ``end`` when ``start`` was marked and ``end`` was not, and closes the library.
+        Idempotent; raises nothing."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.join_s)
+        with self._guard() as held:
+            if self._state != "open":
+                return
+            if not held:  # the thread is stuck in a GPU call: leave the library alone
+                self._fail("the GPU sampler thread is stuck in a GPU call; its last readings are left out")
+                self._state = "closed"
+                return
+            try:
+                if not self._unavailable and not self._failures:
+                    now = self._clock()
+                    self._drain(now)
+                    for gpu in self._gpus:
+                        if "start" in gpu.marks and "end" not in gpu.marks and not gpu.lost:
+                            self._mark_gpu(gpu, "end", now)
+            except Exception as e:  # a broken backend: keep what was measured
+                self._fail(f"the GPU sampler's last readings failed: {type(e).__name__}: {e}")
+            self._close_backend()
+
+    def _fail(self, message: str) -> None:
+        line = _one_line(message)
+        if line not in self._failures:
+            self._failures.append(line)
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[bool]:
+        """The sampler's lock, waited for ``lock_s`` at most; yields whether it is held."""
+        held = self._lock.acquire(timeout=self.lock_s)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
+
+    def _close_backend(self) -> None:
+        self._state = "closed"
+        try:
+            self.backend.shutdown()
+        except Exception:  # shutting down must not lose the report
+            pass
+
+    @property
+    def status(self) -> str:
+        """"ok", "partial" (a GPU was lost or the thread failed) or "unavailable"."""
+        if self._unavailable or self._state == "new":
+            return "unavailable"
+        if self._failures or any(u.lost for g in self._gpus for u in g.units):
+            return "partial"
+        return "ok"
+
+    # ------------------------------------------------------------- discovery
+
+    def _discover(self) -> None:
+        self._driver = self.backend.driver_version()
+        infos: List[DeviceInfo] = []
+        found: List[Tuple[_Gpu, List[Tuple[str, str, Handle]]]] = []
+        for i in range(self.backend.device_count()):
+            gpu, migs = self._describe(i)
+            found.append((gpu, migs))
+            infos.append(DeviceInfo(i, gpu.uuid, tuple(m[0] for m in migs), gpu.mig))
+        for pos, slot in select(self.selection, infos):
+            gpu, migs = found[pos]
+            if slot is None:
+                unit = _Unit(gpu, gpu.uuid, gpu.name, gpu.handle, lost=gpu.lost)
+            else:
+                uuid, name, handle = migs[slot]
+                unit = _Unit(gpu, uuid, name, handle, slot=slot, lost=gpu.lost)
+            unit.memory_series = BinnedSeries(self._max_points)
+            gpu.units.append(unit)
+        self._gpus = [gpu for gpu, _ in found if gpu.units]
+
+    def _describe(self, index: int) -> Tuple[_Gpu, List[Tuple[str, str, Handle]]]:
+        """A physical GPU and its MIG devices (uuid, name, handle); a GPU that fails
+        here is recorded as lost from the start."""
+        b = self.backend
+        try:
+            handle = b.handle_by_index(index)
+            gpu = _Gpu(index, b.uuid(handle), b.name(handle), handle, mig=b.is_mig(handle))
+        except GpuError as e:
+            gpu = _Gpu(index, f"index-{index}", "unknown", None, lost=(self._clock(), _one_line(str(e))))
+            return gpu, []
+        for series in ("power_read_series", "power_drained_series", "utilization_series"):
+            setattr(gpu, series, BinnedSeries(self._max_points))
+        gpu.energy = CounterSeries(self._max_points)
+        migs: List[Tuple[str, str, Handle]] = []
+        try:
+            gpu.power_limit_w = b.power_limit(handle)
+        except GpuNotSupported:
+            pass
+        except GpuError as e:
+            gpu.lost = (self._clock(), _one_line(str(e)))
+        try:
+            if gpu.mig:
+                migs = [(b.uuid(h), b.name(h), h) for h in b.mig_devices(handle)]
+        except GpuError as e:
+            gpu.lost = (self._clock(), _one_line(str(e)))
+        return gpu, migs
+
+    # -------------------------------------------------------------- sampling
+
+    def _run(self) -> None:
+        _keep_off(self._avoid_cpus)
+        cpu0, wall0 = time.thread_time(), time.monotonic()
+        period_ns = int(self.sample_ms * 1e6)
+        next_ns = time.monotonic_ns() + period_ns
+        try:
+            while not self._stop.wait(max(0, next_ns - time.monotonic_ns()) / 1e9):
+                if not self._safe_tick() or all(g.lost for g in self._gpus):
+                    break
+                next_ns += period_ns
+                now = time.monotonic_ns()
+                if next_ns < now:  # fell behind (a stalled machine): skip, do not burst
+                    next_ns = now + period_ns
+        finally:
+            self._thread_cpu_s = time.thread_time() - cpu0
+            self._thread_wall_s = time.monotonic() - wall0
+
+    def _safe_tick(self) -> bool:
+        """:meth:`tick`, turning an unexpected exception (a broken backend) into the
+        ``partial`` status instead of ending the run; False when sampling must stop."""
+        try:
+            self.tick()
+        except Exception as e:  # a sampler bug must not end the run
+            self._fail(f"the GPU sampler stopped: {type(e).__name__}: {e}")
+            return False
+        return True
+
+    def tick(self) -> None:
+        """One sampling pass over every GPU (and a drain when one is due): what the
+        thread does every ``sample_ms``. Public for callers that drive sampling
+        themselves (tests with a fake clock); ignored unless the sampler is open."""
+        with self._lock:
+            if self._state != "open" or self._unavailable:
+                return
+            now = self._clock()
+            for gpu in self._gpus:
+                if gpu.lost:
+                    continue
+                try:
+                    self._read_gpu(gpu, now)
+                except GpuError as e:
+                    self._lose(gpu, now, e)
+                    continue
+                for unit in gpu.units:
+                    self._read_unit(unit, now)
+            if now - self._last_drain_ns >= self._drain_ns:
+                self._drain(now)
+
+    def _read(self, gpu: _Gpu, metric: str, fn: Callable[[Handle], _T]) -> Optional[_T]:
+        """A reading, or None when the GPU does not support it (asked once only)."""
+        if metric in gpu.unsupported:
+            return None
+        try:
+            return fn(gpu.handle)
+        except GpuNotSupported as e:
+            gpu.unsupported[metric] = _one_line(str(e)) or "not supported"
+            return None
+
+    def _read_gpu(self, gpu: _Gpu, now: int) -> None:
+        b = self.backend
+        clocks = self._read(gpu, "clocks", b.clocks)
+        if clocks is not None:
+            gpu.sm_clock.add(clocks[0])
+            gpu.mem_clock.add(clocks[1])
+        temperature = self._read(gpu, "temperature", b.temperature)
+        if temperature is not None:
+            gpu.temperature.add(temperature)
+        power = self._read_power(gpu)
+        if power is not None:
+            gpu.power_read.add(power)
+            gpu.power_read_series.add(now, power)
+            if gpu.last_power is not None:  # for GPUs without an energy counter
+                t, p = gpu.last_power
+                gpu.integrated_mj += (p + power) / 2 * (now - t) / 1e6
+            gpu.last_power = (now, power)
+        reasons = self._read(gpu, "clocks_event_reasons", b.clocks_event_reasons)
+        if reasons:
+            for bit in _bits(reasons):
+                gpu.throttle_ticks[bit] = gpu.throttle_ticks.get(bit, 0) + 1
+        energy = self._energy_mj(gpu, now)
+        if energy is not None:
+            gpu.energy.add(now, energy)
+        gpu.ticks += 1
+
+    def _read_power(self, gpu: _Gpu) -> Optional[float]:
+        """Board power: the instantaneous reading where the driver has one, else its
+        averaged one; None when neither is supported."""
+        power = self._read(gpu, "power_instant", self.backend.power_instant)
+        if power is None:
+            power = self._read(gpu, "power", self.backend.power_avg)
+        return power
+
+    def _energy_mj(self, gpu: _Gpu, now: int) -> Optional[float]:
+        """The energy counter (mJ), or the integral of the power readings where the GPU
+        has no counter (it starts at the first reading); None when neither exists."""
+        counter = self._read(gpu, "energy", self.backend.total_energy_mj)
+        if counter is not None:
+            return float(counter)
+        if gpu.last_power is None:
+            power = self._read_power(gpu)
+            if power is None:
+                return None
+            gpu.last_power = (now, power)
+        t, p = gpu.last_power
+        return gpu.integrated_mj + p * (now - t) / 1e6
+
+    def _read_unit(self, unit: _Unit, now: int) -> None:
+        if unit.lost or unit.unsupported:
+            return
+        try:
+            used, total = self.backend.memory(unit.handle)
+        except GpuNotSupported as e:
+            unit.unsupported = _one_line(str(e)) or "not supported"
+            return
+        except GpuError as e:
+            if unit.slot is None:
+                self._lose(unit.gpu, now, e)
+            else:
+                unit.lost = (now, _one_line(str(e)))
+            return
+        unit.memory.add(used)
+        unit.memory_series.add(now, used)
+        unit.memory_total = total
+        unit.ticks += 1
+
+    def _drain(self, now: int) -> None:
+        """Drains the driver's utilization and power sample buffers of every GPU."""
+        self._last_drain_ns = now
+        for gpu in self._gpus:
+            for kind in ("utilization", "power"):
+                if gpu.lost or (kind == "utilization" and gpu.mig) or kind in gpu.unsupported:
+                    continue
+                try:
+                    points, gpu.cursors[kind] = self.backend.samples(gpu.handle, kind, gpu.cursors[kind])
+                except GpuNotSupported as e:
+                    gpu.unsupported[kind] = _one_line(str(e)) or "not supported"
+                    continue
+                except GpuError as e:
+                    self._lose(gpu, now, e)
+                    continue
+                stats, series = ((gpu.utilization, gpu.utilization_series) if kind == "utilization"
+                                 else (gpu.power_drained, gpu.power_drained_series))
+                for t, value in points:
+                    if t >= self._opened_ns:  # the buffer also holds samples from before
+                        stats.add(value)
+                        series.add(t, value)
+
+    def _lose(self, gpu: _Gpu, now: int, error: Exception) -> None:
+        gpu.lost = (now, _one_line(str(error)) or type(error).__name__)
+        for unit in gpu.units:
+            unit.lost = unit.lost or gpu.lost
+
+    # ----------------------------------------------------------------- marks
+
+    def mark(self, name: str) -> None:
+        """Reads every GPU's energy counter now, as the boundary ``name`` (one of
+        :data:`MARKS`). Call it at the start of the measured run, when issuing ends and
+        at the end; a GPU that fails here is lost like one that fails sampling.
+
+        Raises:
+            ValueError: ``name`` is not one of :data:`MARKS`.
+        """
+        if name not in MARKS:
+            raise ValueError(f"mark: {name!r} is not one of {', '.join(MARKS)}")
+        with self._guard() as held:
+            if self._state != "open" or self._unavailable:
+                return
+            if not held:
+                self._fail(f"the {name} mark was skipped: the GPU sampler thread is stuck in a GPU call")
+                return
+            now = self._clock()
+            for gpu in self._gpus:
+                if not gpu.lost:
+                    self._mark_gpu(gpu, name, now)
+
+    def _mark_gpu(self, gpu: _Gpu, name: str, now: int) -> None:
+        try:
+            energy = self._energy_mj(gpu, now)
+        except GpuError as e:
+            self._lose(gpu, now, e)
+            return
+        except Exception as e:  # a broken backend must not end the run
+            self._fail(f"the GPU sampler's {name} mark failed: {type(e).__name__}: {e}")
+            return
+        if energy is not None:
+            gpu.marks[name] = (now, energy)
+            if "energy" not in gpu.unsupported:
+                gpu.energy.add(now, energy)
+
+    # ---------------------------------------------------------------- report
+
+    def report(self, *, completed_queries: int = 0, completed_samples: int = 0,
+               measure_start_ns: Optional[int] = None, interval_ns: Optional[int] = None,
+               n_intervals: Optional[int] = None) -> Dict[str, Any]:
+        """The result document's ``gpu`` section (stops the sampler first).
+
+        Args:
+            completed_queries, completed_samples: the run's counts, for the energy per
+                query and per sample.
+            measure_start_ns, interval_ns, n_intervals: the run's time series; when all
+                are given the section also has ``intervals`` (see :meth:`intervals`).
+
+        Returns:
+            ``status`` ("ok", "partial", "unavailable"), ``reason`` (one line; empty when
+            ok), ``sample_ms``, ``selection``, ``devices`` (one entry per device, see the
+            module docs), ``energy_j_total``, ``energy_per_query_j``,
+            ``energy_per_sample_j``, ``queries_per_joule`` and ``sampler`` (the thread's
+            own CPU time).
+        """
+        self.stop()
+        with self._guard():  # read as it is even when a stuck thread holds the lock
+            devices = [self._device_entry(u) for g in self._gpus for u in g.units]
+            totals = [g.marks["end"][1] - g.marks["start"][1] for g in self._gpus
+                      if "start" in g.marks and "end" in g.marks]
+            energy_j = sum(totals) / 1000.0 if totals else None
+            section: Dict[str, Any] = {
+                "status": self.status,
+                "reason": self._reason(len(totals)),
+                "sample_ms": self.sample_ms,
+                "selection": self.selection.describe(),
+                "devices": devices,
+                "energy_j_total": energy_j,
+                "energy_per_query_j": _ratio(energy_j, completed_queries),
+                "energy_per_sample_j": _ratio(energy_j, completed_samples),
+                "queries_per_joule": _ratio(float(completed_queries), energy_j) if completed_queries else None,
+                "sampler": self._overhead(),
+            }
+        if measure_start_ns is not None and interval_ns is not None and n_intervals is not None:
+            section["intervals"] = self.intervals(measure_start_ns=measure_start_ns, interval_ns=interval_ns,
+                                                  n_intervals=n_intervals)
+        return section
+
+    def _reason(self, gpus_with_energy: int) -> str:
+        if self._unavailable:
+            return self._unavailable
+        if self._state == "new":
+            return "the GPU sampler was not started"
+        parts = []
+        for g in self._gpus:
+            for u in g.units:
+                if u.lost and (u.slot is not None or u is g.units[0]):
+                    parts.append(f"{u.uuid} lost {_ago(u.lost[0], self._opened_ns)}: {u.lost[1]}")
+        parts.extend(self._failures)
+        if parts and gpus_with_energy < len(self._gpus):
+            parts.append(f"energy totals cover {gpus_with_energy} of {len(self._gpus)} GPUs")
+        return "; ".join(parts)
+
+    def _overhead(self) -> Dict[str, Optional[float]]:
+        cpu, wall = self._thread_cpu_s, self._thread_wall_s
+        return {
+            "thread_cpu_s": cpu,
+            "wall_s": wall,
+            "cpu_pct_of_core": 100.0 * cpu / wall if cpu is not None and wall else None,
+        }
+
+    def _device_entry(self, unit: _Unit) -> Dict[str, Any]:
+        gpu = unit.gpu
+        entry: Dict[str, Any] = {
+            "index": gpu.index,
+            "uuid": unit.uuid,
+            "name": unit.name,
+            "driver_version": self._driver,
+            "mig": unit.slot is not None,
+        }
+        if unit.slot is not None:
+            entry.update(parent_uuid=gpu.uuid, mig_index=unit.slot)
+        power_stats, power_source, _ = _power_of(gpu)
+        entry.update({
+            "utilization_pct": (dict(_MIG_UTILIZATION) if unit.slot is not None
+                                else _stats(gpu.utilization, gpu.unsupported.get("utilization"))),
+            "memory_used_bytes": _stats(unit.memory, unit.unsupported),
+            "memory_total_bytes": unit.memory_total,
+            "power_w": _stats(power_stats, None if power_source else "not supported"),
+            "power_source": power_source,
+            "power_limit_w": gpu.power_limit_w,
+            "sm_clock_mhz": _stats(gpu.sm_clock, gpu.unsupported.get("clocks")),
+            "mem_clock_mhz": _stats(gpu.mem_clock, gpu.unsupported.get("clocks")),
+            "temperature_c": _stats(gpu.temperature, gpu.unsupported.get("temperature")),
+            "energy_j": _phase_energy(gpu),
+            "energy_source": _energy_source(gpu),
+            "throttle_reasons": [_reason_name(bit) for bit in sorted(gpu.throttle_ticks)],
+            "throttle_samples": {_reason_name(bit): n for bit, n in sorted(gpu.throttle_ticks.items())},
+            "samples": unit.ticks,
+        })
+        if unit.lost:
+            entry["lost"] = {"at_ns": unit.lost[0], "reason": unit.lost[1]}
+        return entry
+
+    # ------------------------------------------------------------- intervals
+
+    def intervals(self, *, measure_start_ns: int, interval_ns: int, n_intervals: int
+                  ) -> List[Dict[str, Dict[str, Optional[float]]]]:
+        """Per-interval figures aligned with the run's time series (stops the sampler
+        first): for interval ``i``,
+        [measure_start + i * interval, measure_start + (i + 1) * interval), a dict by
+        device UUID of ``utilization_pct`` (mean), ``power_w`` (mean), ``memory_used_bytes``
+        (max) and ``energy_j``; None where nothing was read in it. A MIG device's power
+        and energy are its GPU's (shared by the GPU's MIG devices); its utilization is
+        None (not supported).
+
+        Raises:
+            ValueError: ``interval_ns`` <= 0 or ``n_intervals`` < 0.
+        """
+        if interval_ns <= 0 or n_intervals < 0:
+            raise ValueError(f"intervals: interval_ns must be > 0 and n_intervals >= 0; "
+                             f"got {interval_ns}, {n_intervals}")
+        self.stop()
+        out: List[Dict[str, Dict[str, Optional[float]]]] = [{} for _ in range(n_intervals)]
+        with self._guard():
+            for gpu in self._gpus:
+                _, _, power_series = _power_of(gpu)
+                util = gpu.utilization_series.bins(measure_start_ns, interval_ns, n_intervals)
+                power = power_series.bins(measure_start_ns, interval_ns, n_intervals)
+                energy = [_joules(gpu.energy.delta(measure_start_ns + i * interval_ns,
+                                                   measure_start_ns + (i + 1) * interval_ns))
+                          for i in range(n_intervals)]
+                for unit in gpu.units:
+                    memory = unit.memory_series.bins(measure_start_ns, interval_ns, n_intervals)
+                    for i in range(n_intervals):
+                        out[i][unit.uuid] = {
+                            "utilization_pct": None if unit.slot is not None else _mean(util[i]),
+                            "power_w": _mean(power[i]),
+                            "memory_used_bytes": int(memory[i][2]) if memory[i][0] else None,
+                            "energy_j": energy[i],
+                        }
+        return out
+
+
+# ------------------------------------------------------------------- helpers
+
+def _power_of(gpu: _Gpu) -> Tuple[StreamStats, Optional[str], BinnedSeries]:
+    """The power figures to report: the driver's samples when it gave any, else the
+    readings taken every tick; and what they are."""
+    if gpu.power_drained.n:
+        return gpu.power_drained, "driver samples", gpu.power_drained_series
+    if gpu.power_read.n:
+        source = "average" if "power_instant" in gpu.unsupported else "instant"
+        return gpu.power_read, source, gpu.power_read_series
+    return gpu.power_read, None, gpu.power_read_series
+
+
+def _stats(stats: StreamStats, unsupported: Optional[str]) -> Dict[str, Any]:
+    if unsupported:
+        return {"supported": False, "why": unsupported}
+    return dict(stats.summary())
+
+
+def _phase_energy(gpu: _Gpu) -> Dict[str, Optional[float]]:
+    def between(a: str, b: str) -> Optional[float]:
+        if a in gpu.marks and b in gpu.marks:
+            return (gpu.marks[b][1] - gpu.marks[a][1]) / 1000.0
+        return None
+
+    out = {
+        "start_to_issue_end": between("start", "issue_end"),
+        "issue_end_to_end": between("issue_end", "end"),
+        "total": between("start", "end"),
+    }
+    last = gpu.energy.last()
+    if gpu.lost and "start" in gpu.marks and last is not None:
+        out["until_lost"] = (last[1] - gpu.marks["start"][1]) / 1000.0
+    return out
+
+
+def _energy_source(gpu: _Gpu) -> Optional[str]:
+    if "energy" not in gpu.unsupported:
+        return "counter"
+    return "power integral" if gpu.last_power is not None else None
+
+
+def _keep_off(cpus: FrozenSet[int]) -> None:
+    """Moves the calling thread off ``cpus`` (Linux: affinity is per thread)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        allowed = os.sched_getaffinity(0) - cpus
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    except OSError:
+        pass
+
+
+def _bits(mask: int) -> List[int]:
+    return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def _reason_name(bit: int) -> str:
+    return THROTTLE_REASONS.get(bit, f"0x{bit:x}")
+
+
+def _joules(mj: Optional[float]) -> Optional[float]:
+    return None if mj is None else mj / 1000.0
+
+
+def _mean(b: Tuple[int, float, float]) -> Optional[float]:
+    return b[1] / b[0] if b[0] else None
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def _ago(t_ns: int, origin_ns: int) -> str:
+    return f"at +{max(t_ns - origin_ns, 0) / 1e9:.1f} s"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
