@@ -185,6 +185,14 @@ def parse_labels(items: List[str]) -> Dict[str, str]:
     return dict(item.partition("=")[::2] for item in items)
 
 
+def _gpus(v: Any) -> str:
+    from loadgen.telemetry.gpu_select import parse_gpus
+
+    s = str(v).strip()
+    parse_gpus(s)
+    return s
+
+
 def _pin(v: Any) -> str:
     s = str(v).strip()
     if s != "auto":
@@ -307,6 +315,10 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("spin_us", _float(0, 1e6), f"issue thread: spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
+    OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: all (default; honours CUDA_VISIBLE_DEVICES and "
+               "NVIDIA_VISIBLE_DEVICES), none, indexes like 0,1, or UUIDs; the result's 'gpu' section", "all|none|LIST"),
+    OptionSpec("gpu_sample_ms", _float(10, 60000, unit="ms"), "GPU sampling period "
+               f"(default {D.GPU_SAMPLE_MS:g}; utilization and power also from the driver's own buffer)", "MS"),
     OptionSpec("pin", _pin, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
                "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT; CPUS plans within "
                "those CPUs; the plan goes in the result's 'placement' (see 'loadgen env')", "auto|CPUS"),
@@ -407,6 +419,8 @@ class RunOptions:
     spin_us: Optional[float] = None
     pin_cpus: List[int] = field(default_factory=list)
     pin: Optional[str] = None
+    gpus: str = D.GPUS
+    gpu_sample_ms: float = D.GPU_SAMPLE_MS
     inline_dispatch: bool = False
     timeout_ms: Optional[float] = None
     grace_s: float = D.GRACE_S

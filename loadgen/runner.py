@@ -14,7 +14,7 @@ from loadgen.options import RunOptions, parse_labels
 from loadgen.results.document import SCHEMA, build_document, histogram_summary
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
-from loadgen.telemetry.run import RunTelemetry, place
+from loadgen.telemetry.run import RunTelemetry, check_gpus, place
 from loadgen.workers import add_worker_section, total_load, wait_until, worker_section
 
 if TYPE_CHECKING:
@@ -86,6 +86,7 @@ def prepare(options: RunOptions) -> _Prepared:
     else:
         sut = load_sut(effective.sut)
     _scraper(effective, check=True)
+    check_gpus(effective)  # a --gpus index or UUID that no device has: a usage error
     return scenario, effective, settings, sut
 
 
@@ -124,7 +125,7 @@ def run_benchmark(
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     placement = place(effective, dataclasses.replace(settings))  # the record; plan() applied it
     engine = Engine(settings, sut)
-    telemetry = RunTelemetry(effective)
+    telemetry = RunTelemetry(effective, settings)
     scraper = _scraper(effective, check=False)
     if effective.start_at is not None:
         _wait_for_start(effective.start_at, stop_requested)
@@ -140,7 +141,7 @@ def run_benchmark(
     telemetry.start(engine)
     engine.start()
     try:
-        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested)
+        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, telemetry.poll)
     except BaseException:
         engine.close()
         raise
@@ -232,13 +233,14 @@ def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupte
 
 
 def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], interval_s: float,
-           stop_requested: Optional[Callable[[], bool]]) -> bool:
+           stop_requested: Optional[Callable[[], bool]], poll: Callable[[], None] = lambda: None) -> bool:
     """Waits for the run to end, reporting progress and stopping it when asked; returns
     whether it was stopped early."""
     interrupted = False
     last_progress = time.monotonic()
     last_completed = 0
     while not engine.wait(0.1):
+        poll()
         if stop_requested is not None and stop_requested() and not interrupted:
             interrupted = True
             engine.stop()

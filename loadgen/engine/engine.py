@@ -182,6 +182,11 @@ class Engine:
         0 before the run started."""
         return self._core.measure_start_ns
 
+    @property
+    def issue_end_ns(self) -> int:
+        """When issuing ended, on the monotonic ns clock; 0 while it goes on."""
+        return self._core.issue_end_ns
+
     def dispatcher_thread_id(self) -> Optional[int]:
         """The kernel thread id of the Python dispatcher (which runs the event loop of
         network and async SUTs); None for native SUTs or before it started."""

@@ -23,12 +23,53 @@ def render_summary(doc: Dict[str, Any]) -> str:
     """The human summary: VALID/INVALID and the reasons first, then the figures."""
     lines = _verdict_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
     lines += _network_lines(doc)
+    lines += _gpu_lines(doc)
     lines += _host_lines(doc) + _merge_lines(doc)
     es = doc.get("early_stopping")
     if es:
         lines.append(f"early stop   {es['message']}")
     lines += _error_lines(doc)
     return "\n".join(lines) + "\n"
+
+
+def _gpu_lines(doc: Dict[str, Any]) -> List[str]:
+    """A GPU line per device (utilization, power, memory, energy), then energy per query;
+    or why there are no GPU figures."""
+    gpu = doc.get("gpu")
+    if not gpu:
+        return []
+    if gpu["status"] == "unavailable":
+        return [f"gpu          none sampled: {gpu['reason']}"]
+    lines = []
+    for d in gpu["devices"]:
+        util = d.get("utilization_pct") or {}
+        power = d.get("power_w") or {}
+        mem = d.get("memory_used_bytes") or {}
+        parts = [f"gpu {d.get('index', '?')}        {d.get('name', '')} {d['uuid'][:12]}"]
+        if util.get("mean") is not None:
+            parts.append(f"util {util['mean']:.0f}% (p99 {util['p99']:.0f}%)")
+        elif util.get("supported") is False:
+            parts.append(f"util not supported ({util.get('why', '')})")
+        if power.get("mean") is not None:
+            parts.append(f"power {power['mean']:.0f} W (max {power['max']:.0f})")
+        if mem.get("max") is not None:
+            parts.append(f"memory {mem['max'] / 2**30:.1f} GiB max")
+        energy = (d.get("energy_j") or {}).get("total")
+        if energy is not None:
+            parts.append(f"energy {energy:,.1f} J")
+        if d.get("throttle_reasons"):
+            parts.append("throttled: " + ", ".join(d["throttle_reasons"]))
+        if d.get("lost"):
+            parts.append(f"LOST: {d['lost'].get('reason', '')}")
+        lines.append(", ".join(parts))
+    if gpu.get("energy_j_total") is not None:
+        per_q = gpu.get("energy_per_query_j")
+        qpj = gpu.get("queries_per_joule")
+        lines.append(f"energy       {gpu['energy_j_total']:,.1f} J in all"
+                     + (f", {per_q * 1e3:,.3f} mJ per query, {qpj:,.2f} queries per J" if per_q and qpj else ""))
+    if gpu["status"] == "partial" and gpu.get("reason"):
+        lines.append(f"             {gpu['reason']}")
+    return lines
 
 
 def _host_lines(doc: Dict[str, Any]) -> List[str]:

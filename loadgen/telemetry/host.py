@@ -110,14 +110,23 @@ class HostSampler:
     interval_s: float
     dispatcher_tid: Callable[[], Optional[int]] = lambda: None
     proc: str = "/proc"
+    poll_s: float = 0.2
     _snaps: List[_Snapshot] = field(default_factory=list)
+    # Every thread's last-seen (name, ticks), ended ones too: a thread that ends keeps
+    # the CPU it used up to the last poll (at most poll_s of it is not seen).
+    _known: Dict[int, Tuple[str, int]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: Optional[threading.Thread] = None
     error: str = ""
 
+    def poll(self) -> None:
+        """Reads every thread's CPU time now (the thread does this every ``poll_s``)."""
+        self._known.update(read_thread_cpu(self.proc))
+
     def snapshot(self) -> None:
         """Takes one sample now (the thread does this every interval)."""
-        self._snaps.append(_Snapshot(time.monotonic_ns(), read_thread_cpu(self.proc),
+        self.poll()
+        self._snaps.append(_Snapshot(time.monotonic_ns(), dict(self._known),
                                      read_machine_cpu(self.proc), _rss_bytes(self.proc)))
 
     def start(self) -> None:
@@ -126,9 +135,15 @@ class HostSampler:
         self._thread.start()
 
     def _loop(self) -> None:
+        poll_s = min(self.poll_s, self.interval_s)
+        next_snapshot = time.monotonic() + self.interval_s
         try:
-            while not self._stop.wait(self.interval_s):
-                self.snapshot()
+            while not self._stop.wait(max(0.0, min(poll_s, next_snapshot - time.monotonic()))):
+                if time.monotonic() >= next_snapshot - 1e-3:
+                    self.snapshot()
+                    next_snapshot += self.interval_s
+                else:
+                    self.poll()
         except Exception as e:  # the run goes on without host figures
             self.error = f"host sampling stopped: {type(e).__name__}: {e}"
 

@@ -8,14 +8,18 @@ once it has ended, and :meth:`RunTelemetry.add_to` on the finished document.
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any, Dict, Optional
 
 from loadgen import placement
 from loadgen.engine import Engine, EngineSettings
 from loadgen.options import RunOptions
+from loadgen.telemetry.gpu import GpuSampler
+from loadgen.telemetry.gpu_select import parse_gpus
 from loadgen.telemetry.host import SATURATED_FRACTION, HostSampler
 
-__all__ = ["RunTelemetry", "place"]
+__all__ = ["RunTelemetry", "check_gpus", "place"]
 
 #: SUT forms whose dispatcher thread runs an event loop (network clients, async SUTs):
 #: its busy time is the client's own work, so a busy loop means a saturated generator.
@@ -50,6 +54,17 @@ def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
     return {"pin": o.pin, "plan": plan.as_dict(), "applied": applied, "usable_cpus": topo.usable}
 
 
+def check_gpus(o: RunOptions) -> None:
+    """Checks ``--gpus`` against the devices NVML sees (ValueError naming an index or
+    UUID that no device has). Without NVML or a GPU nothing is checked: the run goes on
+    and its ``gpu`` section says why there are no GPU figures."""
+    sampler = GpuSampler(parse_gpus(o.gpus, os.environ), o.gpu_sample_ms)
+    try:
+        sampler.open()
+    finally:
+        sampler.stop()
+
+
 class RunTelemetry:
     """The samplers of one run.
 
@@ -57,19 +72,42 @@ class RunTelemetry:
         o: the effective options (the time-series interval sets the sampling interval).
     """
 
-    def __init__(self, o: RunOptions) -> None:
+    def __init__(self, o: RunOptions, settings: EngineSettings) -> None:
         self.interval_s = o.interval_s if o.interval_s > 0 else 1.0
+        self.warmup_s = o.warmup_s
         self.host: Optional[HostSampler] = None
         self.engine: Optional[Engine] = None
+        self.gpu = GpuSampler(parse_gpus(o.gpus, os.environ), o.gpu_sample_ms, avoid_cpus=settings.pin_cpus)
+        self._timer: Optional[threading.Timer] = None
+        self._issue_end_marked = False
 
     def start(self, engine: Engine) -> None:
-        """Starts sampling; call right before ``engine.start()``."""
+        """Starts sampling; call right before ``engine.start()``. The GPUs' energy is
+        read now (the start of measuring) or, after a warm-up, when it ends."""
         self.engine = engine
         self.host = HostSampler(self.interval_s, dispatcher_tid=engine.dispatcher_thread_id)
         self.host.start()
+        self.gpu.start()
+        if self.warmup_s > 0:
+            self._timer = threading.Timer(self.warmup_s, self.gpu.mark, args=("start",))
+            self._timer.daemon = True
+            self._timer.start()
+        else:
+            self.gpu.mark("start")
+
+    def poll(self) -> None:
+        """Called while the run goes on: reads the GPUs' energy once issuing has ended."""
+        if not self._issue_end_marked and self.engine is not None and self.engine.issue_end_ns:
+            self._issue_end_marked = True
+            self.gpu.mark("issue_end")
 
     def stop(self) -> None:
-        """Stops sampling (after the run ended, or failed)."""
+        """Stops sampling (after the run ended, or failed); the GPUs' energy is read a
+        last time."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.poll()
+        self.gpu.stop()
         if self.host is not None:
             self.host.stop()
 
@@ -78,6 +116,7 @@ class RunTelemetry:
         the run invalid, saying when and how busy."""
         if self.host is None or self.engine is None:
             return
+        self._add_gpu(doc)
         if placement_section is not None:
             if self.engine.dispatcher_thread_id() is None and placement_section["applied"]["dispatcher"]:
                 placement_section["applied"]["dispatcher"] = []
@@ -96,3 +135,25 @@ class RunTelemetry:
                       "(more workers or --pin help)")
             doc["invalid_reasons"].append(reason)
             doc["valid"] = False
+
+    def _add_gpu(self, doc: Dict[str, Any]) -> None:
+        """The ``gpu`` section, and each time-series interval's GPU figures (``gpu``: by
+        device UUID, mean utilization and power, peak memory, energy)."""
+        assert self.engine is not None
+        counts, series = doc["counts"], doc["timeseries"]
+        start = self.engine.measure_start_ns
+        interval_ns = int(self.interval_s * 1e9)
+        try:
+            gpu = self.gpu.report(completed_queries=int(counts["completed"]),
+                                  completed_samples=int(counts.get("samples_completed", counts["completed"])),
+                                  measure_start_ns=start or None, interval_ns=interval_ns,
+                                  n_intervals=len(series) if start else None)
+        except Exception as e:  # the run's own figures stand without the GPUs'
+            doc["gpu"] = {"status": "unavailable", "reason": f"reporting the GPU figures failed: "
+                          f"{type(e).__name__}: {e}", "devices": []}
+            return
+        per_interval = gpu.pop("intervals", None)
+        doc["gpu"] = gpu
+        if per_interval and gpu["status"] != "unavailable":
+            for point, figures in zip(series, per_interval):
+                point["gpu"] = figures
