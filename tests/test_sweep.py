@@ -218,10 +218,14 @@ def test_a_grid_sweep_writes_a_folder_per_point_and_one_table(tmp_path):
     assert not any(k.startswith(("ttft", "tpot", "gpu")) for k in rows[0])  # none in these documents
     assert [(r["concurrency"], r["labels.config"]) for r in rows] == [(c, x) for c in "124" for x in "ab"]
     # token histograms and a GPU section, where a document has them, become columns too
-    tokens = {**lines[0], "ttft_ns": lines[0]["latency_ns"], "gpu": {"devices": [0], "util_pct": {"mean": 51.5}}}
+    tokens = {**lines[0], "ttft_ns": lines[0]["latency_ns"],
+              "gpu": {"status": "ok", "energy_j_total": 30.0, "energy_per_query_j": 0.01, "queries_per_joule": 100.0,
+                      "devices": [{"index": 0, "utilization_pct": {"mean": 51.5}, "power_w": {"mean": 300.0},
+                                   "memory_used_bytes": {"max": 7}}]}}
     columns, table = csv_table([lines[1], tokens])
-    assert {"ttft_p50_ms", "ttft_p99_ms", "gpu.devices", "gpu.util_pct.mean"} <= set(columns)
-    assert str(table[1]["ttft_p99_ms"]) == rows[0]["latency_p99_ms"] and table[1]["gpu.util_pct.mean"] == 51.5
+    assert {"ttft_p50_ms", "ttft_p99_ms", "gpu.energy_per_query_j", "gpu0.util_mean_pct", "gpu0.power_mean_w",
+            "gpu0.memory_max_bytes"} <= set(columns)
+    assert str(table[1]["ttft_p99_ms"]) == rows[0]["latency_p99_ms"] and table[1]["gpu0.util_mean_pct"] == 51.5
     assert table[0]["ttft_p50_ms"] == "" and columns.index("ttft_p50_ms") < columns.index("invalid_reasons")
     df = loadgen.load_results(out)
     assert len(df) == 6 and list(df["concurrency"]) == [1, 1, 2, 2, 4, 4]

@@ -157,6 +157,24 @@ def _token_figures(record: Dict[str, Any]) -> Dict[str, Any]:
     return row
 
 
+def _gpu_figures(record: Dict[str, Any]) -> Dict[str, Any]:
+    """Energy per query, queries per joule and, per GPU (by index), mean utilization and
+    power and peak memory, where the document has GPU figures (none when unavailable)."""
+    gpu = record.get("gpu")
+    if not isinstance(gpu, dict) or gpu.get("status") not in ("ok", "partial"):
+        return {}
+    row: Dict[str, Any] = {f"gpu.{k}": gpu.get(k) for k in ("energy_j_total", "energy_per_query_j",
+                                                           "queries_per_joule")}
+    for k, d in enumerate(gpu.get("devices") or []):
+        name = f"gpu{d.get('index', k)}" + (f".mig{d['mig_index']}" if d.get("mig_index") is not None else "")
+        for key, stat, col in (("utilization_pct", "mean", "util_mean_pct"), ("power_w", "mean", "power_mean_w"),
+                               ("memory_used_bytes", "max", "memory_max_bytes")):
+            value = (d.get(key) or {}).get(stat)
+            if value is not None:
+                row[f"{name}.{col}"] = value
+    return row
+
+
 def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
     sweep = record["sweep"]
     hooks = sweep.get("hooks", {})
@@ -166,7 +184,7 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
         {f"labels.{k}": v for k, v in (record.get("labels") or {}).items()},
         _figures(record),
         _token_figures(record),
-        flatten(record["gpu"], "gpu.") if isinstance(record.get("gpu"), dict) else {},
+        _gpu_figures(record),
         {"invalid_reasons": " | ".join(map(str, record.get("invalid_reasons", []))),
          "error": sweep.get("error", ""),
          "hook_exit_code": next((h.get("exit_code") for h in hooks.values() if not h.get("ok", True)), ""),
