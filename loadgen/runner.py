@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
-from loadgen.results.document import SCHEMA, build_document, histogram_summary
+from loadgen.results.document import SCHEMA, build_document, histogram_summary, timeseries_point
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
 
@@ -80,6 +80,7 @@ def run_benchmark(
     progress_interval_s: float = 1.0,
     stop_requested: Optional[Callable[[], bool]] = None,
     prepared: Optional[_Prepared] = None,
+    finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -96,6 +97,10 @@ def run_benchmark(
             document is marked interrupted and invalid.
         prepared: what :func:`prepare` returned for these options, so that the SUT is
             not loaded twice.
+        finish_when: called with the time series so far (the document's ``timeseries``
+            entries) each time an interval ends; when it returns True the run ends as if
+            its duration had passed (issuing stops, outstanding queries get the grace
+            period), not as an interruption. Needs ``--interval-s`` above 0.
     """
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     engine = Engine(settings, sut)
@@ -110,7 +115,7 @@ def run_benchmark(
     gc.freeze()
     engine.start()
     try:
-        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested)
+        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, finish_when)
     except BaseException:
         engine.close()
         raise
@@ -169,18 +174,27 @@ def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupte
 
 
 def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], interval_s: float,
-           stop_requested: Optional[Callable[[], bool]]) -> bool:
-    """Waits for the run to end, reporting progress and stopping it when asked; returns
-    whether it was stopped early."""
+           stop_requested: Optional[Callable[[], bool]],
+           finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None) -> bool:
+    """Waits for the run to end, reporting progress, stopping it when asked and ending it
+    when ``finish_when`` says so; returns whether it was stopped early."""
     interrupted = False
     last_progress = time.monotonic()
     last_completed = 0
+    intervals = 0
     while not engine.wait(0.1):
         if stop_requested is not None and stop_requested() and not interrupted:
             interrupted = True
             engine.stop()
             if not engine.wait(1.0):
                 engine.abort()
+        if finish_when is not None:
+            points = engine.timeseries()
+            if len(points) != intervals:
+                intervals = len(points)
+                if finish_when([timeseries_point(p) for p in points]):
+                    finish_when = None
+                    engine.finish()
         now = time.monotonic()
         if on_progress is not None and now - last_progress >= interval_s:
             c = engine.counts()
