@@ -21,6 +21,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from loadgen._version import __version__
+from loadgen.cli import find_peak as _find_peak
 from loadgen.cli import report as _report
 from loadgen.cli import run as _run
 from loadgen.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError, check_unknown
@@ -29,7 +30,7 @@ __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
-_COMMAND_MODULES = (_run, _report)
+_COMMAND_MODULES = (_run, _find_peak, _report)
 
 
 def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:

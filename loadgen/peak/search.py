@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence
 
-__all__ = ["Bracket", "Confirmation", "ProbeRecord", "Search", "Verdict", "integer_midpoint",
+__all__ = ["Bracket", "Confirmation", "Knee", "KneeAnswer", "ProbeRecord", "Search", "Verdict", "integer_midpoint",
            "midpoint", "relative_finish", "stable"]
 
 
@@ -223,3 +223,111 @@ class Search:
                 return outcome
             x = lower
         return outcome
+
+
+@dataclass(frozen=True)
+class KneeAnswer:
+    """What :meth:`Knee.find` found.
+
+    Attributes:
+        answer: the concurrency.
+        reason: why it is the answer, as a sentence.
+        bracket: the final bracket; the answer is its upper end when throughput flattened,
+            its lower end when the next concurrency did not hold.
+    """
+
+    answer: float
+    reason: str
+    bracket: Bracket
+
+
+class Knee:
+    """The concurrency where throughput stops growing, or the last that holds.
+
+    ``measure(c) -> Verdict`` runs concurrency ``c``: ``holds`` says whether the run held
+    (valid, within the bound), ``figure`` is its throughput. Give :meth:`probe` to the
+    :class:`Search` as its probe function, then call :meth:`find`.
+
+    Widening goes on while each step raises throughput by ``min_gain`` (relative) over
+    the last concurrency that held. When a step does not, the answer is the lowest
+    concurrency whose throughput is within ``min_gain`` of the best seen while widening
+    (bisected between the highest below it and the lowest within it). When a run does
+    not hold instead, the answer is the highest concurrency that holds (bisected).
+    """
+
+    def __init__(self, measure: Callable[[float], Verdict], min_gain: float) -> None:
+        self.measure = measure
+        self.min_gain = min_gain
+        self.measured: dict[float, Verdict] = {}
+        self.best = 0.0
+        self._judge: Callable[[float, Verdict], Verdict] = self._gains
+        self._search: Optional[Search] = None
+
+    def probe(self, c: float) -> Verdict:
+        """The search's probe: measures ``c`` (once) and judges it by the phase's rule."""
+        if c not in self.measured:
+            self.measured[c] = self.measure(c)
+        return self._judge(c, self.measured[c])
+
+    def _qps(self, c: float) -> float:
+        return float(self.measured[c].figure or 0.0)
+
+    def _gains(self, c: float, m: Verdict) -> Verdict:
+        lo = self._search.lo if self._search is not None else None
+        if not m.holds or lo is None or lo == c:
+            return m
+        gain = self._qps(c) / self._qps(lo) - 1 if self._qps(lo) > 0 else math.inf
+        if gain < self.min_gain:
+            return Verdict(False, f"throughput grew {gain:.1%} over concurrency {lo:g}, less than "
+                           f"{self.min_gain:.0%} (--min-gain)", m.figure, m.data)
+        return m
+
+    def _holds(self, c: float, m: Verdict) -> Verdict:
+        return m
+
+    def _below(self, c: float) -> bool:
+        return self._qps(c) * (1 + self.min_gain) < self.best
+
+    def _under_knee(self, c: float, m: Verdict) -> Verdict:
+        if not m.holds or self._below(c):
+            return m
+        return Verdict(False, f"within {self.min_gain:.0%} of the best throughput", m.figure, m.data)
+
+    def find(self, search: Search, start: float, up: Callable[[float], Optional[float]],
+             finished: Callable[[float, float], bool]) -> Optional[KneeAnswer]:
+        """Probes ``start`` (None when it does not hold), widens with ``up``, bisects with
+        ``finished`` (integer midpoints)."""
+        self._search, self._judge = search, self._gains
+        if not search.probe(start, "start").holds:
+            return None
+        bracket = search.widen(start, up)
+        hi = bracket.hi
+        if hi is None or not bracket.hi_failed:
+            return KneeAnswer(bracket.lo, "the probe budget ran out while throughput still grew; "
+                              "raise --max-probes", bracket)
+        if not self.measured[hi].holds:
+            self._judge = self._holds
+            final = search.bisect(bracket, finished, integer_midpoint)
+            return KneeAnswer(final.lo, self._broke(final), final)
+        held = [c for c, m in self.measured.items() if m.holds]
+        self.best = max(self._qps(c) for c in held)
+        plateau = min(c for c in held if not self._below(c))
+        below = [c for c in held if c < plateau]
+        if not below:
+            return KneeAnswer(plateau, f"gain flattened: concurrency {plateau:g} already reaches "
+                              f"{self._qps(plateau):,.1f} queries/s, within {self.min_gain:.0%} of the "
+                              "best seen", bracket)
+        self._judge = self._under_knee
+        final = search.bisect(Bracket(max(below), plateau, True), finished, integer_midpoint)
+        if final.hi is None or not self.measured[final.hi].holds:
+            return KneeAnswer(final.lo, self._broke(final), final)
+        return KneeAnswer(final.hi, (
+            f"gain flattened: concurrency {final.hi:g} reaches {self._qps(final.hi):,.1f} queries/s, "
+            f"within {self.min_gain:.0%} of the best seen ({self.best:,.1f}); {final.lo:g} gives "
+            f"{self._qps(final.lo):,.1f}"), final)
+
+    def _broke(self, bracket: Bracket) -> str:
+        hi = bracket.hi
+        if hi is None or hi not in self.measured:
+            return f"nothing above concurrency {bracket.lo:g} was tried"
+        return f"concurrency {hi:g} does not hold: {self.measured[hi].why}"
