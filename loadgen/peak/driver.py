@@ -267,8 +267,8 @@ class PeakSearch:
         change: Dict[str, Any] = {}
         if s.over == "rate":
             change["target_qps"] = x
-            if o.scenario == "server":
-                change["min_duration_s"] = length
+            if o.scenario == "server":  # MLPerf's rules: a minimum duration, then as long as it takes
+                change["min_duration_s"], change["duration_s"] = length, None
             else:
                 change["duration_s"] = length
         else:
