@@ -406,6 +406,8 @@ def test_rate_search_against_a_streaming_server_of_known_capacity(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--sut", "null"), "--latency-bound-ms is required"),
     (("--latency-bound-ms", "5", "--target-qps", "100"), "--target-qps: find-peak chooses the rate"),
+    (("--over", "concurrency", "--concurrency", "3"), "--concurrency: find-peak chooses the concurrency"),
+    (("--latency-bound-ms", "5", "--query-count", "10"), "--query-count: find-peak's runs are timed"),
     (("--latency-bound-ms", "5", "--scenario", "concurrency"), "--scenario concurrency: find-peak --over rate"),
     (("--over", "concurrency", "--scenario", "poisson"), "find-peak --over concurrency runs the concurrency"),
     (("--latency-bound-ms", "5", "--precision", "0"), "--precision must be > 0 and < 1"),

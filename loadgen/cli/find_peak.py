@@ -81,13 +81,29 @@ def _settings(args: argparse.Namespace) -> Any:
     return PeakSettings(**given)
 
 
-def _check_set_by_search(flags: Dict[str, Any], given: Dict[str, Any]) -> None:
+def _check_set_by_search(flags: Dict[str, Any], given: Dict[str, Any], over: str) -> None:
+    """The run options the search sets itself: an error as flags, ignored (with a
+    warning) from the config file or the environment."""
+    searched = "target_qps" if over == "rate" else "concurrency"
     for name, why in _SET_BY_SEARCH.items():
+        if name in ("target_qps", "concurrency") and name != searched:
+            continue  # the other one: check_applies says it does not apply
         flag = "--" + name.replace("_", "-")
         if name in flags:
             raise UsageError(f"{flag}: {why}")
         if name in given:
             warn(f"{flag} from the config file or the environment is ignored: {why}")
+
+
+def _check_earlier_search(output: Any) -> None:
+    """Warns when ``--output`` holds an earlier search's runs, which this one's replace."""
+    from loadgen.peak.driver import PROBES_DIR, PROBES_FILE
+
+    probes = os.path.join(output or "", PROBES_DIR)
+    if output and os.path.isdir(probes) and os.listdir(probes):
+        warn(f"--output {output} holds an earlier search's runs: this search's runs replace those of the "
+             f"same number in {probes}, and {PROBES_FILE} is written anew; give each search its own folder "
+             "to keep both")
 
 
 def cmd_find_peak(args: argparse.Namespace) -> int:
@@ -100,10 +116,11 @@ def cmd_find_peak(args: argparse.Namespace) -> int:
         try:
             settings = _settings(args)
             options, given = resolve(flags)
-            _check_set_by_search(flags, given)
+            _check_set_by_search(flags, given, settings.over)
             check_thresholds(options)
             check_applies(search_options(options, settings, given), flags, given)
             check_output(options.output)
+            _check_earlier_search(options.output)
             search = PeakSearch(options, settings, given)  # every option and the SUT checked
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
