@@ -333,8 +333,8 @@ def test_concurrency_search_on_the_demo_sut_finds_where_throughput_stops_growing
     """Six workers of 2 ms: throughput grows by 500 queries/s per query in flight up to 6,
     then stays at 3,000."""
     proc, doc = find_peak("--over", "concurrency", "--sut", "demo:workers=6,max_batch=1,service_us=2000,sigma=0",
-                          "--probe-s", "0.45", "--duration-s", "0.6", "--confirm-runs", "1", "--max-windows", "5", *RELAXED,
-                          "--output", tmp_path)
+                          "--probe-s", "0.45", "--duration-s", "0.6", "--confirm-runs", "1", "--max-windows", "5",
+                          *RELAXED, "--output", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     peak = doc["peak"]
     assert peak["confirmed"] and peak["over"] == "concurrency" and peak["scenario"] == "concurrency"

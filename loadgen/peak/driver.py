@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from loadgen import defaults as D
 from loadgen.options import RunOptions
 from loadgen.peak.report import run_summary
-from loadgen.results.render import format_setting
 from loadgen.peak.search import Bracket, Confirmation, Knee, ProbeRecord, Search, Verdict, relative_finish, stable
 from loadgen.results.files import RESULT_FILE, write_outputs
+from loadgen.results.render import format_setting
 
 __all__ = ["PROBES_DIR", "PROBES_FILE", "PeakSearch", "PeakSettings", "default_start", "find_peak", "full_windows",
            "search_options", "windows_done"]
@@ -151,7 +151,8 @@ class PeakSearch:
         self.write_error = ""
         self.last_doc: Optional[Dict[str, Any]] = None
         self.knee = Knee(self._run, settings.min_gain)
-        self._pending: Optional[Tuple[Dict[str, Any], Dict[str, Any], str]] = None
+        self._pending: Optional[Tuple[Dict[str, Any], Dict[str, Any], str]] = None  # a run awaiting its verdict
+        self._phase = "start"
         self.started = 0.0
         self.say: Callable[[str], None] = lambda line: None
         self.stop_requested: Callable[[], bool] = lambda: False
@@ -255,8 +256,6 @@ class PeakSearch:
 
     def _windows_done(self, points: List[Dict[str, Any]]) -> bool:
         return windows_done(points, self.settings)
-
-    _phase = "start"
 
     # ------------------------------------------------------------------- the runs
 
