@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
-from loadgen.results.document import SCHEMA, build_document, histogram_summary
+from loadgen.results.document import SCHEMA, build_document, histogram_summary, timeseries_point
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
 from loadgen.telemetry.run import RunTelemetry, check_gpus, place
@@ -102,6 +102,7 @@ def run_benchmark(
     progress_interval_s: float = 1.0,
     stop_requested: Optional[Callable[[], bool]] = None,
     prepared: Optional[_Prepared] = None,
+    finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -118,6 +119,10 @@ def run_benchmark(
             document is marked interrupted and invalid.
         prepared: what :func:`prepare` returned for these options, so that the SUT is
             not loaded twice.
+        finish_when: called with the time series so far (the document's ``timeseries``
+            entries) each time an interval ends; when it returns True the run ends as if
+            its duration had passed (issuing stops, outstanding queries get the grace
+            period), not as an interruption. Needs ``--interval-s`` above 0.
 
     With ``--start-at`` the run waits, prepared, until that wall-clock time; a stop
     requested meanwhile raises KeyboardInterrupt (nothing was measured yet).
@@ -141,7 +146,8 @@ def run_benchmark(
     telemetry.start(engine)
     engine.start()
     try:
-        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, telemetry.poll)
+        interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, finish_when,
+                             telemetry.poll)
     except BaseException:
         engine.close()
         raise
@@ -233,12 +239,16 @@ def _partial_document(scenario: Scenario, o: RunOptions, result: Any, interrupte
 
 
 def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], interval_s: float,
-           stop_requested: Optional[Callable[[], bool]], poll: Callable[[], None] = lambda: None) -> bool:
-    """Waits for the run to end, reporting progress and stopping it when asked; returns
+           stop_requested: Optional[Callable[[], bool]],
+           finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None,
+           poll: Callable[[], None] = lambda: None) -> bool:
+    """Waits for the run to end, reporting progress, stopping it when asked and ending it
+    when ``finish_when`` says so (``poll`` is called every 0.1 s meanwhile); returns
     whether it was stopped early."""
     interrupted = False
     last_progress = time.monotonic()
     last_completed = 0
+    intervals = 0
     while not engine.wait(0.1):
         poll()
         if stop_requested is not None and stop_requested() and not interrupted:
@@ -246,6 +256,13 @@ def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], in
             engine.stop()
             if not engine.wait(1.0):
                 engine.abort()
+        if finish_when is not None:
+            points = engine.timeseries()
+            if len(points) != intervals:
+                intervals = len(points)
+                if finish_when([timeseries_point(p) for p in points]):
+                    finish_when = None
+                    engine.finish()
         now = time.monotonic()
         if on_progress is not None and now - last_progress >= interval_s:
             c = engine.counts()

@@ -662,7 +662,7 @@ def test_the_guide_names_only_files_that_exist():
     with open(GUIDE, encoding="utf-8") as f:
         text = f.read()
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert text.startswith("# ") and headings[0] == "README excerpt", headings[:1]
+    assert text.startswith("# ") and headings[0] == "In short", headings[:1]
     paths = set(re.findall(r"\b((?:deploy|docs)/[\w./-]*\w)", text))
     assert "deploy/k8s/indexed-job.yaml" in paths
     for path in paths:

@@ -479,7 +479,7 @@ def test_workers_give_a_point_the_same_key_and_start_points_in_lockstep():
 
 @pytest.mark.integration
 def test_two_workers_sweep_together_and_merge_point_by_point(tmp_path):
-    start = round(time.time() + 2.0, 3)
+    start = round(time.time() + 5.0, 3)  # both processes started and prepared by then, even on a busy machine
     procs = []
     for i in range(2):
         env = {**clean_env(), "LOADGEN_WORKERS": "2", "JOB_COMPLETION_INDEX": str(i)}

@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from loadgen._version import __version__
 from loadgen.cli import env as _env
+from loadgen.cli import find_peak as _find_peak
 from loadgen.cli import merge as _merge
 from loadgen.cli import report as _report
 from loadgen.cli import run as _run
@@ -32,7 +33,7 @@ __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
-_COMMAND_MODULES = (_run, _sweep, _report, _merge, _env)
+_COMMAND_MODULES = (_run, _sweep, _find_peak, _report, _merge, _env)
 
 
 def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:

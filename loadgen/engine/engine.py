@@ -112,6 +112,11 @@ class Engine:
         self._stopped = True
         self._core.stop()
 
+    def finish(self) -> None:
+        """Stops issuing now, as if the run's duration had passed: outstanding queries get
+        the grace period, and the run does not count as stopped early. Any thread."""
+        self._core.stop()
+
     def abort(self) -> None:
         """Ends the run now, cancelling what is outstanding."""
         self._stopped = True
@@ -204,6 +209,10 @@ class Engine:
     def counts(self) -> Dict[str, int]:
         """The counts so far (see :class:`RunResult`)."""
         return self._core.counts()
+
+    def timeseries(self) -> List[Dict[str, Any]]:
+        """The intervals of the time series so far (see :class:`RunResult`)."""
+        return self._core.timeseries()
 
     def result(self) -> RunResult:
         """What the run measured (complete once :meth:`wait` returned True)."""

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import _core
+from ..peak.search import Search, Verdict, relative_finish
 from .effective import EffectiveSettings
 from .evaluate import evaluate
 from .figures import RunFigures
@@ -111,7 +112,8 @@ def run_find_peak(test: Session, eff: EffectiveSettings) -> None:
 
 
 class _PeakSearch:
-    """FindPeakPerformance's probes over one loaded set."""
+    """FindPeakPerformance's probes over one loaded set, searched by the shared
+    :class:`~loadgen.peak.search.Search` (the one ``loadgen find-peak`` uses)."""
 
     def __init__(self, test: Session, eff: EffectiveSettings, loaded: list, end: int) -> None:
         self.test, self.eff, self.loaded, self.end = test, eff, loaded, end
@@ -122,12 +124,19 @@ class _PeakSearch:
             "min_duration_ns": probe_ns,
             "min_query_count": min(int(eff.min_query_count), 64),
         }
-        self.probes = 0
+        self.search = Search(self._probe, max_probes=int(options.peak_max_probes))
         self.probe_latency_ns: dict[float, int] = {}
+
+    @property
+    def probes(self) -> int:
+        """Search probes made so far."""
+        return self.search.probes
 
     def holds(self, qps: float) -> bool:
         """One short probe at ``qps``: does it meet the latency bound?"""
-        self.probes += 1
+        return self.search.probe(qps).holds
+
+    def _probe(self, qps: float) -> Verdict:
         probe_eff = _with_qps(self.eff, qps, **self.probe)
         fig = self.test.run_once(probe_eff, self.loaded, self.end, accuracy=False)
         ok, latency_ns = _judge(probe_eff, fig)
@@ -137,7 +146,7 @@ class _PeakSearch:
             f"FindPeakPerformance: probe {self.probes} at {qps:.6f} QPS "
             f"({self.probe_ms} ms): {'meets' if ok else 'misses'} the latency bound",
         )
-        return ok
+        return Verdict(ok, figure=float(latency_ns))
 
     def find_lower_bound_of_peak(self) -> float | None:
         """The highest probed rate that held; None when server_target_qps itself does not."""
@@ -164,25 +173,17 @@ class _PeakSearch:
         if not step > 0:
             step = 1.0
         decimals = int(eff.requested.server_find_peak_qps_decimals_of_precision)
-        lower, upper = base, base * (1 + step)
-        while self.probes < options.peak_max_probes and self.holds(upper):
-            lower, upper = upper, upper * (1 + step)
-        detail.log("generic_message", f"FindPeakPerformance: bounds [{lower:.6f}, {upper:.6f})")
+        bracket = self.search.widen(base, lambda qps: qps * (1 + step))
+        upper = bracket.hi if bracket.hi is not None else bracket.lo * (1 + step)
+        detail.log("generic_message", f"FindPeakPerformance: bounds [{bracket.lo:.6f}, {upper:.6f})")
+        relative = relative_finish(options.peak_relative_precision)
 
         def finished(lo: float, hi: float) -> bool:
+            # MLPerf's own rule (decimals of precision), or the relative precision.
             scale = 10.0**decimals
-            return (
-                math.floor(lo * scale) + 1 >= math.floor(hi * scale)
-                or (hi - lo) <= options.peak_relative_precision * lo
-            )
+            return math.floor(lo * scale) + 1 >= math.floor(hi * scale) or relative(lo, hi)
 
-        while self.probes < options.peak_max_probes and not finished(lower, upper):
-            mid = lower + (upper - lower) / 2
-            if self.holds(mid):
-                lower = mid
-            else:
-                upper = mid
-        return lower
+        return self.search.bisect(bracket, finished).lo
 
     def confirm(self, candidate: float) -> None:
         """Confirms at full length, stepping down until full runs hold with room to spare."""
@@ -191,43 +192,39 @@ class _PeakSearch:
         base_latency_ns = self.probe_latency_ns.get(float(eff.target_qps), bound_ns)
         ceiling_ns = int(max(options.peak_latency_headroom * bound_ns, min(bound_ns, 2 * base_latency_ns)))
         factor = 1.0 - max(5 * options.peak_relative_precision, 0.01)
-        for attempt in range(int(options.peak_max_confirmations)):
-            confirm_eff = _with_qps(eff, candidate)
-            held, fig = self._holds_at_full_length(confirm_eff, candidate, ceiling_ns)
-            if held or attempt + 1 == int(options.peak_max_confirmations):
-                if held:
-                    detail.log(
-                        "generic_message",
-                        f"FindPeakPerformance: Found peak performance field: {candidate:.6f}",
-                    )
-                else:
-                    detail.error(
-                        "error_runtime",
-                        "FindPeakPerformance: no full-length run held; "
-                        f"reporting the last one, at {candidate:.6f} QPS",
-                    )
-                test.report(confirm_eff, fig)
-                return
-            candidate *= factor
-
-    def _holds_at_full_length(
-        self, confirm_eff: EffectiveSettings, candidate: float, ceiling_ns: int
-    ) -> tuple[bool, RunFigures]:
-        held = True
-        for _ in range(max(1, int(options.peak_confirm_runs))):
-            fig = self.test.run_once(confirm_eff, self.loaded, self.end, accuracy=False)
-            held, latency_ns = _judge(confirm_eff, fig)
-            # Near capacity the tail swings from run to run (a queue that builds in
-            # one run drains in the next), so a rate that passes once can fail the
-            # next time: the answer must pass with room to spare.
-            roomy = latency_ns <= ceiling_ns
-            self.test.detail.log(
+        outcome = self.search.confirm(
+            candidate, lambda qps: self._full_length_run(qps, ceiling_ns),
+            runs=max(1, int(options.peak_confirm_runs)), attempts=int(options.peak_max_confirmations),
+            down=lambda qps: qps * factor,
+        )
+        if outcome.last is None:
+            return
+        if outcome.held:
+            detail.log(
                 "generic_message",
-                f"FindPeakPerformance: full-length run at {candidate:.6f} QPS: "
-                f"target-percentile latency {latency_ns} ns (ceiling {ceiling_ns}), "
-                f"{'holds' if held and roomy else 'does not hold'}",
+                f"FindPeakPerformance: Found peak performance field: {outcome.answer:.6f}",
             )
-            held = held and roomy
-            if not held:
-                break
-        return held, fig
+        else:
+            detail.error(
+                "error_runtime",
+                "FindPeakPerformance: no full-length run held; "
+                f"reporting the last one, at {outcome.answer:.6f} QPS",
+            )
+        confirm_eff, fig = outcome.last.data
+        test.report(confirm_eff, fig)
+
+    def _full_length_run(self, candidate: float, ceiling_ns: int) -> Verdict:
+        confirm_eff = _with_qps(self.eff, candidate)
+        fig = self.test.run_once(confirm_eff, self.loaded, self.end, accuracy=False)
+        held, latency_ns = _judge(confirm_eff, fig)
+        # Near capacity the tail swings from run to run (a queue that builds in one run
+        # drains in the next), so a rate that passes once can fail the next time: the
+        # answer must pass with room to spare.
+        roomy = latency_ns <= ceiling_ns
+        self.test.detail.log(
+            "generic_message",
+            f"FindPeakPerformance: full-length run at {candidate:.6f} QPS: "
+            f"target-percentile latency {latency_ns} ns (ceiling {ceiling_ns}), "
+            f"{'holds' if held and roomy else 'does not hold'}",
+        )
+        return Verdict(held and roomy, figure=float(latency_ns), data=(confirm_eff, fig))

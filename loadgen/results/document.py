@@ -26,7 +26,8 @@ from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram, ReportingSUT
 from loadgen.units import ns_to_s
 
-__all__ = ["SCHEMA", "build_document", "environment", "histogram_summary", "named_histogram_summary"]
+__all__ = ["SCHEMA", "build_document", "environment", "histogram_summary", "named_histogram_summary",
+           "timeseries_point"]
 
 SCHEMA = "loadgen.result/1"
 _PCT_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9", 99.99: "p99.99"}
@@ -157,7 +158,7 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
     es = scenario.early_stopping(result, o)
     if es is not None:
         doc["early_stopping"] = es
-    doc["timeseries"] = [_timeseries_point(p) for p in result.timeseries]
+    doc["timeseries"] = [timeseries_point(p) for p in result.timeseries]
     doc["errors"] = {"counts": result.errors, "messages": result.error_messages}
     doc["environment"] = environment(o.pin_cpus)
     doc["thresholds"] = evaluate_thresholds(doc, o.fail_if, o.require)
@@ -209,7 +210,8 @@ def _add_sut_histograms(doc: Dict[str, Any], named: Dict[str, NamedHistogram]) -
     return index
 
 
-def _timeseries_point(p: Dict[str, Any]) -> Dict[str, Any]:
+def timeseries_point(p: Dict[str, Any]) -> Dict[str, Any]:
+    """One interval of the engine's time series as the document's ``timeseries`` holds it."""
     length_s = ns_to_s(p["length_ns"])
     return {
         "t_s": ns_to_s(p["start_offset_ns"]),

@@ -4,13 +4,13 @@ interval log, and the flat view pandas loads. Each reads the document alone."""
 from __future__ import annotations
 
 import io
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from loadgen.stats.hdrlog import HistogramLogWriter
 from loadgen.stats.histogram import Histogram
 from loadgen.units import format_ns
 
-__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "hlog_text", "render_summary"]
+__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary"]
 
 # The engine's histograms in the summary, in order, with their labels; a SUT's own
 # histograms in ns follow, labelled by their key.
@@ -21,7 +21,7 @@ _SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service")
 
 def render_summary(doc: Dict[str, Any]) -> str:
     """The human summary: VALID/INVALID and the reasons first, then the figures."""
-    lines = _verdict_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
+    lines = _verdict_lines(doc) + peak_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
     lines += _network_lines(doc)
     lines += _gpu_lines(doc)
     lines += _host_lines(doc) + _merge_lines(doc)
@@ -183,6 +183,47 @@ def _histogram_lines(doc: Dict[str, Any]) -> List[str]:
 def _low_percentile(summary: Dict[str, Any]) -> float:
     """The 10th percentile of the tokens/s histogram (kept in milli-tokens/s)."""
     return Histogram.decode(summary["hdr"]).value_at_percentile(10.0) / 1000.0
+
+
+def peak_lines(doc: Dict[str, Any]) -> List[str]:
+    """A ``loadgen find-peak`` result's answer line, like ``peak: 1,234 queries/s at p99
+    <= 5 ms (confirmed by 2 runs)``, then why and how the search ended; or ``no peak:
+    why``. Nothing for a document without a ``peak`` section."""
+    if "peak" not in doc:
+        return []
+    peak = doc["peak"]
+    bound = peak["latency_bound_ms"]
+    within = f" at p{peak['percentile']:g} <= {bound:g} ms" if bound is not None else ""
+    bracket = peak["bracket"]
+    how = (f"{_plural(peak['probes'], 'probe')} and {_plural(peak['confirmation_runs'], 'confirmation run')} "
+           f"in {peak['search_wall_s']:.1f} s")
+    if bracket is not None:
+        how = f"bracket [{format_setting(bracket[0])}, {format_setting(bracket[1])}), " + how
+    if not peak["confirmed"]:
+        return [f"no peak: {peak['reason']}", f"  {how}"]
+    confirmed = f"(confirmed by {_plural(peak['settings']['confirm_runs'], 'run')}"
+    confirmed += f", after {_plural(peak['step_downs'], 'step-down')})" if peak["step_downs"] else ")"
+    latency = doc.get("latency_ns", {})
+    if peak["over"] == "rate":
+        first = f"peak: {format_setting(peak['answer'])} queries/s{within} {confirmed}"
+    else:
+        tp = doc.get("throughput", {}).get("completed_qps", 0.0)
+        first = (f"peak: concurrency {format_setting(peak['answer'])} ({tp:,.1f} queries/s, p99 "
+                 f"{format_ns(latency.get('p99', 0))}){within} {confirmed}")
+    return [first, f"  {peak['reason']}", f"  {how}"]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def format_setting(x: Optional[float]) -> str:
+    """A rate or concurrency for people: '1,234.5', '12', '-' for none."""
+    if x is None:
+        return "-"
+    if float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:,.3f}".rstrip("0").rstrip(".")
 
 
 def _network_lines(doc: Dict[str, Any]) -> List[str]:

@@ -1,0 +1,161 @@
+"""``loadgen find-peak``: the highest rate a SUT sustains within a latency bound, or the
+concurrency where its throughput stops growing; every probe kept."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable, Dict, List, Tuple
+
+from loadgen.cli.common import (
+    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, UsageError, add_run_options, check_applies,
+    check_output, check_thresholds, run_flags, warn,
+)
+from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
+from loadgen.results import ThresholdError
+
+__all__ = ["PEAK_FLAGS", "register"]
+
+# flag, PeakSettings field, type, metavar, help. None of them is a `loadgen run` flag.
+PEAK_FLAGS: Tuple[Tuple[str, str, Callable[[str], Any], str, str], ...] = (
+    ("--over", "over", str, "rate|concurrency", "what to search: the highest open-loop rate within the bound "
+     "(rate, default) or the concurrency where throughput stops growing (concurrency)"),
+    ("--precision", "precision", float, "REL", "stop when the bracket is this close, relative; a failed "
+     "confirmation steps the answer down by it (default 0.05)"),
+    ("--probe-s", "probe_s", float, "S", "each search probe runs at least this long (default 5)"),
+    ("--start", "start", float, "X", "the first rate (queries/s) or concurrency probed (default: rate "
+     "500 / --latency-bound-ms, at least 100 queries per probe; concurrency 1)"),
+    ("--growth", "growth", float, "FACTOR", "widen by this factor until a probe fails (default 2)"),
+    ("--confirm-runs", "confirm_runs", int, "N", "runs at the answer, each --duration-s long (default: "
+     "the larger of --probe-s and 10 s), that must all hold (default 2)"),
+    ("--max-probes", "max_probes", int, "N", "at most this many search probes (default 30)"),
+    ("--max-step-downs", "max_step_downs", int, "N", "at most this many step-downs after failed "
+     "confirmations (default 5)"),
+    ("--min-gain", "min_gain", float, "REL", "concurrency: throughput must grow this much per step; the "
+     "answer is the lowest concurrency within it of the best throughput (default 0.05)"),
+    ("--window-s", "window_s", float, "S", "concurrency: measurement window (default: --probe-s / 3)"),
+    ("--stability", "stability", float, "REL", "concurrency: a probe is stable when its last 3 windows' "
+     "throughput and p99 each lie within this of their mean (default 0.1)"),
+    ("--max-windows", "max_windows", int, "N", "concurrency: an unstable probe runs up to this many "
+     "windows (default 10)"),
+)
+
+# Run options the search sets itself: as flags they are an error saying what to use.
+_SET_BY_SEARCH = {
+    "target_qps": "find-peak chooses the rate; give the first one with --start",
+    "concurrency": "find-peak chooses the concurrency; give the first one with --start",
+    "query_count": "find-peak's runs are timed: --probe-s for probes, --duration-s for confirmations",
+    "min_duration_s": "find-peak sets the run length: --probe-s for probes, --duration-s for confirmations",
+}
+
+
+def register(sub: Any) -> Dict[str, Any]:
+    """Adds ``find-peak``; returns {name: (handler, known flags)}."""
+    parser = sub.add_parser(
+        "find-peak", help="find the highest rate (or the concurrency) a SUT sustains within a bound",
+        description="Searches the highest rate whose latency at --latency-percentile stays within "
+        "--latency-bound-ms and whose runs are valid (--over rate, open loop), or the concurrency "
+        "where throughput stops growing (--over concurrency, closed loop): widens from --start by "
+        "--growth until a probe fails, bisects to --precision, then confirms the answer with "
+        "--confirm-runs runs of --duration-s, stepping down when they do not all hold. Exit 0 with a "
+        "confirmed answer, 1 without one. The run options are those of 'loadgen run'.",
+        argument_default=argparse.SUPPRESS,
+    )
+    add_run_options(parser)
+    group = parser.add_argument_group("search")
+    for flag, dest, kind, metavar, text in PEAK_FLAGS:
+        if dest == "over":
+            group.add_argument(flag, dest="peak_" + dest, choices=("rate", "concurrency"), help=text)
+        else:
+            group.add_argument(flag, dest="peak_" + dest, type=kind, metavar=metavar, help=text)
+    known = [spec.flag for spec in OPTION_SPECS] + [flag for flag, *_ in PEAK_FLAGS]
+    return {"find-peak": (cmd_find_peak, known)}
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from loadgen.peak.driver import PeakSettings
+
+    given = {dest: getattr(args, "peak_" + dest) for _, dest, *_ in PEAK_FLAGS if hasattr(args, "peak_" + dest)}
+    return PeakSettings(**given)
+
+
+def _check_set_by_search(flags: Dict[str, Any], given: Dict[str, Any], over: str) -> None:
+    """The run options the search sets itself: an error as flags, ignored (with a
+    warning) from the config file or the environment."""
+    searched = "target_qps" if over == "rate" else "concurrency"
+    for name, why in _SET_BY_SEARCH.items():
+        if name in ("target_qps", "concurrency") and name != searched:
+            continue  # the other one: check_applies says it does not apply
+        flag = "--" + name.replace("_", "-")
+        if name in flags:
+            raise UsageError(f"{flag}: {why}")
+        if name in given:
+            warn(f"{flag} from the config file or the environment is ignored: {why}")
+
+
+def _check_earlier_search(output: Any) -> None:
+    """Warns when ``--output`` holds an earlier search's runs, which this one's replace."""
+    from loadgen.peak.driver import PROBES_DIR, PROBES_FILE
+
+    probes = os.path.join(output or "", PROBES_DIR)
+    if output and os.path.isdir(probes) and os.listdir(probes):
+        warn(f"--output {output} holds an earlier search's runs: this search's runs replace those of the "
+             f"same number in {probes}, and {PROBES_FILE} is written anew; give each search its own folder "
+             "to keep both")
+
+
+def cmd_find_peak(args: argparse.Namespace) -> int:
+    from loadgen.peak.driver import PeakSearch, search_options
+
+    flags = run_flags(args)
+    for warning in unknown_environment():
+        warn(warning)
+    with Interrupts() as interrupts:  # before the first probe, a signal ends the command at once
+        try:
+            settings = _settings(args)
+            options, given = resolve(flags)
+            _check_set_by_search(flags, given, settings.over)
+            check_thresholds(options)
+            check_applies(search_options(options, settings, given), flags, given)
+            check_output(options.output)
+            _check_earlier_search(options.output)
+            search = PeakSearch(options, settings, given)  # every option and the SUT checked
+        except (OptionError, ThresholdError, ValueError) as e:
+            raise UsageError(str(e)) from None
+        show = not options.quiet  # progress goes to stderr: with --json, stdout holds the document alone
+        interrupts.running = True
+        doc = search.run(say=_say if show else None, stop_requested=lambda: interrupts.signal is not None)
+    return _report(doc, options.json, options.quiet, search.write_error, options.output)
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def _report(doc: Dict[str, Any], as_json: bool, quiet: bool, write_error: str, output: Any) -> int:
+    from loadgen.peak.driver import PROBES_DIR, PROBES_FILE
+    from loadgen.peak.report import render_peak
+
+    if write_error:  # nothing measured is lost: the final document holds every run's summary
+        print(json.dumps(doc, indent=2, default=str), file=sys.stdout if as_json else sys.stderr)
+        where = "printed on stdout" if as_json else "printed above"
+        print(f"error: {write_error} (the final result is {where})", file=sys.stderr)
+        return EXIT_INVALID
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    elif not quiet:
+        sys.stdout.write(render_peak(doc))
+        if output:
+            runs: List[Dict[str, Any]] = doc["peak"]["runs"]
+            print(f"wrote {os.path.join(output, 'result.json')}, {os.path.join(output, PROBES_FILE)} and "
+                  f"{len(runs)} run folders in {os.path.join(output, PROBES_DIR)}")
+    peak = doc["peak"]
+    if peak["interrupted"]:
+        return EXIT_INTERRUPTED
+    thresholds_ok = all(t["passed"] for t in doc.get("thresholds", []))
+    return EXIT_OK if peak["confirmed"] and doc["valid"] and thresholds_ok else EXIT_INVALID
