@@ -277,3 +277,17 @@ def test_a_saturated_event_loop_makes_the_run_invalid(tmp_path):
     assert doc["host"]["event_loop_judged"] and doc["host"]["saturated"]
     assert not doc["valid"]
     assert any(r.startswith("generator saturated") for r in doc["invalid_reasons"])
+
+
+def test_the_run_plans_on_the_numa_node_of_the_gpus_it_samples(tmp_path):
+    from loadgen.telemetry.gpu_select import parse_gpus
+    from loadgen.telemetry.run import _selected_indexes
+
+    _two_socket_tree(tmp_path)
+    _write(tmp_path, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0")
+    _write(tmp_path, "/sys/bus/pci/devices/0000:18:00.0/local_cpulist", "0-7")
+    near0 = {"index": 1, "uuid": "GPU-0000-node0", "pci_bus_id": "00000000:18:00.0"}
+    topo = placement.read_topology(str(tmp_path), gpus=[GPU, near0], affinity=range(16))
+    for spec, node in (("1", 0), ("0", 1), ("GPU-0000", 0), ("all", None), ("none", None)):
+        plan = placement.make_plan(topo, gpu_indexes=_selected_indexes(parse_gpus(spec), topo))
+        assert plan.ok and plan.numa_node == node, (spec, plan)

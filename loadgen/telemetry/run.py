@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from loadgen import placement
 from loadgen.engine import Engine, EngineSettings
 from loadgen.options import RunOptions
 from loadgen.telemetry.gpu import GpuSampler
-from loadgen.telemetry.gpu_select import parse_gpus
+from loadgen.telemetry.gpu_select import GpuSelection, parse_gpus
 from loadgen.telemetry.host import SATURATED_FRACTION, HostSampler
 
 __all__ = ["RunTelemetry", "check_gpus", "place"]
@@ -42,8 +42,10 @@ def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
             raise ValueError(f"--pin: {e} (give auto or CPUs like 2-5)") from None
         if not within:
             raise ValueError("--pin: no CPU given (give auto or CPUs like 2-5)")
-    topo = placement.read_topology(gpus=[])
-    plan = placement.make_plan(topo, within=within)
+    selection = parse_gpus(o.gpus, os.environ)
+    # The GPUs' locality matters only when GPUs are sampled (asking NVML costs a moment).
+    topo = placement.read_topology(gpus=[] if selection.mode == "none" else None)
+    plan = placement.make_plan(topo, within=within, gpu_indexes=_selected_indexes(selection, topo))
     if within is not None and not plan.ok and "not usable" in plan.why:
         raise ValueError(f"--pin {o.pin}: {plan.why}")
     applied: Dict[str, Any] = {"issue_thread": [], "dispatcher": []}
@@ -63,6 +65,20 @@ def check_gpus(o: RunOptions) -> None:
         sampler.open()
     finally:
         sampler.stop()
+
+
+def _selected_indexes(selection: GpuSelection, topo: placement.Topology) -> Optional[List[int]]:
+    """The indexes of the GPUs ``selection`` samples among ``topo.gpus`` (None: all)."""
+    if selection.mode == "all":
+        return None
+    if selection.mode == "none":
+        return []
+    out = []
+    for item in selection.items:
+        for g in topo.gpus:
+            if item == str(g.index) or (not item.isdigit() and g.uuid.lower().startswith(item.lower())):
+                out.append(g.index)
+    return out
 
 
 class RunTelemetry:
