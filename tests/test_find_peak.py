@@ -28,7 +28,6 @@ from loadgen.peak.driver import PeakSettings, default_start, windows_done
 from loadgen.peak.search import Bracket, Knee, Search, Verdict, integer_midpoint, relative_finish, stable
 from loadgen.results import load_result
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ============================================================ the search, synthetic
@@ -240,15 +239,15 @@ RELAXED = ("--max-issue-delay-ms", "50")
 
 
 def clean_env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    """The environment without the caller's LOADGEN_* variables. The CLI runs in the
+    test's own folder, importing the installed loadgen (never the source tree)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
 
 
 def find_peak(*args: Any, timeout: float = 90) -> Tuple[subprocess.CompletedProcess, Dict[str, Any]]:
     """Runs `loadgen find-peak --json ARGS` (bounded by timeout); (process, final document)."""
     cmd = [sys.executable, "-m", "loadgen", "find-peak", "--json", *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(), cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
     doc = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else {}
     return proc, doc
 
@@ -318,7 +317,7 @@ def test_rate_search_on_the_demo_sut_finds_its_capacity_and_the_answer_holds_on_
            "--target-qps", repr(answer), "--duration-s", "0.5", "--latency-bound-ms", "20", *RELAXED]
     reruns = []
     for _ in range(2):
-        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env(), cwd=ROOT)
+        rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env())
         rerun_doc = json.loads(rerun.stdout)
         reruns.append(rerun_doc["invalid_reasons"])
         if rerun.returncode == 0:
@@ -348,7 +347,7 @@ def test_concurrency_search_on_the_demo_sut_finds_where_throughput_stops_growing
     assert all(r["windows"] >= 3 and "stable" in r for r in probes)
     assert probes[4]["why"].startswith("throughput grew") and not probes[4]["holds"]
     text = subprocess.run([sys.executable, "-m", "loadgen", "report", tmp_path / "result.json"],
-                          capture_output=True, text=True, timeout=30, env=clean_env(), cwd=ROOT).stdout
+                          capture_output=True, text=True, timeout=30, env=clean_env()).stdout
     assert f"peak: concurrency {peak['answer']} (" in text
     check_kept(tmp_path, doc)
 
@@ -433,7 +432,7 @@ def test_no_answer_when_the_start_does_not_hold_exits_1(tmp_path):
     assert len(peak["runs"]) == 1 and load_result(tmp_path / "result.json")["peak"]["confirmed"] is False
     text = subprocess.run([sys.executable, "-m", "loadgen", "find-peak", "--sut", "sleep:2000", "--latency-bound-ms",
                            "1", "--start", "200", "--probe-s", "0.3", *RELAXED], capture_output=True, text=True,
-                          timeout=30, env=clean_env(), cwd=ROOT)
+                          timeout=30, env=clean_env())
     assert text.returncode == 1 and "\nno peak: the start, 200 queries/s, does not hold" in text.stdout
 
 
@@ -441,8 +440,7 @@ def test_no_answer_when_the_start_does_not_hold_exits_1(tmp_path):
 def test_ctrl_c_stops_the_probe_under_way_and_keeps_the_probes_so_far(tmp_path):
     cmd = [sys.executable, "-m", "loadgen", "find-peak", "--sut", DEMO, "--latency-bound-ms", "20", "--start", "100",
            "--probe-s", "1", *RELAXED, "--output", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
-                            cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
     try:
         deadline = time.monotonic() + 30
         jsonl = tmp_path / "probes.jsonl"
