@@ -161,6 +161,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("service_ns", &NativeSutSettings::service_ns)
       .def_readwrite("per_item_ns", &NativeSutSettings::per_item_ns)
       .def_readwrite("sigma", &NativeSutSettings::sigma)
+      .def_readwrite("cpus", &NativeSutSettings::cpus)
       .def_readwrite("seed", &NativeSutSettings::seed);
 
   py::class_<EngineSettings> settings(m, "EngineSettings");

@@ -68,8 +68,19 @@ void NativeSut::close() noexcept {
   if (thread_.joinable()) thread_.join();
 }
 
+void NativeSut::pin_sut_thread() noexcept {
+  if (s_.cpus.empty()) return;
+  try {
+    pin_current_thread(s_.cpus);
+  } catch (const std::exception&) {
+    // The CPUs were checked against the process's when the settings were made; a
+    // cpuset that shrank since leaves the thread where the scheduler puts it.
+  }
+}
+
 void NativeSut::fixed_delay_loop() {
   set_current_thread_name("lg-sut");
+  pin_sut_thread();
   set_min_timer_slack();
   uint64_t head = 0;
   for (;;) {
@@ -97,6 +108,7 @@ void NativeSut::fixed_delay_loop() {
 // after a sampled service time. Completions are reported when they are due.
 void NativeSut::demo_loop() {
   set_current_thread_name("lg-sut");
+  pin_sut_thread();
   set_min_timer_slack();
   Rng rng(s_.seed);
   auto service_ns = [&](int64_t batch) {

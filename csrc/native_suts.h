@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "notifier.h"
 
@@ -34,6 +35,9 @@ struct NativeSutSettings {
   int64_t per_item_ns = 250'000;   ///< demo: >= 0
   double sigma = 0.25;             ///< demo: 0..3
   uint64_t seed = 0;               ///< demo: seed of the service-time draws
+  /// The fixed-delay and demo SUTs' thread runs on these CPUs (empty: not pinned), as
+  /// --pin auto places an in-process SUT away from the issue thread and dispatcher.
+  std::vector<int> cpus;
 };
 
 /// Throws std::invalid_argument naming the bad field (sut.delay_ns, sut.workers, ...).
@@ -72,6 +76,8 @@ class NativeSut {
   void close() noexcept;
 
  private:
+  // Pins the SUT's thread to settings.cpus, if any.
+  void pin_sut_thread() noexcept;
   void fixed_delay_loop();
   void demo_loop();
 

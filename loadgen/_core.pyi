@@ -150,6 +150,7 @@ class NativeSutSettings:
     ) -> None: ...
     kind: SutKind
     delay_ns: int
+    cpus: List[int]
     workers: int
     max_batch: int
     service_ns: int

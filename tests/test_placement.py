@@ -211,12 +211,17 @@ def test_the_engines_threads_name_themselves_and_the_dispatcher_is_pinned():
                                   dispatcher_cpus=cpus[-1:]), sut).run()
     assert {"lg-issue", "lg-monitor"} <= seen["names"]
     assert seen["affinity"] == cpus[-1:]
-    demo = Engine(loadgen.EngineSettings(mode="constant", target_qps=200, duration_s=0.3), loadgen.DemoSUT())
+    demo = Engine(loadgen.EngineSettings(mode="constant", target_qps=200, duration_s=0.3, sut_cpus=cpus[:1]),
+                  loadgen.DemoSUT())
     demo.start()
-    names = set()
+    names, sut_affinity = set(), set()
     while not demo.wait(0.05):
-        names.update(name for name, _ in read_thread_cpu().values())
+        for tid, (name, _) in read_thread_cpu().items():
+            names.add(name)
+            if name == "lg-sut":
+                sut_affinity.add(tuple(sorted(os.sched_getaffinity(tid))))
     assert "lg-sut" in names
+    assert sut_affinity == {tuple(cpus[:1])}  # the demo SUT's thread runs on the SUT's CPUs
 
 
 def test_loadgen_env_prints_the_topology_and_the_plan(capsys):
@@ -255,7 +260,8 @@ def test_pin_auto_applies_the_plan_and_records_it_with_the_host_figures(tmp_path
     pl = doc["placement"]
     assert pl["pin"] == "auto" and pl["plan"]["ok"] == plan.ok
     if plan.ok:
-        assert pl["applied"] == {"issue_thread": plan.issue_cpus, "dispatcher": plan.dispatcher_cpus}
+        assert pl["applied"] == {"issue_thread": plan.issue_cpus, "dispatcher": plan.dispatcher_cpus,
+                                 "sut": plan.sut_cpus}
         assert doc["settings"]["engine"]["pin_cpus"] == plan.issue_cpus
     host = doc["host"]
     assert len(host["intervals"]) >= 2 and host["cpu_s"]["issue"] > 0 and "dispatcher" in host["cpu_s"]

@@ -208,8 +208,8 @@ class Dispatcher:
         # its last one returns, so a waiting thread has nothing to catch.
         drive: Callable[[], None] = (functools.partial(self._drive_serial, 0, stamp=True)
                                      if self.settings.samples_per_query == 1 else self._drive_rows)
-        pool = [threading.Thread(target=self._drive_guarded, args=(drive,), name=f"loadgen-sut-{i}",
-                                 daemon=True) for i in range(1, threads)]
+        pool = [threading.Thread(target=self._drive_guarded, args=(self._on_sut_cpus(drive),),
+                                 name=f"loadgen-sut-{i}", daemon=True) for i in range(1, threads)]
         for t in pool:
             t.start()
         try:
@@ -217,6 +217,17 @@ class Dispatcher:
         finally:
             for t in pool:  # a SUT call stuck past the end of the run keeps its thread
                 t.join()
+
+    def _on_sut_cpus(self, drive: Callable[[], None]) -> Callable[[], None]:
+        """``drive`` run on ``settings.sut_cpus`` (as it is, without any)."""
+        cpus = list(self.settings.sut_cpus)
+        if not cpus:
+            return drive
+
+        def pinned() -> None:
+            os.sched_setaffinity(0, cpus)
+            drive()
+        return pinned
 
     def _drive_function(self) -> None:
         core, f, s = self.core, self.sut, self.settings

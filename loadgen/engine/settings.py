@@ -84,6 +84,9 @@ class EngineSettings:
             "trace" (the schedule itself is the warm-up there) or "offline".
         dispatcher_cpus: CPUs to pin the Python dispatcher thread (and the event loop it
             runs) to (empty = not pinned); see :mod:`loadgen.placement`.
+        sut_cpus: CPUs for an in-process SUT's threads that loadgen starts: the fixed-delay
+            and demo SUTs' thread, the extra threads of a closed-loop function SUT
+            (empty = not pinned).
     """
 
     mode: str = defaults.MODE
@@ -114,6 +117,7 @@ class EngineSettings:
     latency_bounds_ns: Sequence[int] = ()
     warmup_s: float = 0.0
     dispatcher_cpus: Sequence[int] = ()
+    sut_cpus: Sequence[int] = ()
 
     def validate(self) -> None:
         """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
@@ -171,7 +175,7 @@ class EngineSettings:
         if not 1 <= self.significant_figures <= 5:
             raise ValueError(f"significant_figures must be in 1..5; got {self.significant_figures}")
         allowed = allowed_cpus()
-        for name in ("pin_cpus", "dispatcher_cpus"):
+        for name in ("pin_cpus", "dispatcher_cpus", "sut_cpus"):
             bad = [c for c in getattr(self, name) if c not in allowed]
             if bad:
                 raise ValueError(
@@ -270,6 +274,7 @@ class EngineSettings:
         if sut_form in ("null", "fixed_delay", "demo"):
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
+            s.sut.cpus = [int(c) for c in self.sut_cpus]
         else:
             s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
         return s

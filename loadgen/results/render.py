@@ -92,7 +92,8 @@ def _host_lines(doc: Dict[str, Any]) -> List[str]:
         applied = pl["applied"]
         if pl["plan"]["ok"]:
             lines.append(f"placement    --pin {pl['pin']}: issue thread on CPU {applied['issue_thread']}, dispatcher on "
-                         f"{applied['dispatcher'] or 'none (native SUT)'}")
+                         f"{applied['dispatcher'] or 'none (native SUT)'}, in-process SUT on "
+                         f"{applied.get('sut') or 'any CPU (none left for it)'}")
         else:
             lines.append(f"placement    --pin {pl['pin']}: no plan, nothing pinned: {pl['plan']['why']}")
     return lines

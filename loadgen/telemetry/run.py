@@ -48,11 +48,13 @@ def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
     plan = placement.make_plan(topo, within=within, gpu_indexes=_selected_indexes(selection, topo))
     if within is not None and not plan.ok and "not usable" in plan.why:
         raise ValueError(f"--pin {o.pin}: {plan.why}")
-    applied: Dict[str, Any] = {"issue_thread": [], "dispatcher": []}
+    applied: Dict[str, Any] = {"issue_thread": [], "dispatcher": [], "sut": []}
     if plan.ok:
         settings.pin_cpus = tuple(plan.issue_cpus)
         settings.dispatcher_cpus = tuple(plan.dispatcher_cpus)
-        applied = {"issue_thread": list(plan.issue_cpus), "dispatcher": list(plan.dispatcher_cpus)}
+        settings.sut_cpus = tuple(plan.sut_cpus)
+        applied = {"issue_thread": list(plan.issue_cpus), "dispatcher": list(plan.dispatcher_cpus),
+                   "sut": list(plan.sut_cpus)}
     return {"pin": o.pin, "plan": plan.as_dict(), "applied": applied, "usable_cpus": topo.usable}
 
 
