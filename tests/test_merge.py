@@ -458,3 +458,40 @@ def test_a_pod_killed_mid_run_makes_the_merge_invalid(network, server, tmp_path)
     proc = cli("merge", tmp_path / "pods")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "INVALID" in proc.stdout and "worker 1 of 3 is missing" in proc.stdout
+
+
+# ------------------------------------------------------------------- telemetry
+
+def _gpu(uuid_energy, status="ok"):
+    return {"status": status, "reason": "", "devices": [{"uuid": u, "energy_j": {"total": e}} for u, e in uuid_energy],
+            "energy_j_total": sum(e for _, e in uuid_energy)}
+
+
+def test_gpu_energy_is_counted_once_per_gpu_and_per_query_over_the_merged_count(three):
+    import copy
+
+    docs = copy.deepcopy(three)
+    docs[0]["gpu"] = _gpu([("GPU-a", 100.0), ("GPU-b", 50.0)])
+    docs[1]["gpu"] = _gpu([("GPU-a", 101.0)])  # the same GPU, seen from a worker on the same node
+    docs[2]["gpu"] = _gpu([("GPU-c", 30.0)])
+    merged = merge_results(named(docs))
+    gpu = merged["gpu"]
+    completed = merged["counts"]["completed"]
+    assert gpu["status"] == "ok" and gpu["energy_j_total"] == pytest.approx(101.0 + 50.0 + 30.0)
+    assert gpu["energy_per_query_j"] == pytest.approx(181.0 / completed)
+    assert gpu["queries_per_joule"] == pytest.approx(completed / 181.0)
+    docs[2]["gpu"] = {"status": "unavailable", "reason": "no driver", "devices": []}
+    partial = merge_results(named(docs))["gpu"]
+    assert partial["status"] == "partial" and "1 of 3 workers" in partial["reason"]
+    assert "gpu" not in merge_results(named(three)) or merge_results(named(three))["gpu"] is None
+
+
+def test_a_saturated_worker_makes_the_merge_invalid_naming_it(three):
+    import copy
+
+    docs = copy.deepcopy(three)
+    docs[2]["invalid_reasons"] = ["generator saturated: the event loop (dispatcher thread) was busier than 90% ..."]
+    docs[2]["valid"] = False
+    merged = merge_results(named(docs))
+    assert not merged["valid"]
+    assert "worker 2: generator saturated" in reasons_of(merged)

@@ -28,7 +28,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions, parse_stages
@@ -109,6 +109,10 @@ def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
         doc["environment"] = first.doc["environment"]
     if "sweep" in first.doc:
         doc["sweep"] = first.doc["sweep"]
+    reasons += _saturation_reasons(workers)
+    gpu = merge_gpu([w.doc for w in workers], int(doc["counts"]["completed"]))
+    if gpu is not None:
+        doc["gpu"] = gpu
     doc["invalid_reasons"] = reasons + [r for r in doc["invalid_reasons"] if r not in reasons]
     doc["valid"] = not doc["invalid_reasons"]
     doc["merge"] = {
@@ -120,6 +124,45 @@ def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ validity
+
+def _saturation_reasons(workers: Sequence[_Worker]) -> List[str]:
+    """A worker whose event loop was saturated measured its own client: the merge says
+    which (host figures are not merged, so the rule cannot be judged again on the whole)."""
+    return [f"worker {w.index}: {r}" for w in workers for r in w.doc.get("invalid_reasons", [])
+            if str(r).startswith("generator saturated")]
+
+
+def merge_gpu(docs: Sequence[Dict[str, Any]], completed: int) -> Optional[Dict[str, Any]]:
+    """The merged ``gpu`` section: the GPUs the workers sampled, each counted once (by
+    UUID: workers on one node see the same GPUs over the same time; the largest energy
+    reading of a GPU is kept), energy in all, per completed query and queries per joule
+    over the merged count; None when no worker has GPU figures."""
+    sections = [d.get("gpu") for d in docs]
+    sampled = [g for g in sections if isinstance(g, dict) and g.get("status") in ("ok", "partial")]
+    if not sampled:
+        return None
+    devices: Dict[str, Dict[str, Any]] = {}
+    for g in sampled:
+        for dev in g.get("devices") or []:
+            energy = (dev.get("energy_j") or {}).get("total")
+            kept = devices.get(dev["uuid"])
+            if kept is None or (energy or 0.0) > ((kept.get("energy_j") or {}).get("total") or 0.0):
+                devices[dev["uuid"]] = dev
+    # A MIG device's energy is its GPU's: count each physical GPU once.
+    energies = {d.get("parent_uuid") or uuid: (d.get("energy_j") or {}).get("total") for uuid, d in devices.items()}
+    known = [e for e in energies.values() if e is not None]
+    total = float(sum(known)) if known else None
+    return {
+        "status": "ok" if len(sampled) == len(sections) and all(g["status"] == "ok" for g in sampled) else "partial",
+        "reason": "" if len(sampled) == len(sections) else
+        f"{len(sections) - len(sampled)} of {len(sections)} workers have no GPU figures",
+        "devices": list(devices.values()),
+        "energy_j_total": total,
+        "energy_per_query_j": total / completed if total is not None and completed else None,
+        "queries_per_joule": completed / total if total else None,
+        "workers": [g.get("status", "absent") if isinstance(g, dict) else "absent" for g in sections],
+    }
+
 
 def _name(w: _Worker) -> str:
     return f"worker {w.index} ({w.path})"
