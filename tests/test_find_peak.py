@@ -354,18 +354,9 @@ def test_concurrency_search_on_the_demo_sut_finds_where_throughput_stops_growing
 
 @pytest.fixture
 def mlserver(tmp_path):
-    from tests.servers.mlserver import INSTALL_HINT, find_mlserver, start_mlserver
-    from tests.servers.procs import require_servers
+    from tests.servers.mlserver import running_mlserver
 
-    if find_mlserver() is None:
-        if require_servers():
-            pytest.fail(f"MLServer is not installed: {INSTALL_HINT}")
-        pytest.skip(f"MLServer is not installed: {INSTALL_HINT}")
-    server = start_mlserver(str(tmp_path))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running_mlserver(str(tmp_path))
 
 
 @pytest.mark.integration

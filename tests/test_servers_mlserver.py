@@ -10,8 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.servers.mlserver import INSTALL_HINT, MLServer, find_mlserver, start_mlserver
-from tests.servers.procs import check_add_one_over_rest, get_json, require_servers, wait_for_count
+from tests.servers.mlserver import MLServer, find_mlserver, running_mlserver
+from tests.servers.procs import check_add_one_over_rest, get_json, wait_for_count
 
 pytestmark = pytest.mark.integration
 
@@ -49,15 +49,7 @@ print("ok")
 
 @pytest.fixture
 def mlserver(tmp_path) -> Iterator[MLServer]:
-    if find_mlserver() is None:
-        if require_servers():
-            pytest.fail(f"MLServer is not installed: {INSTALL_HINT}")
-        pytest.skip(f"MLServer is not installed: {INSTALL_HINT}")
-    server = start_mlserver(str(tmp_path))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running_mlserver(str(tmp_path))
 
 
 def test_mlserver_rest_infer_metadata_and_count(mlserver: MLServer) -> None:

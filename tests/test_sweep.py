@@ -29,8 +29,8 @@ from loadgen.sweep.grid import (
 from loadgen.sweep.plan import plan_runs, point_key
 from loadgen.sweep.run import eta_s
 from loadgen.sweep.settings import SweepSettings, split_table, sweep_settings
-from tests.servers.mlserver import find_mlserver, start_mlserver
-from tests.servers.procs import free_port, require_servers
+from tests.servers.mlserver import running_mlserver
+from tests.servers.procs import free_port
 from tests.test_cli_run import clean_env, run_cli
 
 # Short points; the generator-overload rule relaxed, as the machine is small and shared.
@@ -432,15 +432,7 @@ def test_the_servers_readiness_is_awaited_after_the_before_hook_at_every_point(t
 
 @pytest.fixture
 def mlserver(tmp_path):
-    if find_mlserver() is None:
-        if require_servers():
-            pytest.fail("MLServer is not installed")
-        pytest.skip("MLServer is not installed")
-    server = start_mlserver(str(tmp_path / "mlserver"))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running_mlserver(str(tmp_path / "mlserver"))
 
 
 @pytest.mark.integration

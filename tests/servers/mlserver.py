@@ -40,9 +40,9 @@ import socket
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, Iterator, List, Optional, Tuple, Type
 
-from .procs import ServerProcess, ServerUnavailable, free_port, http_get, install_server
+from .procs import ServerProcess, ServerUnavailable, free_port, http_get, install_server, require_servers
 
 __all__ = ["INSTALL_HINT", "MODELS", "VENV_ENV", "MLServer", "find_mlserver", "parse_prometheus",
            "start_mlserver"]
@@ -215,3 +215,20 @@ def start_mlserver(workdir: str, *, timeout_s: float = 120, host: str = "127.0.0
         process.stop()
         raise
     return server
+
+
+def running_mlserver(workdir: str) -> Iterator[MLServer]:
+    """A pytest fixture's body: MLServer started in ``workdir`` on 127.0.0.1, stopped
+    afterwards; the test skipped when MLServer cannot be installed (failed instead when
+    servers are required, as in CI). Use as ``yield from running_mlserver(...)``."""
+    import pytest
+
+    if find_mlserver() is None:
+        if require_servers():
+            pytest.fail(f"MLServer is not installed: {INSTALL_HINT}")
+        pytest.skip(f"MLServer is not installed: {INSTALL_HINT}")
+    server = start_mlserver(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
