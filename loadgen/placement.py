@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 __all__ = ["GpuLocality", "Plan", "Topology", "cpu_governor", "format_cpulist", "make_plan",
-           "parse_cpulist", "pin_thread", "pinned", "read_topology", "thread_cpus"]
+           "keep_off", "parse_cpulist", "pin_thread", "pinned", "read_topology", "thread_cpus"]
 
 _MAX_CPU = 8191
 
@@ -355,6 +355,19 @@ def pin_thread(cpus: Sequence[int]) -> None:
         raise ValueError(f"cannot pin to CPU {bad[0] if bad else '(none)'}: usable CPUs are "
                          f"{format_cpulist(sorted(allowed))}")
     os.sched_setaffinity(0, list(cpus))
+
+
+def keep_off(cpus: "frozenset[int] | set[int]") -> None:
+    """Moves the calling thread off ``cpus`` (a sampler keeping away from a pinned,
+    spinning issue thread); left as it is when no other CPU is allowed or on error."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        allowed = os.sched_getaffinity(0) - set(cpus)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    except OSError:
+        pass
 
 
 def _process_cpus() -> List[int]:

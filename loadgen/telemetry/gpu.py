@@ -21,38 +21,25 @@ Nothing here raises for a missing GPU, library or driver: the section then says
 longer sampled, its ``lost`` entry says when and why, and the others go on
 (``"status": "partial"``).
 
-Typical use, around a run::
-
-    sampler = GpuSampler(parse_gpus(options.gpus, os.environ), sample_ms=100)
-    sampler.start()                  # ValueError: a --gpus item names no device
-    sampler.mark("start")
-    ...                              # the run; mark("issue_end") when issuing ends
-    sampler.mark("end")
-    section = sampler.report(completed_queries=..., completed_samples=...,
-                             measure_start_ns=..., interval_ns=..., n_intervals=...)
+loadgen.telemetry.run drives it around every run; docs/gpu.md shows it embedded.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from loadgen.telemetry.gpu_backend import GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend
+from loadgen.placement import keep_off
+from loadgen.telemetry.gpu_backend import (
+    THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, reason_bits, reason_name,
+)
 from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
 from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries, StreamStats
 
-__all__ = [
-    "DEFAULT_SAMPLE_MS",
-    "GpuSampler",
-    "MARKS",
-    "MIN_SAMPLE_MS",
-    "MAX_SAMPLE_MS",
-    "THROTTLE_REASONS",
-]
+__all__ = ["DEFAULT_SAMPLE_MS", "GpuSampler", "MARKS", "MIN_SAMPLE_MS", "MAX_SAMPLE_MS", "THROTTLE_REASONS"]
 
 #: ``--gpu-sample-ms``: the default period and its range.
 DEFAULT_SAMPLE_MS = 100.0
@@ -63,17 +50,6 @@ DRAIN_S = 1.0
 #: The phase boundaries :meth:`GpuSampler.mark` knows.
 MARKS = ("start", "issue_end", "end")
 #: Names of the clock-event (throttle) reason bits (NVML's ``nvmlClocksEventReason*``).
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 _MIG_UTILIZATION = {"supported": False, "why": "MIG device"}
 # Tops of the percentile histograms (min, max and mean are exact beyond them).
 _SMALL_TOP = 1 << 12  # percent, degrees C
@@ -333,7 +309,7 @@ class GpuSampler:
     # -------------------------------------------------------------- sampling
 
     def _run(self) -> None:
-        _keep_off(self._avoid_cpus)
+        keep_off(self._avoid_cpus)
         cpu0, wall0 = time.thread_time(), time.monotonic()
         period_ns = int(self.sample_ms * 1e6)
         next_ns = time.monotonic_ns() + period_ns
@@ -409,7 +385,7 @@ class GpuSampler:
             gpu.last_power = (now, power)
         reasons = self._read(gpu, "clocks_event_reasons", b.clocks_event_reasons)
         if reasons:
-            for bit in _bits(reasons):
+            for bit in reason_bits(reasons):
                 gpu.throttle_ticks[bit] = gpu.throttle_ticks.get(bit, 0) + 1
         energy = self._energy_mj(gpu, now)
         if energy is not None:
@@ -573,7 +549,7 @@ class GpuSampler:
         for g in self._gpus:
             for u in g.units:
                 if u.lost and (u.slot is not None or u is g.units[0]):
-                    parts.append(f"{u.uuid} lost {_ago(u.lost[0], self._opened_ns)}: {u.lost[1]}")
+                    parts.append(f"{u.uuid} lost at +{max(u.lost[0] - self._opened_ns, 0) / 1e9:.1f} s: {u.lost[1]}")
         parts.extend(self._failures)
         if parts and gpus_with_energy < len(self._gpus):
             parts.append(f"energy totals cover {gpus_with_energy} of {len(self._gpus)} GPUs")
@@ -612,8 +588,8 @@ class GpuSampler:
             "temperature_c": _stats(gpu.temperature, gpu.unsupported.get("temperature")),
             "energy_j": _phase_energy(gpu),
             "energy_source": _energy_source(gpu),
-            "throttle_reasons": [_reason_name(bit) for bit in sorted(gpu.throttle_ticks)],
-            "throttle_samples": {_reason_name(bit): n for bit, n in sorted(gpu.throttle_ticks.items())},
+            "throttle_reasons": [reason_name(bit) for bit in sorted(gpu.throttle_ticks)],
+            "throttle_samples": {reason_name(bit): n for bit, n in sorted(gpu.throttle_ticks.items())},
             "samples": unit.ticks,
         })
         if unit.lost:
@@ -702,26 +678,6 @@ def _energy_source(gpu: _Gpu) -> Optional[str]:
     return "power integral" if gpu.last_power is not None else None
 
 
-def _keep_off(cpus: FrozenSet[int]) -> None:
-    """Moves the calling thread off ``cpus`` (Linux: affinity is per thread)."""
-    if not cpus or not hasattr(os, "sched_setaffinity"):
-        return
-    try:
-        allowed = os.sched_getaffinity(0) - cpus
-        if allowed:
-            os.sched_setaffinity(0, allowed)
-    except OSError:
-        pass
-
-
-def _bits(mask: int) -> List[int]:
-    return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
-
-
-def _reason_name(bit: int) -> str:
-    return THROTTLE_REASONS.get(bit, f"0x{bit:x}")
-
-
 def _joules(mj: Optional[float]) -> Optional[float]:
     return None if mj is None else mj / 1000.0
 
@@ -734,10 +690,6 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     if a is None or not b:
         return None
     return a / b
-
-
-def _ago(t_ns: int, origin_ns: int) -> str:
-    return f"at +{max(t_ns - origin_ns, 0) / 1e9:.1f} s"
 
 
 def _one_line(text: str) -> str:

@@ -276,3 +276,27 @@ def _translate(nvml: Any, fn: str, e: Exception) -> GpuError:
     elif isinstance(e, (nvml.NVMLError_LibraryNotFound, nvml.NVMLError_DriverNotLoaded)):
         kind = GpuUnavailable
     return kind(f"{fn}: {_nvml_message(e)}")
+
+
+#: NVML's clock-event (throttle) reason bits, by the names the result uses.
+THROTTLE_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def reason_bits(mask: int) -> List[int]:
+    """The bits set in a clock-event reasons mask."""
+    return [1 << i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def reason_name(bit: int) -> str:
+    """The name of one clock-event reason bit (hex for one NVML does not name)."""
+    return THROTTLE_REASONS.get(bit, f"0x{bit:x}")
