@@ -241,14 +241,9 @@ def test_loadgen_env_prints_the_topology_and_the_plan(capsys):
 # ------------------------------------------------------------------- in a run
 
 def _run_doc(tmp_path, *args):
-    import json
-    import subprocess
-    import sys
+    from tests.test_cli_run import run_json
 
-    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--json", *args], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
-    assert proc.returncode in (0, 1), proc.stderr
-    return json.loads(proc.stdout)
+    return run_json(*args, cwd=tmp_path, timeout=120)[1]
 
 
 def test_pin_auto_applies_the_plan_and_records_it_with_the_host_figures(tmp_path):
