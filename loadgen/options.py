@@ -363,6 +363,12 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
                "interval) go in the result", "URL"),
+    OptionSpec("metrics_port", _int(0, 65535), "serve live Prometheus metrics on this port during the run "
+               "(0: a free port, printed; see 'Live metrics' in the README)", "PORT"),
+    OptionSpec("metrics_addr", _str, f"the address --metrics-port listens on (default {D.METRICS_ADDR}; "
+               "0.0.0.0 for every interface, as in a pod)", "ADDR"),
+    OptionSpec("metrics_linger_s", _float(0, D.MAX_TIME_S, unit="s"), "keep serving the final metrics this long "
+               f"after the run, for a scraper that comes between two scrapes (default {D.METRICS_LINGER_S:g})", "S"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
@@ -444,6 +450,9 @@ class RunOptions:
     max_tokens: int = D.MAX_TOKENS
     prompt_words: int = D.PROMPT_WORDS
     server_metrics_url: Optional[str] = None
+    metrics_port: Optional[int] = None
+    metrics_addr: str = D.METRICS_ADDR
+    metrics_linger_s: float = D.METRICS_LINGER_S
     output: Optional[str] = None
     json: bool = False
     quiet: bool = False

@@ -8,6 +8,7 @@ import gc
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
+from loadgen import defaults
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
@@ -19,6 +20,7 @@ from loadgen.workers import add_worker_section, total_load, wait_until, worker_s
 
 if TYPE_CHECKING:
     from loadgen.net.metrics import MetricsScraper
+    from loadgen.telemetry.live import LiveMetrics
 
 __all__ = ["Progress", "ResultError", "plan", "prepare", "run_benchmark"]
 
@@ -69,7 +71,16 @@ def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
         given = [name for name in _NETWORK_ONLY if getattr(effective, name)]
         raise ValueError(f"--{given[0].replace('_', '-')} applies to network targets (--sut URL), "
                          f"not to --sut {effective.sut}")
+    _check_live(effective)
     return scenario, effective, settings
+
+
+def _check_live(o: RunOptions) -> None:
+    """--metrics-addr and --metrics-linger-s need --metrics-port."""
+    if o.metrics_port is None:
+        for name, default in (("metrics_addr", defaults.METRICS_ADDR), ("metrics_linger_s", defaults.METRICS_LINGER_S)):
+            if getattr(o, name) != default:
+                raise ValueError(f"--{name.replace('_', '-')} needs --metrics-port (the live metrics server)")
 
 
 def prepare(options: RunOptions) -> _Prepared:
@@ -103,6 +114,7 @@ def run_benchmark(
     stop_requested: Optional[Callable[[], bool]] = None,
     prepared: Optional[_Prepared] = None,
     finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None,
+    live: Optional[LiveMetrics] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -123,10 +135,32 @@ def run_benchmark(
             entries) each time an interval ends; when it returns True the run ends as if
             its duration had passed (issuing stops, outstanding queries get the grace
             period), not as an interruption. Needs ``--interval-s`` above 0.
+        live: a :class:`~loadgen.telemetry.live.LiveMetrics` server that serves this
+            run's figures (the caller closes it). Without one, ``--metrics-port`` makes a
+            server for this run alone, kept for ``--metrics-linger-s`` after it (ended
+            early by ``stop_requested``), then closed.
 
     With ``--start-at`` the run waits, prepared, until that wall-clock time; a stop
     requested meanwhile raises KeyboardInterrupt (nothing was measured yet).
     """
+    if live is not None or options.metrics_port is None:
+        return _run_benchmark(options, given, on_progress, progress_interval_s, stop_requested, prepared,
+                              finish_when, live)
+    from loadgen.telemetry.live import LiveMetrics
+
+    with LiveMetrics.serve(options) as own:
+        doc = _run_benchmark(options, given, on_progress, progress_interval_s, stop_requested, prepared,
+                             finish_when, own)
+        own.linger(options.metrics_linger_s, stop_requested)
+    return doc
+
+
+def _run_benchmark(
+    options: RunOptions, given: Optional[Dict[str, Any]], on_progress: Optional[Callable[[Progress], None]],
+    progress_interval_s: float, stop_requested: Optional[Callable[[], bool]], prepared: Optional[_Prepared],
+    finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]], live: Optional[LiveMetrics],
+) -> Dict[str, Any]:
+    """:func:`run_benchmark` with its live metrics server (or none) decided."""
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
     placement = place(effective, dataclasses.replace(settings))  # the record; plan() applied it
     engine = Engine(settings, sut)
@@ -143,6 +177,8 @@ def run_benchmark(
     # and pauses Python SUTs and network clients for less.
     gc.collect()
     gc.freeze()
+    if live is not None:
+        live.attach(engine, effective, settings, sut, telemetry.gpu)
     telemetry.start(engine)
     engine.start()
     try:
@@ -156,6 +192,8 @@ def run_benchmark(
         telemetry.stop()
         if scraper is not None:
             scraper.finish()
+        if live is not None:
+            live.finish()  # the final values, served until the next run or the server's end
     result = engine.result()
     started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
     worker = _worker(scenario, options, effective, started)
@@ -164,6 +202,8 @@ def run_benchmark(
                              given=given or {}, started_wall=started_wall, sut=sut)
         add_worker_section(doc, worker)
         telemetry.add_to(doc, placement)
+        if live is not None:
+            doc["live_metrics"] = live.where()
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)

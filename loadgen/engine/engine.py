@@ -206,9 +206,20 @@ class Engine:
         """The latency histogram so far (ns, a snapshot), for progress displays."""
         return Histogram.from_core(self._core.latency())
 
+    def histogram(self, name: str) -> Histogram:
+        """One of the run's histograms so far (ns, a snapshot): ``latency``,
+        ``service_time``, ``issue_delay``, ``ttft`` or ``tpot``. Any thread."""
+        if name not in ("latency", "service_time", "issue_delay", "ttft", "tpot"):
+            raise ValueError(f"no histogram {name!r}")
+        return Histogram.from_core(getattr(self._core, name)())
+
     def counts(self) -> Dict[str, int]:
         """The counts so far (see :class:`RunResult`)."""
         return self._core.counts()
+
+    def error_counts(self) -> Dict[str, int]:
+        """Failures (and time-outs) by kind so far."""
+        return self._core.error_counts()
 
     def timeseries(self) -> List[Dict[str, Any]]:
         """The intervals of the time series so far (see :class:`RunResult`)."""

@@ -87,6 +87,7 @@ class _Gpu:
     cursors: Dict[str, int] = field(default_factory=lambda: {"utilization": 0, "power": 0})
     marks: Dict[str, Tuple[int, float]] = field(default_factory=dict)
     units: List[_Unit] = field(default_factory=list)
+    latest: Dict[str, float] = field(default_factory=dict)  # the newest reading of each figure
 
 
 @dataclass
@@ -104,6 +105,7 @@ class _Unit:
     ticks: int = 0
     memory: StreamStats = field(default_factory=StreamStats)
     memory_series: BinnedSeries = field(default_factory=BinnedSeries)
+    latest_memory: Optional[int] = None
 
 
 class GpuSampler:
@@ -372,11 +374,14 @@ class GpuSampler:
         if clocks is not None:
             gpu.sm_clock.add(clocks[0])
             gpu.mem_clock.add(clocks[1])
+            gpu.latest["sm_clock_mhz"] = clocks[0]
         temperature = self._read(gpu, "temperature", b.temperature)
         if temperature is not None:
             gpu.temperature.add(temperature)
+            gpu.latest["temperature_c"] = temperature
         power = self._read_power(gpu)
         if power is not None:
+            gpu.latest["power_w"] = power
             gpu.power_read.add(power)
             gpu.power_read_series.add(now, power)
             if gpu.last_power is not None:  # for GPUs without an energy counter
@@ -430,6 +435,7 @@ class GpuSampler:
             return
         unit.memory.add(used)
         unit.memory_series.add(now, used)
+        unit.latest_memory = used
         unit.memory_total = total
         unit.ticks += 1
 
@@ -454,6 +460,8 @@ class GpuSampler:
                     if t >= self._opened_ns:  # the buffer also holds samples from before
                         stats.add(value)
                         series.add(t, value)
+                        if kind == "utilization":
+                            gpu.latest["utilization_pct"] = value
 
     def _lose(self, gpu: _Gpu, now: int, error: Exception) -> None:
         gpu.lost = (now, _one_line(str(error)) or type(error).__name__)
@@ -496,6 +504,18 @@ class GpuSampler:
             gpu.marks[name] = (now, energy)
             if "energy" not in gpu.unsupported:
                 gpu.energy.add(now, energy)
+
+    def latest(self) -> List[Dict[str, Any]]:
+        """The newest reading of each sampled device, for live displays (any thread):
+        ``index``, ``uuid``, ``name``, ``memory_used_bytes`` and, of its GPU,
+        ``utilization_pct``, ``power_w``, ``temperature_c``, ``sm_clock_mhz`` (each absent
+        until read). Lost devices are left out; empty when the lock is not had in time."""
+        with self._guard() as held:
+            if not held:
+                return []
+            return [{"index": g.index, "uuid": u.uuid, "name": u.name, **g.latest,
+                     **({} if u.latest_memory is None else {"memory_used_bytes": u.latest_memory})}
+                    for g in self._gpus for u in g.units if not u.lost]
 
     # ---------------------------------------------------------------- report
 
