@@ -4,6 +4,7 @@ options as flags, signal handling around a run, progress lines, and saving resul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
     from loadgen.runner import Progress
+    from loadgen.telemetry.live import LiveMetrics
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE (a constant: Windows has no signal.SIGPIPE)
@@ -234,6 +236,41 @@ def save(doc: Dict[str, Any], directory: str, partial: bool) -> Tuple[List[str],
         f.write(text)
     os.replace(tmp, path)
     return [path], failure
+
+def note(text: str, options: RunOptions) -> None:
+    """A line about the command's own doings (not a result): on stdout, on stderr with
+    --json (stdout holds the JSON alone), nowhere with --quiet."""
+    if not options.quiet:
+        print(text, file=sys.stderr if options.json else sys.stdout, flush=True)
+
+
+def serve_live(options: RunOptions, stack: contextlib.ExitStack) -> Optional[LiveMetrics]:
+    """The live metrics server of ``--metrics-port`` (None without it), closed with
+    ``stack``; says where it serves. A port in use or a bad address is a usage error that
+    names it, before anything runs."""
+    if options.metrics_port is None:
+        return None
+    from loadgen.telemetry.live import LiveMetrics
+
+    try:
+        live = stack.enter_context(LiveMetrics.serve(options))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    note(f"live metrics on {live.url} (run {live.run_id})", options)
+    return live
+
+
+def linger_live(live: Optional[LiveMetrics], options: RunOptions) -> None:
+    """Serves the final metrics ``--metrics-linger-s`` longer, saying so; Ctrl-C (or
+    SIGTERM) ends it at once."""
+    if live is None or options.metrics_linger_s <= 0:
+        return
+    note(f"serving the final metrics on {live.url} for {options.metrics_linger_s:g} s more "
+         "(--metrics-linger-s; Ctrl-C ends it)", options)
+    with Interrupts() as interrupts:
+        interrupts.running = True
+        live.linger(options.metrics_linger_s, lambda: interrupts.signal is not None)
+
 
 def after_run_failure(doc: Dict[str, Any], failure: str, paths: List[str], as_json: bool) -> int:
     """An error after the run: the measured result is saved (``paths``), or printed as

@@ -4,6 +4,7 @@ concurrency where its throughput stops growing; every probe kept."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, UsageError, add_run_options, check_applies,
-    check_output, check_thresholds, run_flags, warn,
+    check_output, check_thresholds, linger_live, run_flags, serve_live, warn,
 )
 from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
 from loadgen.results import ThresholdError
@@ -107,6 +108,11 @@ def _check_earlier_search(output: Any) -> None:
 
 
 def cmd_find_peak(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:  # the live metrics server of the whole search
+        return _cmd_find_peak(args, stack)
+
+
+def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     from loadgen.peak.driver import PeakSearch, search_options
 
     flags = run_flags(args)
@@ -121,13 +127,18 @@ def cmd_find_peak(args: argparse.Namespace) -> int:
             check_applies(search_options(options, settings, given), flags, given)
             check_output(options.output)
             _check_earlier_search(options.output)
+            live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             search = PeakSearch(options, settings, given)  # every option and the SUT checked
+            search.live = live
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
         show = not options.quiet  # progress goes to stderr: with --json, stdout holds the document alone
         interrupts.running = True
         doc = search.run(say=_say if show else None, stop_requested=lambda: interrupts.signal is not None)
-    return _report(doc, options.json, options.quiet, search.write_error, options.output)
+    code = _report(doc, options.json, options.quiet, search.write_error, options.output)
+    if interrupts.signal is None:
+        linger_live(live, options)
+    return code
 
 
 def _say(line: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -10,7 +11,8 @@ from typing import Any, Dict, List, Optional
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
-    after_run_failure, check_applies, check_output, check_thresholds, run_flags, save, warn,
+    after_run_failure, check_applies, check_output, check_thresholds, linger_live, run_flags, save, serve_live,
+    warn,
 )
 from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
 from loadgen.results import ThresholdError, render_summary
@@ -33,6 +35,11 @@ def register(sub: Any) -> Dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:  # the live metrics server, closed at the very end
+        return _cmd_run(args, stack)
+
+
+def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     from loadgen.runner import ResultError, prepare, run_benchmark
 
     flags = run_flags(args)
@@ -44,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_thresholds(options)
             check_applies(options, flags, given)
             check_output(options.output)
+            live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
@@ -57,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             doc = run_benchmark(
                 options, given=given, on_progress=show,
                 progress_interval_s=0.5 if tty else 5.0,
-                stop_requested=lambda: interrupts.signal is not None, prepared=prepared,
+                stop_requested=lambda: interrupts.signal is not None, prepared=prepared, live=live,
             )
         except ResultError as e:  # measured, but the document could not be built
             doc, failure = e.doc, str(e)
@@ -89,6 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         except Exception as e:
             failure = f"showing the result failed: {type(e).__name__}: {e}"
+    if interrupts.signal is None:  # the files are written: a late scraper may come now
+        linger_live(live, options)
     if failure is not None:
         return after_run_failure(doc, failure, paths, options.json)
     if interrupts.signal is not None:

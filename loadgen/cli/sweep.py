@@ -4,6 +4,7 @@ one table; resumable, with per-point hooks."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
-    check_applies, check_output, run_flags, save, warn,
+    check_applies, check_output, linger_live, run_flags, save, serve_live, warn,
 )
 from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
 from loadgen.results import ThresholdError
@@ -204,6 +205,20 @@ def _end_lines(outcome: SweepOutcome, directory: str, swept: List[str]) -> str:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plans and checks every point, opens (or resumes) the sweep folder, runs the points
     not finished, and returns the exit code."""
+    with contextlib.ExitStack() as stack:  # the live metrics server of the whole sweep
+        return _cmd_sweep(args, stack)
+
+
+def _check_live(base: RunOptions, runs: Sequence[PlannedRun]) -> None:
+    """One live metrics server serves the whole sweep: its options cannot vary by point."""
+    for run in runs:
+        for name in ("metrics_port", "metrics_addr", "metrics_linger_s"):
+            if getattr(run.options, name) != getattr(base, name):
+                raise UsageError(f"--{name.replace('_', '-')} cannot vary by point: one live metrics server "
+                                 "serves the whole sweep (each point's run labelled with its key as 'point')")
+
+
+def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     flags = run_flags(args)
     for warning in unknown_environment():
         warn(warning)
@@ -216,6 +231,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
         except OSError as e:
             raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
+        _check_live(base, runs)
+        live = serve_live(base, stack)
         quiet = base.quiet or base.json
         printer = None if quiet else ProgressPrinter(sys.stdout)
         todo = sum(1 for r in runs if not state.finished(r))
@@ -224,7 +241,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             printer.write(f"sweep: {points} points x {settings.repeat} repeat(s) = {len(runs)} runs; "
                           f"{len(runs) - todo} done earlier, {todo} to run; in {directory}\n")
         ctx = SweepContext(directory, settings, interrupts, save, on_progress=printer,
-                           progress_interval_s=0.5 if printer is not None and printer.tty else 5.0)
+                           progress_interval_s=0.5 if printer is not None and printer.tty else 5.0, live=live)
         interrupts.running = True
         reporter = _Reporter(base.json, printer)
         try:
@@ -238,6 +255,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     broken = reporter.broken or (printer.broken if printer is not None else None)
     if broken is not None:
         raise broken  # after every point ran and was saved: main ends quietly
+    if not outcome.interrupted:
+        linger_live(live, base)
     if outcome.interrupted:
         warn(f"interrupted: {sum(1 for r in outcome.records if r and r['sweep']['status'] == 'done')} of "
              f"{len(runs)} runs are done; run the same command again to run the rest")

@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen import defaults as D
 from loadgen.options import RunOptions
@@ -25,6 +25,9 @@ from loadgen.peak.report import run_summary
 from loadgen.peak.search import Bracket, Confirmation, Knee, ProbeRecord, Search, Verdict, relative_finish, stable
 from loadgen.results.files import RESULT_FILE, write_outputs
 from loadgen.results.render import format_setting
+
+if TYPE_CHECKING:
+    from loadgen.telemetry.live import LiveMetrics
 
 __all__ = ["PROBES_DIR", "PROBES_FILE", "PeakSearch", "PeakSettings", "default_start", "find_peak", "full_windows",
            "search_options", "windows_done"]
@@ -156,6 +159,9 @@ class PeakSearch:
         self.started = 0.0
         self.say: Callable[[str], None] = lambda line: None
         self.stop_requested: Callable[[], bool] = lambda: False
+        #: The live metrics server of the whole search (``--metrics-port``), set by the
+        #: command: each probe is served in turn, labelled ``point`` with its folder's name.
+        self.live: Optional[LiveMetrics] = None
         # Everything, the SUT included, is checked before the first run.
         self._prepared: Optional[Tuple[float, Any]] = (self.start, prepare(self._probe_options(self.start)[0]))
 
@@ -290,13 +296,15 @@ class PeakSearch:
         prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] == x else None
         self._prepared = None
         finish = None if confirm or self.settings.over == "rate" else self._windows_done
-        try:
-            doc = run_benchmark(options, given=given, stop_requested=self.stop_requested,
-                                prepared=prepared or prepare(options), finish_when=finish)
-        except ResultError as e:  # measured, but the document could not be built: kept as it is
-            doc = e.doc
         index = len(self.runs) + 1
         folder = f"{index:03d}-{format_setting(x).replace(',', '')}" + ("-confirm" if confirm else "")
+        if self.live is not None:
+            self.live.point = folder
+        try:
+            doc = run_benchmark(options, given=given, stop_requested=self.stop_requested,
+                                prepared=prepared or prepare(options), finish_when=finish, live=self.live)
+        except ResultError as e:  # measured, but the document could not be built: kept as it is
+            doc = e.doc
         summary = run_summary(doc, index, self._phase, x, options, self.settings,
                               folder if self.output else None)
         self._pending = (doc, summary, folder)

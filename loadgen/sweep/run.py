@@ -10,7 +10,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from loadgen.options import parse_labels
 from loadgen.results.files import RESULT_FILE, atomic_write
@@ -19,6 +19,9 @@ from loadgen.sweep.hooks import HookResult, hook_environment, run_hook
 from loadgen.sweep.plan import PlannedRun
 from loadgen.sweep.settings import SweepSettings
 from loadgen.sweep.state import SweepState
+
+if TYPE_CHECKING:
+    from loadgen.telemetry.live import LiveMetrics
 
 __all__ = ["Interruptible", "Reporter", "SweepContext", "SweepOutcome", "eta_s", "run_point", "run_sweep"]
 
@@ -56,6 +59,9 @@ class SweepContext:
     save: Saver
     on_progress: Optional[Callable[[Progress], None]] = None
     progress_interval_s: float = 5.0
+    #: The live metrics server of the whole sweep (``--metrics-port``): each point's run
+    #: is served in turn, labelled ``point`` with its key.
+    live: Optional[LiveMetrics] = None
 
     def stop_requested(self) -> bool:
         """A signal asked the sweep to stop."""
@@ -106,10 +112,12 @@ def _measure(run: PlannedRun, ctx: SweepContext) -> Tuple[Optional[Dict[str, Any
         return None, "failed", str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
     finally:
         ctx.interrupts.running = True
+    if ctx.live is not None:
+        ctx.live.point = run.key
     try:
         doc = run_benchmark(run.options, given=run.given, on_progress=ctx.on_progress,
                             progress_interval_s=ctx.progress_interval_s, stop_requested=ctx.stop_requested,
-                            prepared=prepared)
+                            prepared=prepared, live=ctx.live)
     except ResultError as e:  # measured, but its document could not be built: kept, partial
         return e.doc, "failed", str(e)
     except Exception as e:

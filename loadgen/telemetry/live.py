@@ -164,8 +164,10 @@ class LiveMetrics:
         return f"http://{host}:{self.port}{METRICS_PATH}"
 
     def where(self) -> Dict[str, Any]:
-        """The result document's ``live_metrics`` section: ``addr``, ``port``, ``run``."""
-        return {"addr": self.addr, "port": self.port, "run": self.run_id}
+        """The result document's ``live_metrics`` section: ``addr``, ``port``, ``run``
+        (and ``point`` in a sweep or a peak search)."""
+        return {"addr": self.addr, "port": self.port, "run": self.run_id,
+                **({"point": self.point} if self.point is not None else {})}
 
     def attach(self, engine: Any, o: RunOptions, settings: Any, sut: Any, gpu: Any = None) -> None:
         """Serves ``engine``'s figures from now on (the run's effective options ``o``,
