@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -163,6 +164,7 @@ class OpenAISUT(HttpSUT):
         self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
         self._gaps: List[int] = []  # inter-token gaps not yet in the histogram
+        self._gaps_lock = threading.Lock()  # live metrics flush them from another thread
         self.tokens_from_usage = 0
         self.tokens_from_chunks = 0
         self.output_tokens = 0
@@ -246,25 +248,33 @@ class OpenAISUT(HttpSUT):
             n = s.chunks
             self.tokens_from_chunks += 1
         self.output_tokens += n
-        gaps = self._gaps
-        gaps += s.gaps
-        if len(gaps) >= 8192:
-            self._flush_gaps()
+        with self._gaps_lock:
+            gaps = self._gaps
+            gaps += s.gaps
+            if len(gaps) >= 8192:
+                self._flush_gaps()
         elapsed = t - s.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
         self.sink.complete_tokens(s.query_id, t, n)
 
     def _flush_gaps(self) -> None:
+        """Records the gaps kept so far; the caller holds ``_gaps_lock``."""
         if self._gaps:
             self._itl.record_array(np.maximum(np.asarray(self._gaps, dtype=np.int64), 1))
             self._gaps.clear()
 
     @property
     def itl(self) -> Histogram:
-        """Every inter-token gap so far (ns), in one histogram."""
-        self._flush_gaps()
+        """Every inter-token gap so far (ns), in one histogram. Any thread."""
+        with self._gaps_lock:
+            self._flush_gaps()
         return self._itl
+
+    def live_histograms(self) -> Dict[str, NamedHistogram]:
+        """The inter-token gaps so far, for live metrics (``--metrics-port``): callable
+        from any thread while the run goes on, unlike :meth:`histograms`."""
+        return {"itl_ns": NamedHistogram(self.itl, "ns")}
 
     def histograms(self) -> Dict[str, NamedHistogram]:
         """Each inter-token gap (ns), and the output tokens per second of each request

@@ -5,7 +5,9 @@ The engine records latency, service time, issue delay, time to first token and t
 output token for every SUT. A SUT that measures more (the OpenAI client: each inter-token
 gap, output tokens per second per request) implements :class:`ReportingSUT`; the result
 document then holds each of its histograms under its name, and lists it with its unit in
-the document's ``"histograms"`` index.
+the document's ``"histograms"`` index. A SUT may also have ``live_histograms()``, the same
+shape but callable from any thread during the run: live metrics (``--metrics-port``) serve
+its ``itl_ns`` as ``loadgen_run_itl_seconds``.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ def _families(run: _Run, running: bool) -> Iterator[Metric]:
             family = CounterMetricFamily(name, text, labels=names)
             family.add_metric(values, float(counts[key]))
             yield family
-    errors = CounterMetricFamily("loadgen_errors", "failures (and time-outs) by kind", labels=names + ["kind"])
+    errors = CounterMetricFamily("loadgen_errors", "queries the SUT failed, by kind", labels=names + ["kind"])
     for kind, n in sorted(engine.error_counts().items()):
         errors.add_metric(values + [kind], float(n))
     yield errors
