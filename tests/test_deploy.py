@@ -582,6 +582,8 @@ def _local(container, results, extra_env):
            for k, v in _env(container).items()}
     env.update(extra_env)
     env.update(LOADGEN_DURATION_S="0.5", LOADGEN_WARMUP_S="0", LOADGEN_TARGET_QPS="400")
+    # Live metrics on a free local port each, without the pod's linger.
+    env.update(LOADGEN_METRICS_PORT="0", LOADGEN_METRICS_ADDR="127.0.0.1", LOADGEN_METRICS_LINGER_S="0")
     args = []
     for arg in container["args"]:
         arg = _expand(arg, env)
