@@ -305,7 +305,7 @@ def _families(run: _Run, running: bool) -> Iterator[Metric]:
     yield info
     yield _gauge("loadgen_running", "1 while the run goes on, 0 once it has ended", names, values,
                  1.0 if running else 0.0)
-    engine = run.engine
+    engine, sut, gpu = run.engine, run.sut, run.gpu  # finish() may let go of them meanwhile
     if engine is None:
         return
     counts = engine.counts()
@@ -326,9 +326,9 @@ def _families(run: _Run, running: bool) -> Iterator[Metric]:
         yield _gauge("loadgen_target_queries_per_second", "the arrival rate the schedule asks for now",
                      names, values, target)
     yield from _interval_families(newest_interval(engine), names, values)
-    yield from _run_quantiles(run, names, values)
-    if run.gpu is not None:
-        yield from _gpu_families(run.gpu.latest(), names, values)
+    yield from _run_quantiles(engine, sut, names, values)
+    if gpu is not None:
+        yield from _gpu_families(gpu.latest(), names, values)
 
 
 def _gauge(name: str, text: str, names: List[str], values: List[str], value: float) -> GaugeMetricFamily:
@@ -366,17 +366,16 @@ def _interval_families(point: Optional[Dict[str, Any]], names: List[str], values
             yield family
 
 
-def _run_quantiles(run: _Run, names: List[str], values: List[str]) -> Iterator[Metric]:
+def _run_quantiles(engine: Any, sut: Any, names: List[str], values: List[str]) -> Iterator[Metric]:
     """Quantiles over the run so far of the engine's histograms (and the SUT's live
     inter-token gaps); a histogram without values is left out."""
-    engine = run.engine
     hists: List[Tuple[str, str, Any]] = [
         ("loadgen_run_latency_seconds", "latency", engine.histogram("latency")),
         ("loadgen_run_issue_delay_seconds", "issue delay", engine.histogram("issue_delay")),
         ("loadgen_run_ttft_seconds", "time to first token", engine.histogram("ttft")),
         ("loadgen_run_tpot_seconds", "time per output token", engine.histogram("tpot")),
     ]
-    live_histograms = getattr(run.sut, "live_histograms", None)
+    live_histograms = getattr(sut, "live_histograms", None)
     if callable(live_histograms):
         itl = live_histograms().get("itl_ns")
         if itl is not None:
