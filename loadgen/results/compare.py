@@ -145,10 +145,11 @@ def _interval_energy_per_query(iv: _Interval) -> Optional[float]:
     figures = iv.point.get("gpu")
     if not isinstance(figures, dict) or not figures or not iv.point.get("completed"):
         return None
-    energies = [d.get("energy_j") for d in figures.values() if isinstance(d, dict)]
-    if len(energies) != len(figures) or any(not isinstance(e, (int, float)) for e in energies):
+    energies = [float(d["energy_j"]) for d in figures.values()
+                if isinstance(d, dict) and isinstance(d.get("energy_j"), (int, float))]
+    if len(energies) != len(figures):
         return None
-    return float(sum(energies)) / float(iv.point["completed"])
+    return sum(energies) / float(iv.point["completed"])
 
 
 @dataclass(frozen=True)
@@ -256,10 +257,15 @@ def _full_intervals(doc: Doc) -> List[_Interval]:
     return [_Interval(p) for p in points if longest > 0 and float(p.get("length_s") or 0.0) >= 0.9 * longest]
 
 
+def _has_mig(doc: Doc) -> bool:
+    devices = (doc.get("gpu") or {}).get("devices") or []
+    return any(isinstance(d, dict) and d.get("mig_index") is not None for d in devices)
+
+
 def interval_values(doc: Doc, metric: Metric) -> List[float]:
     """``metric``'s value in each whole interval of ``doc``'s time series that has one."""
-    if metric.interval is None:
-        return []
+    if metric.interval is None or (metric.name == "energy_per_query" and _has_mig(doc)):
+        return []  # a MIG device's interval energy is its whole GPU's, shared with the GPU's other MIG devices
     get = metric.interval
     return [v for v in (get(iv) for iv in _full_intervals(doc)) if v is not None and math.isfinite(v)]
 

@@ -34,7 +34,7 @@ def _next_level(level: float, ticks_per_half_distance: int) -> float:
     if gap <= 0:
         return level
     halvings = int(math.log(100.0 / gap) / math.log(2))
-    return level + 100.0 / (ticks_per_half_distance * 2 ** (halvings + 1))
+    return level + 100.0 / float(ticks_per_half_distance * 2 ** (halvings + 1))
 
 
 def percentile_steps(histogram: Histogram, ticks_per_half_distance: int = 5) -> Iterator[Tuple[int, float, int]]:
