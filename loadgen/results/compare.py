@@ -7,16 +7,16 @@ figure (its p99, its throughput, ...). A figure's change is called (``better`` o
 
 - the two-sided Mann-Whitney U test of BASE's interval values against NEW's gives
   p < ``alpha`` (:mod:`loadgen.stats.mann_whitney`),
-- the whole-run value moved by at least ``min_effect_pct`` percent, and
-- the intervals' median moved the same way as the whole-run value;
+- the whole-run value and the intervals' median both moved by at least
+  ``min_effect_pct`` percent, the same way;
 
 otherwise ``no significant change``. A figure without per-interval values on both sides
 (p99.9 of intervals too short to hold one, an error rate) is ``not judged``.
 
 A ``--fail-if-regression`` threshold (:class:`RegressionRule`, ``p99>+10%``,
 ``qps<-500qps``) fires when the whole-run change crosses it and, for a figure with
-per-interval values, the test calls the change significant (p < alpha, medians moving
-the same way); for a figure without them the crossing alone fires it.
+per-interval values, the intervals' median change crosses it too and the test gives
+p < alpha; for a figure without them the whole-run crossing alone fires it.
 """
 
 from __future__ import annotations
