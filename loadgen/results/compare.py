@@ -251,10 +251,12 @@ def parse_rules(exprs: Sequence[str]) -> List[RegressionRule]:
 # ------------------------------------------------------------------ comparing
 
 def _full_intervals(doc: Doc) -> List[_Interval]:
-    """The document's intervals that ran their whole length (a short last one left out)."""
+    """The document's intervals that ran about their whole length: at least 90% of the
+    median length (a short last one is left out)."""
     points = [p for p in doc.get("timeseries") or [] if isinstance(p, dict)]
-    longest = max((float(p.get("length_s") or 0.0) for p in points), default=0.0)
-    return [_Interval(p) for p in points if longest > 0 and float(p.get("length_s") or 0.0) >= 0.9 * longest]
+    lengths = [float(p.get("length_s") or 0.0) for p in points]
+    typical = statistics.median(lengths) if lengths else 0.0
+    return [_Interval(p) for p, length in zip(points, lengths) if typical > 0 and length >= 0.9 * typical]
 
 
 def _has_mig(doc: Doc) -> bool:
