@@ -21,6 +21,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from loadgen._version import __version__
+from loadgen.cli import compare as _compare
 from loadgen.cli import env as _env
 from loadgen.cli import find_peak as _find_peak
 from loadgen.cli import merge as _merge
@@ -33,7 +34,7 @@ __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
-_COMMAND_MODULES = (_run, _sweep, _find_peak, _report, _merge, _env)
+_COMMAND_MODULES = (_run, _sweep, _find_peak, _report, _merge, _compare, _env)
 
 
 def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:

@@ -9,8 +9,10 @@ from typing import Any, Dict, Optional, Sequence
 
 from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, read
 from loadgen.results import load_result, render_summary, result_files
+from loadgen.results.files import atomic_write
 from loadgen.stats.hdrlog import read_log
-from loadgen.stats.histogram import DEFAULT_PERCENTILES, Histogram
+from loadgen.stats.hgrm import percentile_distribution
+from loadgen.stats.histogram import DEFAULT_PERCENTILES, HdrDecodeError, Histogram
 from loadgen.units import NS_PER, TIME_UNITS
 
 __all__ = ["register"]
@@ -23,6 +25,12 @@ def register(sub: Any) -> Dict[str, Any]:
                             "or a folder holding one).")
     report.add_argument("paths", nargs="+", metavar="RESULT", help="result.json files or folders")
     report.add_argument("--json", action="store_true", help="print the result JSON instead")
+    report.add_argument("--hgrm", metavar="FILE", help="write one result's histogram (--histogram) as "
+                        "HdrHistogram's percentile distribution (.hgrm) to FILE ('-': stdout) instead")
+    report.add_argument("--histogram", default="latency_ns", metavar="KEY",
+                        help="with --hgrm: the result's histogram, a key of its 'histograms' index (default latency_ns)")
+    report.add_argument("--unit", choices=sorted(TIME_UNITS), default="us",
+                        help="with --hgrm: the unit of the values written (default: us)")
 
     hlog = sub.add_parser(
         "hlog", help="summarize HdrHistogram interval logs (.hlog)",
@@ -34,13 +42,49 @@ def register(sub: Any) -> Dict[str, Any]:
     hlog.add_argument("--unit", choices=sorted(TIME_UNITS), default="us",
                       help="unit to print values in; recorded values are taken as ns (default: us)")
     hlog.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    hlog.add_argument("--hgrm", metavar="FILE", help="write the merged intervals (of one tag) as HdrHistogram's "
+                      "percentile distribution (.hgrm), values in --unit, to FILE ('-': stdout) instead")
     return {"report": (_cmd_report, None), "hlog": (_cmd_hlog, None)}
+
+
+def _write_hgrm(target: str, h: Histogram, unit: str) -> int:
+    """Writes ``h``'s percentile distribution, values in ``unit``, to ``target`` ('-': stdout)."""
+    text = percentile_distribution(h, float(NS_PER[unit]))
+    if target == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        atomic_write(target, text)
+    except OSError as e:
+        raise UsageError(f"--hgrm: cannot write {target}: {e.strerror or e}") from None
+    print(f"wrote {target}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _result_hgrm(args: argparse.Namespace, files: Sequence[str]) -> int:
+    if len(files) != 1:
+        raise UsageError(f"--hgrm writes one result's histogram; {', '.join(args.paths)} hold {len(files)}")
+    doc = read(load_result, files[0])
+    entry = (doc.get("histograms") or {}).get(args.histogram)
+    summary = doc.get(args.histogram)
+    if entry is None or not isinstance(summary, dict) or not isinstance(summary.get("hdr"), str):
+        known = ", ".join(doc.get("histograms") or {}) or "none"
+        raise UsageError(f"--histogram: {files[0]} has no histogram {args.histogram!r} (it has: {known})")
+    if entry.get("unit") != "ns" or entry.get("scale", 1) != 1:
+        raise UsageError(f"--histogram: {args.histogram} is in {entry.get('unit')}, not a time in ns")
+    try:
+        h = Histogram.decode(summary["hdr"])
+    except HdrDecodeError as e:
+        raise UsageError(f"{files[0]}: {args.histogram}.hdr cannot be decoded: {e}") from None
+    return _write_hgrm(args.hgrm, h, args.unit)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     files = result_files(args.paths)
     if not files:
         raise UsageError(f"no result.json found in {', '.join(args.paths)}")
+    if args.hgrm is not None:
+        return _result_hgrm(args, files)
     status = EXIT_OK
     for path in files:
         doc = read(load_result, path)
@@ -101,6 +145,11 @@ def _cmd_hlog(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INVALID
     scale = NS_PER[args.unit]
+    if args.hgrm is not None:
+        if len(merged) > 1:
+            raise UsageError(f"--hgrm writes one histogram; the logs have tags {', '.join(repr(t) for t in merged)}: "
+                             "choose one with --tag ('' for untagged)")
+        return _write_hgrm(args.hgrm, next(iter(merged.values()))["histogram"], args.unit)
     rows = {tag or "(untagged)": {"intervals": slot["intervals"], **_summarize(slot["histogram"], scale)}
             for tag, slot in sorted(merged.items())}
     if args.json:
