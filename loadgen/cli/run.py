@@ -12,6 +12,7 @@ from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
     after_run_failure, check_applies, check_output, check_thresholds, run_flags, save, warn,
 )
+from loadgen.engine.records import check_record_path
 from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
 from loadgen.results import ThresholdError, render_summary
 from loadgen.workers import START_LATE_WARN_S
@@ -44,6 +45,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             check_thresholds(options)
             check_applies(options, flags, given)
             check_output(options.output)
+            if options.record_requests:
+                check_record_path(options.record_requests)
             prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
@@ -91,12 +94,29 @@ def cmd_run(args: argparse.Namespace) -> int:
             failure = f"showing the result failed: {type(e).__name__}: {e}"
     if failure is not None:
         return after_run_failure(doc, failure, paths, options.json)
+    if not _records_written(doc, options.quiet or options.json):
+        return EXIT_INVALID
     if interrupts.signal is not None:
         return EXIT_INTERRUPTED
     thresholds_ok = all(t["passed"] for t in doc["thresholds"])
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
 
 
+
+
+def _records_written(doc: Dict[str, Any], quiet: bool) -> bool:
+    """Says where the per-request records went (unless ``quiet``); False, with the error
+    on stderr, when writing them failed (the result itself is saved and shown)."""
+    section = doc.get("requests")
+    if section is None:
+        return True
+    if section.get("error"):
+        warn(f"--record-requests: {section['error']}; {section['records']} records were written "
+             f"to {section['file']}, which is incomplete")
+        return False
+    if not quiet:
+        print(f"wrote {section['records']} request records to {section['file']}")
+    return True
 
 
 def _say_start(options: RunOptions, quiet: bool) -> None:
