@@ -106,6 +106,7 @@ py::dict records_stats(const Engine& e) {
   d["lost"] = st.lost;
   d["peak_buffered"] = st.peak_buffered;
   d["bytes"] = st.bytes;
+  d["writer_cpu_ns"] = st.writer_cpu_ns;
   d["error"] = st.error;
   return d;
 }
@@ -417,7 +418,7 @@ void bind_engine(py::module_& m) {
            },
            "The error kinds of the records' error_kind field, by index (0: none).")
       .def("records_stats", &records_stats,
-           "appended, written, lost, peak_buffered, bytes, error ({} without records).")
+           "appended, written, lost, peak_buffered, bytes, writer_cpu_ns, error ({} without records).")
       .def("error_counts", &Engine::error_counts)
       .def("error_messages", &Engine::error_messages)
       .def_property_readonly("start_ns", &Engine::start_ns)

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include "affinity.h"
@@ -229,6 +230,7 @@ RequestLogStats RequestLog::stats() const {
   st.lost = lost_.load();
   st.peak_buffered = peak_buffered_;
   st.bytes = bytes_.load();
+  st.writer_cpu_ns = writer_cpu_ns_.load();
   st.error = error_;
   return st;
 }
@@ -257,6 +259,10 @@ void RequestLog::writer_loop() {
     recycle(std::move(c));
   }
   finish_file();
+  timespec cpu{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
+    writer_cpu_ns_.store(int64_t{cpu.tv_sec} * 1'000'000'000 + cpu.tv_nsec, std::memory_order_relaxed);
+  }
   done_.store(true, std::memory_order_release);
   if (on_written_) on_written_();
 }

@@ -60,6 +60,7 @@ struct RequestLogStats {
   int64_t lost = 0;           ///< records that could not be kept (no memory for a chunk)
   int64_t peak_buffered = 0;  ///< most records waiting in full chunks for the writer at once
   int64_t bytes = 0;          ///< kJsonl: bytes written
+  int64_t writer_cpu_ns = 0;  ///< kJsonl: CPU time of the writer thread, once it ended
   std::string error;          ///< kJsonl: why writing failed ("" when it did not)
 };
 
@@ -165,6 +166,7 @@ class RequestLog {
   std::atomic<int64_t> written_{0};
   std::atomic<int64_t> lost_{0};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> writer_cpu_ns_{0};
   std::atomic<bool> done_{false};
   std::thread writer_;
 };
