@@ -12,6 +12,10 @@ are interleaved round by round, and each figure is the median over the rounds:
 - the writer's throughput: records written per CPU second of the writer thread
   (``lg-records`` for JSON lines, the Python thread for Parquet).
 
+Then, without the engine, the capture itself: 2 million records appended on one thread
+(what the resolving thread pays per query) while ``lg-records`` writes them, and the
+rate from the first append until the file is closed (``_core.time_request_log``).
+
 Ratios on/off are printed at the end. Usage:
 
     python bench/bench_records.py                  # 5 rounds of 5 s
@@ -113,6 +117,25 @@ def main() -> None:
         if args.dir is None:
             shutil.rmtree(folder, ignore_errors=True)
     report(runs, args)
+    capture(folder if args.dir else tempfile.gettempdir())
+
+
+def capture(folder: str, n: int = 2_000_000, repeats: int = 3) -> None:
+    """The native capture alone: ns per append and end-to-end records/s (medians)."""
+    from loadgen import _core
+
+    path = os.path.join(folder, "bench-records-capture.jsonl")
+    figures = []
+    try:
+        for _ in range(repeats):
+            append_ns, total_ns = _core.time_request_log(n, path)
+            figures.append((append_ns, n / (total_ns / 1e9)))
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    print(f"capture: {statistics.median(f[0] for f in figures):.1f} ns per append on the resolving thread; "
+          f"{statistics.median(f[1] for f in figures):,.0f} records/s appended and written as JSON lines "
+          f"(one thread each, medians of {repeats})")
 
 
 def report(runs: Dict[str, List[Dict[str, Any]]], args: argparse.Namespace) -> None:
