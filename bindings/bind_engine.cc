@@ -12,6 +12,7 @@
 #include "native_suts.h"
 #include "py_counts.h"
 #include "py_histogram.h"
+#include "request_log.h"
 #include "sample_selector.h"
 #include "schedule.h"
 
@@ -72,6 +73,42 @@ std::string utf8_text(const py::str& s) {
   py::object b = py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(s.ptr(), "utf-8", "replace"));
   if (!b) throw py::error_already_set();
   return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
+}
+
+// The next chunk of records as a structured array that owns it (no copy); None once
+// every record has been taken, an empty array on timeout.
+py::object take_records(Engine& e, const py::object& timeout_s) {
+  loadgen::RequestLog* log = e.records();
+  if (log == nullptr || log->settings().sink != loadgen::RecordSink::kChunks) {
+    throw py::value_error("take_records needs settings.records_sink == RecordSink.chunks");
+  }
+  const int64_t timeout_ns = seconds_to_ns(timeout_s);
+  bool end = false;
+  std::unique_ptr<loadgen::RequestLog::Chunk> chunk;
+  {
+    py::gil_scoped_release release;
+    chunk = log->take(timeout_ns, &end);
+  }
+  if (end) return py::none();
+  if (!chunk) return py::array_t<loadgen::RequestRecord>(0);
+  loadgen::RequestLog::Chunk* raw = chunk.release();
+  py::capsule owner(raw, [](void* p) { delete static_cast<loadgen::RequestLog::Chunk*>(p); });
+  return py::array_t<loadgen::RequestRecord>(static_cast<py::ssize_t>(raw->count), raw->records, owner);
+}
+
+py::dict records_stats(const Engine& e) {
+  py::dict d;
+  const loadgen::RequestLog* log = e.records();
+  if (log == nullptr) return d;
+  const loadgen::RequestLogStats st = log->stats();
+  d["appended"] = st.appended;
+  d["written"] = st.written;
+  d["lost"] = st.lost;
+  d["peak_buffered"] = st.peak_buffered;
+  d["bytes"] = st.bytes;
+  d["writer_cpu_ns"] = st.writer_cpu_ns;
+  d["error"] = st.error;
+  return d;
 }
 
 }  // namespace
@@ -164,6 +201,13 @@ void bind_engine(py::module_& m) {
       .def_readwrite("cpus", &NativeSutSettings::cpus)
       .def_readwrite("seed", &NativeSutSettings::seed);
 
+  PYBIND11_NUMPY_DTYPE(loadgen::RequestRecord, query, scheduled_ns, issued_ns, completed_ns, first_token_ns,
+                       sample_index, output_tokens, input_tokens, samples, error_kind, status, warmup);
+  py::enum_<loadgen::RecordSink>(m, "RecordSink")
+      .value("none", loadgen::RecordSink::kNone)
+      .value("jsonl", loadgen::RecordSink::kJsonl)
+      .value("chunks", loadgen::RecordSink::kChunks);
+
   py::class_<EngineSettings> settings(m, "EngineSettings");
   // The demo and fixed-delay parameters once sat on EngineSettings itself; these names
   // still read and write them, in `sut`.
@@ -223,7 +267,16 @@ void bind_engine(py::module_& m) {
       .def_readwrite("latency_bounds_ns", &EngineSettings::latency_bounds_ns)
       .def_readwrite("ttft_bounds_ns", &EngineSettings::ttft_bounds_ns)
       .def_readwrite("tpot_bounds_ns", &EngineSettings::tpot_bounds_ns)
-      .def_readwrite("max_error_messages", &EngineSettings::max_error_messages);
+      .def_readwrite("max_error_messages", &EngineSettings::max_error_messages)
+      .def_property(
+          "records_sink", [](const EngineSettings& s) { return s.records.sink; },
+          [](EngineSettings& s, loadgen::RecordSink v) { s.records.sink = v; })
+      .def_property(
+          "records_path", [](const EngineSettings& s) { return s.records.path; },
+          [](EngineSettings& s, const std::string& v) { s.records.path = v; })
+      .def_property(
+          "records_worker_index", [](const EngineSettings& s) { return s.records.worker_index; },
+          [](EngineSettings& s, int64_t v) { s.records.worker_index = v; });
 
   py::class_<Engine>(m, "Engine")
       .def(py::init<EngineSettings>(), py::arg("settings"))
@@ -356,6 +409,16 @@ void bind_engine(py::module_& m) {
              }
              return out;
            })
+      .def("take_records", &take_records, py::arg("timeout_s") = py::none(),
+           "Records sink 'chunks': the next chunk of per-request records as a structured "
+           "array (fields as RequestRecord); empty on timeout, None once all are taken.")
+      .def("record_kinds",
+           [](const Engine& e) {
+             return e.records() ? e.records()->kinds() : std::vector<std::string>{};
+           },
+           "The error kinds of the records' error_kind field, by index (0: none).")
+      .def("records_stats", &records_stats,
+           "appended, written, lost, peak_buffered, bytes, writer_cpu_ns, error ({} without records).")
       .def("error_counts", &Engine::error_counts)
       .def("error_messages", &Engine::error_messages)
       .def_property_readonly("start_ns", &Engine::start_ns)

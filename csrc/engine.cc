@@ -206,6 +206,9 @@ Engine::Engine(EngineSettings settings)
   if (s_.sut.kind == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[table_.capacity()]());
   inline_issue_ = s_.sut.kind == SutKind::kQueue &&
                   (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch);
+  if (s_.records.sink != RecordSink::kNone) {
+    records_ = std::make_unique<RequestLog>(s_.records, [this] { done_.notify(); });
+  }
 }
 
 
@@ -217,6 +220,7 @@ Engine::~Engine() {
 void Engine::start() {
   if (started_) throw std::logic_error("an engine runs once; create a new one");
   started_ = true;
+  if (records_) records_->start();
   native_.start(*this);  // first: the issue thread submits to it at once
   issue_thread_ = std::thread([this] { issue_loop(); });
   monitor_thread_ = std::thread([this] { monitor_loop(); });
@@ -238,7 +242,8 @@ bool Engine::wait(int64_t timeout_ns) {
   const int64_t deadline = timeout_ns < 0 ? INT64_MAX : now_ns() + timeout_ns;
   for (;;) {
     Notifier::Ticket e(done_);
-    if (run_over_.load(std::memory_order_acquire)) break;
+    // Over once every query is resolved and, with records, every record written.
+    if (run_over_.load(std::memory_order_acquire) && (!records_ || records_->done())) break;
     const int64_t now = now_ns();
     if (now >= deadline) return false;
     e.wait(std::min<int64_t>(deadline - now, 50'000'000));
@@ -247,6 +252,7 @@ bool Engine::wait(int64_t timeout_ns) {
   for (std::thread* t : {&issue_thread_, &monitor_thread_}) {
     if (t->joinable()) t->join();
   }
+  if (records_) records_->join();
   finished_.store(true, std::memory_order_release);
   return true;
 }
@@ -416,6 +422,7 @@ void Engine::end_run() {
   }
   native_.close();  // the native SUT stops completing before the rest is cancelled
   cancel_outstanding();
+  if (records_) records_->seal();  // every query is resolved: no record comes after this
   end_ns_.store(now_ns());
   run_over_.store(true, std::memory_order_release);
   done_.notify();
@@ -453,8 +460,27 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
                        sl.first_token_ns.load(std::memory_order_relaxed));
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
+  log_resolution(id, RecordStatus::kOk, t, n_tokens);
   release(id, t);
   return true;
+}
+
+void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens,
+                           uint16_t kind) noexcept {
+  const InFlightTable::Slot& sl = table_.slot(id);
+  RequestRecord r;
+  r.query = table_.seq_of(id);
+  r.scheduled_ns = sl.scheduled_ns;
+  r.issued_ns = sl.issued_ns;
+  r.completed_ns = t;
+  r.first_token_ns = sl.first_token_ns.load(std::memory_order_relaxed);
+  r.sample_index = table_.samples(id)[0];
+  r.output_tokens = static_cast<int32_t>(std::clamp<int64_t>(n_tokens, -1, INT32_MAX));
+  r.samples = static_cast<int32_t>(std::min<int64_t>(s_.samples_per_query, INT32_MAX));
+  r.error_kind = kind;
+  r.status = static_cast<uint8_t>(status);
+  r.warmup = in_warmup(sl.scheduled_ns) ? 1 : 0;
+  records_->append(r);
 }
 
 void Engine::release(int64_t id, int64_t t) noexcept {
@@ -480,9 +506,21 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
     return false;
   }
   const bool measured = count_resolution(id, failed_);
+  std::string clean;
+  if (records_) {
+    // The record goes in before the slot is released; a kind that cannot be kept
+    // (no memory) is written as "error".
+    uint16_t kind_index = 0;
+    try {
+      clean = clean_kind(kind);
+      kind_index = records_->intern_kind(clean);
+    } catch (...) {
+    }
+    log_resolution(id, RecordStatus::kFailed, now_ns(), -1, kind_index);
+  }
   release(id);  // before the bookkeeping, which allocates and could throw
   if (!measured) return true;  // a warm-up failure: counted apart, its kind and message not kept
-  std::string clean = clean_kind(kind);
+  if (clean.empty()) clean = clean_kind(kind);
   std::lock_guard<std::mutex> lock(info_mutex_);
   auto it = error_counts_.find(clean);
   if (it == error_counts_.end()) {
@@ -526,6 +564,7 @@ void Engine::reap_timeouts(int64_t now) noexcept {
     if (now - sl.scheduled_ns < s_.timeout_ns) return;
     if (table_.transition(id, st, InFlightTable::kClaimed)) {
       count_resolution(id, timed_out_);
+      log_resolution(id, RecordStatus::kTimedOut, now);
       release(id, now);
       timeout_queue_.pop_front();
     }
@@ -537,7 +576,9 @@ void Engine::cancel_outstanding() noexcept {
     const int64_t id = table_.claim_outstanding(i);
     if (id != 0) {
       count_resolution(id, cancelled_);
-      release(id);
+      const int64_t t = now_ns();
+      log_resolution(id, RecordStatus::kCancelled, t);
+      release(id, t);
     }
   }
 }

@@ -18,6 +18,7 @@
 #include "native_suts.h"
 #include "notifier.h"
 #include "recorder.h"
+#include "request_log.h"
 #include "sample_selector.h"
 #include "schedule.h"
 #include "timeseries.h"
@@ -85,6 +86,9 @@ struct EngineSettings {
   /// Error messages kept whatever their kinds; the first of each later kind is kept too,
   /// up to as many again (see Engine::fail()).
   int64_t max_error_messages = 10;
+  /// Per-request records: one RequestRecord per resolved query (warm-up ones too),
+  /// written to records.path (JSONL) or handed out by take_records() (see RequestLog).
+  RequestLogSettings records;
 };
 
 /// Counts at the end of a run (or so far). issued == completed + failed + timed_out +
@@ -197,6 +201,10 @@ class Engine : private CompletionSink {
   /// An error that ended the run early (e.g. pinning failed on the issue thread), or "".
   std::string run_error() const;
   const EngineSettings& settings() const noexcept { return s_; }
+  /// The per-request records, or null when settings().records.sink is kNone. Written
+  /// completely once wait() returned true.
+  RequestLog* records() noexcept { return records_.get(); }
+  const RequestLog* records() const noexcept { return records_.get(); }
   int64_t table_capacity() const noexcept { return static_cast<int64_t>(table_.capacity()); }
 
  private:
@@ -253,6 +261,13 @@ class Engine : private CompletionSink {
   int64_t issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
                        int64_t* samples_out);
   void finish_issuing() noexcept;
+  // Appends the record of query `id` (claimed, not yet released) resolved at `t`, when
+  // records are kept.
+  void log_resolution(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens = -1,
+                      uint16_t kind = 0) noexcept {
+    if (records_) append_record(id, status, t, n_tokens, kind);
+  }
+  void append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens, uint16_t kind) noexcept;
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
   }
@@ -327,6 +342,8 @@ class Engine : private CompletionSink {
   std::thread issue_thread_;
   std::thread monitor_thread_;
   std::mutex join_mutex_;
+  // Last: destroyed first, while done_ (which its writer notifies) still exists.
+  std::unique_ptr<RequestLog> records_;
 };
 
 }  // namespace loadgen

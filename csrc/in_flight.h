@@ -91,6 +91,8 @@ class InFlightTable {
     return static_cast<int64_t>(ids_.pack(static_cast<uint64_t>(seq), slot_index));
   }
   uint64_t index(int64_t id) const noexcept { return static_cast<uint64_t>(id) & mask_; }
+  /// The sequence number make_id() packed into `id`.
+  int64_t seq_of(int64_t id) const noexcept { return static_cast<int64_t>(ids_.tag(static_cast<uint64_t>(id))); }
   Slot& slot(int64_t id) noexcept { return slots_[index(id)]; }
   Slot& at(uint64_t slot_index) noexcept { return slots_[slot_index]; }
   /// The sample indices of query `id` (samples_per_query of them).

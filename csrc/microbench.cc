@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hdr_histogram.h"
+#include "request_log.h"
 #include "sharded_histogram.h"
 
 namespace loadgen {
@@ -71,6 +72,32 @@ double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode m
   if (static_cast<size_t>(counted) != total) throw std::runtime_error("record count mismatch");
   const double ns = std::chrono::duration<double, std::nano>(stop - start).count();
   return ns / static_cast<double>(n);
+}
+
+void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns) {
+  if (n == 0) throw std::invalid_argument("n must be >= 1");
+  RequestLogSettings settings;
+  settings.sink = RecordSink::kJsonl;
+  settings.path = path;
+  RequestLog log(settings, nullptr);
+  log.start();
+  RequestRecord r;
+  r.samples = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    r.query = static_cast<int64_t>(i) + 1;
+    r.scheduled_ns = 1'000'000'000'000 + static_cast<int64_t>(i) * 10'000;
+    r.issued_ns = r.scheduled_ns + 300;
+    r.completed_ns = r.scheduled_ns + 2'000'000 + static_cast<int64_t>(i % 997) * 1'000;
+    r.sample_index = static_cast<int64_t>(i % 24576);
+    log.append(r);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  log.seal();
+  log.join();
+  const auto t2 = std::chrono::steady_clock::now();
+  *append_ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(n);
+  *total_ns = std::chrono::duration<double, std::nano>(t2 - t0).count();
 }
 
 }  // namespace loadgen

@@ -20,4 +20,10 @@ enum class RecordMode {
 /// compare directly when the scheme scales). threads: 1..64.
 double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode mode);
 
+/// Appends `n` (>= 1) per-request records on the calling thread to a RequestLog writing
+/// JSON lines to `path`, as the engine does when it resolves queries. Writes the
+/// nanoseconds per append (the hot path's cost) to `append_ns`, and the wall time from
+/// the first append until the file is written and closed to `total_ns`.
+void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns);
+
 }  // namespace loadgen

@@ -371,6 +371,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                f"after the run, for a scraper that comes between two scrapes (default {D.METRICS_LINGER_S:g})", "S"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
+    OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
+               "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
+               "find-peak write FILE's name in each run's folder", "FILE"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
     OptionSpec("quiet", _bool, "print nothing but errors"),
     OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
@@ -454,6 +457,7 @@ class RunOptions:
     metrics_addr: str = D.METRICS_ADDR
     metrics_linger_s: float = D.METRICS_LINGER_S
     output: Optional[str] = None
+    record_requests: Optional[str] = None
     json: bool = False
     quiet: bool = False
     fail_if: List[str] = field(default_factory=list)

@@ -61,6 +61,8 @@ def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
     scenario = get_scenario(options.scenario)
     effective = scenario.for_worker(options)  # a plain run's effective options, or a worker's share
     settings = scenario.engine_settings(effective)
+    settings.record_requests = effective.record_requests  # checked by validate(): the format
+    settings.record_worker_index = effective.worker_index or 0
     place(effective, settings)  # --pin: the issue thread's and the dispatcher's CPUs
     settings.validate()  # the SUT is not loaded (nor the server contacted) for bad settings
     if is_network_sut(effective.sut):
@@ -195,6 +197,7 @@ def _run_benchmark(
         if live is not None:
             live.finish()  # the final values, served until the next run or the server's end
     result = engine.result()
+    requests = engine.requests_section(clock_offset_s)
     started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
     worker = _worker(scenario, options, effective, started)
     try:
@@ -204,11 +207,15 @@ def _run_benchmark(
         telemetry.add_to(doc, placement)
         if live is not None:
             doc["live_metrics"] = live.where()
+        if requests is not None:
+            doc["requests"] = requests
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)
         message = str(doc["invalid_reasons"][-1])
         add_worker_section(doc, worker)
+        if requests is not None:
+            doc["requests"] = requests
         # Secrets (headers, URL passwords, the metrics URL's) never reach a document.
         doc = net_options(effective).redactor().doc(doc)
         raise ResultError(message, doc) from e

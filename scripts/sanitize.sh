@@ -33,7 +33,7 @@ case "$mode" in
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
     runtime="$("$CXX" -print-file-name=libasan.so)"
     tests=(tests/test_histogram.py tests/test_codec.py tests/test_engine.py tests/test_recorder.py
-           tests/test_mlperf_runtime.py)
+           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
@@ -44,7 +44,8 @@ case "$mode" in
            tests/test_engine.py::test_async_sut_many_concurrent_coroutines
            tests/test_engine.py::test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time
            tests/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
-           tests/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads)
+           tests/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
+           tests/test_records.py::test_every_sut_form_gets_one_row_per_query)
     ;;
   *)
     echo "usage: $0 asan|tsan [-- pytest arguments]" >&2

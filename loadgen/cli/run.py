@@ -14,6 +14,7 @@ from loadgen.cli.common import (
     after_run_failure, check_applies, check_output, check_thresholds, linger_live, run_flags, save, serve_live,
     warn,
 )
+from loadgen.engine.records import check_record_path
 from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
 from loadgen.results import ThresholdError, render_summary
 from loadgen.workers import START_LATE_WARN_S
@@ -52,6 +53,8 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             check_applies(options, flags, given)
             check_output(options.output)
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
+            if options.record_requests:
+                check_record_path(options.record_requests)
             prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
@@ -101,12 +104,29 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         linger_live(live, options)
     if failure is not None:
         return after_run_failure(doc, failure, paths, options.json)
+    if not _records_written(doc, options.quiet or options.json):
+        return EXIT_INVALID
     if interrupts.signal is not None:
         return EXIT_INTERRUPTED
     thresholds_ok = all(t["passed"] for t in doc["thresholds"])
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
 
 
+
+
+def _records_written(doc: Dict[str, Any], quiet: bool) -> bool:
+    """Says where the per-request records went (unless ``quiet``); False, with the error
+    on stderr, when writing them failed (the result itself is saved and shown)."""
+    section = doc.get("requests")
+    if section is None:
+        return True
+    if section.get("error"):
+        warn(f"--record-requests: {section['error']}; {section['records']} records were written "
+             f"to {section['file']}, which is incomplete")
+        return False
+    if not quiet:
+        print(f"wrote {section['records']} request records to {section['file']}")
+    return True
 
 
 def _say_start(options: RunOptions, quiet: bool) -> None:

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from loadgen import _core
 from loadgen.engine.dispatch import DISPATCHED_FORMS, Dispatcher
+from loadgen.engine.records import ParquetRecords, requests_section
+from loadgen.engine.records import sink as records_sink
 from loadgen.engine.settings import EngineSettings
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.forms import classify_sut
@@ -89,6 +91,9 @@ class Engine:
         self.sut = sut
         self.sut_form = classify_sut(sut)
         self._core = _core.Engine(settings.to_core(self.sut_form, sut))
+        self._parquet: Optional[ParquetRecords] = None
+        if settings.record_requests and records_sink(settings.record_requests) == _core.RecordSink.chunks:
+            self._parquet = ParquetRecords(self._core, settings.record_requests, settings.record_worker_index)
         self._dispatcher: Optional[Dispatcher] = None
         self._stopped = False
 
@@ -98,6 +103,8 @@ class Engine:
         """Starts the run; Python SUTs are driven from a background thread. A loop SUT is
         opened on its loop first (connections made), so that the first scheduled time
         comes after it is ready, not during its setup."""
+        if self._parquet is not None:
+            self._parquet.start()
         if self.sut_form != "loop":
             # A loop SUT's dispatcher opens the SUT, then starts the run itself: no hand-off
             # between threads (and their wait for the GIL) sits between the first
@@ -144,6 +151,8 @@ class Engine:
             self._dispatcher.join(1.0)
             if self._dispatcher.error is not None:
                 raise self._dispatcher.error
+        if self._parquet is not None:
+            self._parquet.join()  # the engine has sealed its records: the writer ends
         error = self._core.run_error
         if error:
             raise ValueError(error)
@@ -156,6 +165,11 @@ class Engine:
         self._core.wait(None)
         if self._dispatcher is not None:
             self._dispatcher.join(1.0)  # see wait(): a stuck SUT call cannot be interrupted
+        if self._parquet is not None:
+            if self._core.finished:
+                self._parquet.join()
+            else:  # never started: no records will come
+                self._parquet.abandon()
 
     def run(self) -> RunResult:
         """Starts, waits, and returns the result. Ctrl-C aborts the run and re-raises."""
@@ -191,6 +205,15 @@ class Engine:
     def issue_end_ns(self) -> int:
         """When issuing ended, on the monotonic ns clock; 0 while it goes on."""
         return self._core.issue_end_ns
+
+    def requests_section(self, clock_offset_s: float) -> Optional[Dict[str, Any]]:
+        """The result document's ``requests`` section (see
+        :func:`loadgen.engine.records.requests_section`), None without records.
+        ``clock_offset_s`` is the wall clock minus the engine's clock, in seconds."""
+        if not self.settings.record_requests:
+            return None
+        return requests_section(self._core, self.settings.record_requests, self._parquet,
+                                self._core.measure_start_ns, clock_offset_s)
 
     def dispatcher_thread_id(self) -> Optional[int]:
         """The kernel thread id of the Python dispatcher (which runs the event loop of

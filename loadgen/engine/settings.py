@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from loadgen import _core, defaults
+from loadgen.engine.records import record_format
+from loadgen.engine.records import sink as records_sink
 from loadgen.engine.trace import load_trace
 from loadgen.units import s_to_ns as _ns
 
@@ -87,6 +89,10 @@ class EngineSettings:
         sut_cpus: CPUs for an in-process SUT's threads that loadgen starts: the fixed-delay
             and demo SUTs' thread, the extra threads of a closed-loop function SUT
             (empty = not pinned).
+        record_requests: write one record per resolved query to this file: JSON lines,
+            or Parquet for a ``.parquet`` path (needs pyarrow); see
+            :mod:`loadgen.engine.records`. None: no records.
+        record_worker_index: the ``worker_index`` written in every record.
     """
 
     mode: str = defaults.MODE
@@ -118,6 +124,8 @@ class EngineSettings:
     warmup_s: float = 0.0
     dispatcher_cpus: Sequence[int] = ()
     sut_cpus: Sequence[int] = ()
+    record_requests: Optional[str] = None
+    record_worker_index: int = 0
 
     def validate(self) -> None:
         """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
@@ -190,6 +198,8 @@ class EngineSettings:
             if not (isinstance(bound, int) and 1 <= bound <= _MAX_NS):
                 raise ValueError(f"latency_bounds_ns[{i}] must be an integer in 1..{_MAX_NS} ns "
                                  f"({defaults.MAX_TIME_S:g} s); got {bound!r}")
+        if self.record_requests:
+            record_format(self.record_requests)
         bounded = (
             self.duration_s is not None or self.query_count is not None
             or self.min_duration_s > 0 or self.min_query_count > 0
@@ -271,6 +281,10 @@ class EngineSettings:
                 f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"
             )
         s.inline_dispatch = bool(self.inline_dispatch)
+        if self.record_requests:
+            s.records_sink = records_sink(self.record_requests)
+            s.records_path = str(self.record_requests)
+            s.records_worker_index = int(self.record_worker_index)
         if sut_form in ("null", "fixed_delay", "demo"):
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)

@@ -149,6 +149,10 @@ class PeakSearch:
         self.start = float(settings.start) if settings.start is not None else default_start(
             settings, self.options.latency_bound_ms)
         self.output = options.output
+        if options.record_requests and not self.output:
+            raise ValueError("--record-requests with find-peak needs --output DIR: each run writes its records "
+                             f"in its own folder (DIR/{PROBES_DIR}/NNN-<setting>/"
+                             f"{os.path.basename(options.record_requests)})")
         self.confirm_s = options.duration_s if options.duration_s is not None else max(settings.probe_s, 10.0)
         self.runs: List[Dict[str, Any]] = []
         self.write_error = ""
@@ -298,11 +302,12 @@ class PeakSearch:
         finish = None if confirm or self.settings.over == "rate" else self._windows_done
         index = len(self.runs) + 1
         folder = f"{index:03d}-{format_setting(x).replace(',', '')}" + ("-confirm" if confirm else "")
+        options, prepared = self._records_in(folder, options, prepared or prepare(options))
         if self.live is not None:
             self.live.point = folder
         try:
             doc = run_benchmark(options, given=given, stop_requested=self.stop_requested,
-                                prepared=prepared or prepare(options), finish_when=finish, live=self.live)
+                                prepared=prepared, finish_when=finish, live=self.live)
         except ResultError as e:  # measured, but the document could not be built: kept as it is
             doc = e.doc
         summary = run_summary(doc, index, self._phase, x, options, self.settings,
@@ -313,6 +318,18 @@ class PeakSearch:
             raise _Stopped
         figure = summary["qps"] if self.settings.over == "concurrency" else summary["latency_ns"]
         return Verdict(summary["holds"], summary["why"], figure, summary)
+
+    def _records_in(self, folder: str, options: RunOptions, prepared: Any) -> Tuple[RunOptions, Any]:
+        """With --record-requests: the run's options and prepared run writing the records
+        to the file's name in the run's folder under ``output`` (created now)."""
+        if not options.record_requests or not self.output:
+            return options, prepared
+        path = os.path.join(self.output, PROBES_DIR, folder, os.path.basename(options.record_requests))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        scenario, effective, settings, sut = prepared
+        settings = dataclasses.replace(settings, record_requests=path)
+        effective = dataclasses.replace(effective, record_requests=path)
+        return dataclasses.replace(options, record_requests=path), (scenario, effective, settings, sut)
 
     def _after(self, record: ProbeRecord) -> None:
         self._record(record.verdict)

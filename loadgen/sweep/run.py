@@ -100,12 +100,17 @@ def _hook(ctx: SweepContext, name: str, command: Optional[str], run: PlannedRun,
     return run_hook(name, command, env, ctx.settings.hook_timeout_s, point_dir, ctx.stop_requested)
 
 
-def _measure(run: PlannedRun, ctx: SweepContext) -> Tuple[Optional[Dict[str, Any]], str, str]:
+def _measure(run: PlannedRun, ctx: SweepContext, point_dir: str) -> Tuple[Optional[Dict[str, Any]], str, str]:
     """Prepares the point's SUT (a network SUT waits for the server's readiness here,
-    after the before hook) and runs it: (document, status, error)."""
+    after the before hook) and runs it: (document, status, error). Per-request records
+    go to the file's name in the point's folder."""
+    options = run.options
+    if options.record_requests:
+        options = dataclasses.replace(
+            options, record_requests=os.path.join(point_dir, os.path.basename(options.record_requests)))
     ctx.interrupts.running = False  # a signal while the SUT loads or the server is awaited: stop at once
     try:
-        prepared = prepare(run.options)
+        prepared = prepare(options)
     except KeyboardInterrupt:
         return None, "interrupted", "interrupted while the point's SUT was prepared"
     except Exception as e:  # the server never became ready, a SUT that does not load: this point failed
@@ -115,7 +120,7 @@ def _measure(run: PlannedRun, ctx: SweepContext) -> Tuple[Optional[Dict[str, Any
     if ctx.live is not None:
         ctx.live.point = run.key
     try:
-        doc = run_benchmark(run.options, given=run.given, on_progress=ctx.on_progress,
+        doc = run_benchmark(options, given=run.given, on_progress=ctx.on_progress,
                             progress_interval_s=ctx.progress_interval_s, stop_requested=ctx.stop_requested,
                             prepared=prepared, live=ctx.live)
     except ResultError as e:  # measured, but its document could not be built: kept, partial
@@ -153,7 +158,7 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
         if before is not None:
             status, error = _hook_status(ctx, before, section)
         if status == "done":
-            doc, status, error = _measure(run, ctx)
+            doc, status, error = _measure(run, ctx, point_dir)
         if doc is not None:
             saved = _save(ctx, doc, section, point_dir, status, error, time.monotonic() - started)
         if status == "done":

@@ -2,7 +2,8 @@
 machine's CPU busy and steal time, per interval, from ``/proc``.
 
 Roles come from thread names and ids: the engine's native threads name themselves
-``lg-issue``, ``lg-monitor`` and ``lg-sut``; the dispatcher (which runs the event loop
+``lg-issue``, ``lg-monitor``, ``lg-sut`` and ``lg-records`` (the JSON lines writer of
+``--record-requests``); the dispatcher (which runs the event loop
 for network targets and async SUTs) is known by its thread id; the main thread is the
 process id; everything else (a SUT's own threads, gRPC's, the samplers) is ``other``.
 
@@ -27,8 +28,8 @@ SATURATED_FRACTION = 0.9
 #: Intervals shorter than this are not judged (tick resolution).
 MIN_JUDGED_S = 0.5
 
-_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut"}
-ROLES = ("issue", "dispatcher", "monitor", "native_sut", "main", "other")
+_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut", "lg-records": "records"}
+ROLES = ("issue", "dispatcher", "monitor", "native_sut", "records", "main", "other")
 
 
 def _ticks_per_s() -> int:

@@ -1,0 +1,344 @@
+#include "request_log.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
+
+#include "affinity.h"
+
+namespace loadgen {
+namespace {
+
+std::atomic<uint64_t> next_log_id{1};
+
+// Each thread's shard of the logs it appends to, by log id: a thread appends to one log
+// at a time (its engine's), so a few slots suffice; a miss costs a mutex acquisition.
+struct LogCacheSlot {
+  uint64_t id = 0;
+  void* shard = nullptr;
+};
+constexpr size_t kLogCacheSlots = 4;
+thread_local LogCacheSlot tls_logs[kLogCacheSlots];
+
+// Chunks kept for reuse: enough for a writer a little behind, bounded so that a burst
+// that queued many chunks gives their memory back.
+constexpr size_t kMaxFreeChunks = 8;
+// The longest JSON line a record gives (every number at its widest) is under 400 bytes.
+constexpr size_t kMaxLineBytes = 512;
+
+const char* status_name(uint8_t status) {
+  switch (static_cast<RecordStatus>(status)) {
+    case RecordStatus::kOk: return "ok";
+    case RecordStatus::kFailed: return "failed";
+    case RecordStatus::kTimedOut: return "timed_out";
+    case RecordStatus::kCancelled: return "cancelled";
+  }
+  return "failed";
+}
+
+// Appends to a buffer with room for the whole line (checked once per line).
+struct LineWriter {
+  char* p;
+  void text(const char* s) {
+    const size_t n = std::strlen(s);
+    std::memcpy(p, s, n);
+    p += n;
+  }
+  void text(const std::string& s) {
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+  }
+  void number(int64_t v) { p = std::to_chars(p, p + 24, v).ptr; }
+  // `v`, or null when `present` is false.
+  void number_or_null(bool present, int64_t v) {
+    if (present) {
+      number(v);
+    } else {
+      text("null");
+    }
+  }
+};
+
+}  // namespace
+
+RequestLog::RequestLog(RequestLogSettings settings, std::function<void()> on_written)
+    : id_(next_log_id.fetch_add(1)), s_(std::move(settings)), on_written_(std::move(on_written)) {
+  if (s_.sink == RecordSink::kJsonl) {
+    file_ = std::fopen(s_.path.c_str(), "w");
+    if (file_ == nullptr) {
+      throw std::invalid_argument("record_requests: cannot write " + s_.path + ": " + std::strerror(errno));
+    }
+  }
+}
+
+RequestLog::~RequestLog() {
+  seal();
+  join();
+  if (file_ != nullptr) std::fclose(file_);  // never started: nothing was written
+}
+
+void RequestLog::start() {
+  if (s_.sink != RecordSink::kJsonl || writer_.joinable()) return;
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+RequestLog::Shard* RequestLog::local() noexcept {
+  LogCacheSlot& slot = tls_logs[id_ % kLogCacheSlots];
+  if (slot.id == id_) return static_cast<Shard*>(slot.shard);
+  return create_local();
+}
+
+RequestLog::Shard* RequestLog::create_local() noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  Shard* mine = nullptr;
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& s : shards_) {
+      if (s->owner == me) mine = s.get();
+    }
+    if (mine == nullptr) {
+      auto s = std::make_unique<Shard>();
+      s->owner = me;
+      s->chunk = fresh_chunk_locked();
+      mine = s.get();
+      shards_.push_back(std::move(s));
+    }
+  } catch (...) {  // no memory for the shard: this record is lost (and counted)
+    return nullptr;
+  }
+  tls_logs[id_ % kLogCacheSlots] = LogCacheSlot{id_, mine};
+  return mine;
+}
+
+std::unique_ptr<RequestLog::Chunk> RequestLog::fresh_chunk_locked() noexcept {
+  if (!free_.empty()) {
+    std::unique_ptr<Chunk> c = std::move(free_.back());
+    free_.pop_back();
+    return c;
+  }
+  return std::unique_ptr<Chunk>(new (std::nothrow) Chunk);
+}
+
+void RequestLog::enqueue_locked(std::unique_ptr<Chunk> c, size_t count) {
+  c->count = count;
+  buffered_ += static_cast<int64_t>(count);
+  handed_ += static_cast<int64_t>(count);
+  if (buffered_ > peak_buffered_) peak_buffered_ = buffered_;
+  queue_.push_back(std::move(c));
+}
+
+void RequestLog::hand_off(Shard& s) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      enqueue_locked(std::move(s.chunk), kChunkRecords);
+    } catch (...) {  // the queue could not grow: the chunk's records are lost
+      lost_.fetch_add(static_cast<int64_t>(kChunkRecords), std::memory_order_relaxed);
+      s.chunk.reset();
+    }
+    s.chunk = fresh_chunk_locked();
+    s.filled.store(0, std::memory_order_relaxed);
+  }
+  cv_.notify_one();
+}
+
+void RequestLog::recycle(std::unique_ptr<Chunk> c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.size() < kMaxFreeChunks) free_.push_back(std::move(c));
+}
+
+uint16_t RequestLog::intern_kind(const std::string& kind) {
+  std::lock_guard<std::mutex> lock(kinds_mu_);
+  for (size_t i = 1; i < kinds_.size(); ++i) {
+    if (kinds_[i] == kind) return static_cast<uint16_t>(i);
+  }
+  if (kinds_.size() <= kMaxKinds) {
+    kinds_.push_back(kind);
+    return static_cast<uint16_t>(kinds_.size() - 1);
+  }
+  for (size_t i = kMaxKinds + 1; i < kinds_.size(); ++i) {
+    if (kinds_[i] == "other_kinds") return static_cast<uint16_t>(i);
+  }
+  kinds_.push_back("other_kinds");
+  return static_cast<uint16_t>(kinds_.size() - 1);
+}
+
+std::vector<std::string> RequestLog::kinds() const {
+  std::lock_guard<std::mutex> lock(kinds_mu_);
+  return kinds_;
+}
+
+void RequestLog::seal() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sealed_) return;
+    for (auto& s : shards_) {
+      const size_t n = s->filled.load(std::memory_order_acquire);
+      if (n == 0 || s->chunk == nullptr) continue;
+      try {
+        enqueue_locked(std::move(s->chunk), n);
+      } catch (...) {
+        lost_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+      }
+      s->chunk.reset();
+      s->filled.store(0, std::memory_order_relaxed);
+    }
+    sealed_ = true;
+  }
+  cv_.notify_all();
+  if (s_.sink != RecordSink::kJsonl || !writer_.joinable()) {
+    // No writer thread (chunks for a consumer, or a run that never started): sealed is done.
+    done_.store(true, std::memory_order_release);
+    if (on_written_) on_written_();
+  }
+}
+
+void RequestLog::join() {
+  if (writer_.joinable()) writer_.join();
+}
+
+std::unique_ptr<RequestLog::Chunk> RequestLog::take(int64_t timeout_ns, bool* end) {
+  *end = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [this] { return !queue_.empty() || sealed_; };
+  if (timeout_ns < 0) {
+    cv_.wait(lock, ready);
+  } else if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ready)) {
+    return nullptr;
+  }
+  if (queue_.empty()) {
+    *end = true;
+    return nullptr;
+  }
+  std::unique_ptr<Chunk> c = std::move(queue_.front());
+  queue_.pop_front();
+  buffered_ -= static_cast<int64_t>(c->count);
+  written_.fetch_add(static_cast<int64_t>(c->count), std::memory_order_relaxed);
+  return c;
+}
+
+RequestLogStats RequestLog::stats() const {
+  RequestLogStats st;
+  std::lock_guard<std::mutex> lock(mu_);
+  st.appended = handed_;
+  if (!sealed_) {
+    for (const auto& s : shards_) st.appended += static_cast<int64_t>(s->filled.load(std::memory_order_acquire));
+  }
+  st.written = written_.load();
+  st.lost = lost_.load();
+  st.peak_buffered = peak_buffered_;
+  st.bytes = bytes_.load();
+  st.writer_cpu_ns = writer_cpu_ns_.load();
+  st.error = error_;
+  return st;
+}
+
+void RequestLog::writer_loop() {
+  set_current_thread_name("lg-records");
+  std::string buf;
+  std::vector<std::string> kinds = this->kinds();
+  bool failed = false;
+  for (;;) {
+    std::unique_ptr<Chunk> c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return !queue_.empty() || sealed_; });
+      if (queue_.empty()) break;
+      c = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    // After a failed write the rest is still taken off the queue (its memory given
+    // back), but not written: the file is already incomplete, and says so in stats().
+    if (!failed) failed = !write_chunk(*c, buf, kinds);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      buffered_ -= static_cast<int64_t>(c->count);
+    }
+    recycle(std::move(c));
+  }
+  finish_file();
+  timespec cpu{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0) {
+    writer_cpu_ns_.store(int64_t{cpu.tv_sec} * 1'000'000'000 + cpu.tv_nsec, std::memory_order_relaxed);
+  }
+  done_.store(true, std::memory_order_release);
+  if (on_written_) on_written_();
+}
+
+bool RequestLog::write_chunk(const Chunk& c, std::string& buf, std::vector<std::string>& kinds) {
+  buf.resize(c.count * kMaxLineBytes);
+  LineWriter w{buf.data()};
+  for (size_t i = 0; i < c.count; ++i) {
+    const RequestRecord& r = c.records[i];
+    if (r.error_kind >= kinds.size()) kinds = this->kinds();  // interned after the last look
+    const bool ok = r.status == static_cast<uint8_t>(RecordStatus::kOk);
+    w.text("{\"query\":");
+    w.number(r.query);
+    w.text(",\"scheduled_ns\":");
+    w.number(r.scheduled_ns);
+    w.text(",\"issued_ns\":");
+    w.number_or_null(r.issued_ns != 0, r.issued_ns);
+    w.text(",\"completed_ns\":");
+    w.number(r.completed_ns);
+    w.text(",\"first_token_ns\":");
+    w.number_or_null(r.first_token_ns != 0, r.first_token_ns);
+    w.text(",\"latency_ns\":");
+    w.number_or_null(ok, r.completed_ns - r.scheduled_ns);
+    w.text(",\"status\":\"");
+    w.text(status_name(r.status));
+    w.text("\",\"error\":");
+    if (ok) {
+      w.text("null");
+    } else {
+      // Kinds are cleaned identifiers (letters, digits, "_.-:"): nothing to escape.
+      w.text("\"");
+      if (r.status != static_cast<uint8_t>(RecordStatus::kFailed)) {
+        w.text(status_name(r.status));
+      } else if (r.error_kind > 0 && r.error_kind < kinds.size()) {
+        w.text(kinds[r.error_kind]);
+      } else {
+        w.text("error");
+      }
+      w.text("\"");
+    }
+    w.text(",\"sample_index\":");
+    w.number(r.sample_index);
+    w.text(",\"samples\":");
+    w.number(r.samples);
+    w.text(",\"input_tokens\":");
+    w.number_or_null(r.input_tokens >= 0, r.input_tokens);
+    w.text(",\"output_tokens\":");
+    w.number_or_null(r.output_tokens >= 0, r.output_tokens);
+    w.text(",\"worker_index\":");
+    w.number(s_.worker_index);
+    w.text(r.warmup ? ",\"warmup\":true}\n" : ",\"warmup\":false}\n");
+  }
+  const size_t n = static_cast<size_t>(w.p - buf.data());
+  if (std::fwrite(buf.data(), 1, n, file_) != n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = "writing " + s_.path + " failed: " + std::strerror(errno);
+    return false;
+  }
+  bytes_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  written_.fetch_add(static_cast<int64_t>(c.count), std::memory_order_relaxed);
+  return true;
+}
+
+void RequestLog::finish_file() {
+  if (file_ == nullptr) return;
+  const bool flushed = std::fflush(file_) == 0;
+  const int flush_errno = errno;
+  const bool closed = std::fclose(file_) == 0;
+  const int close_errno = errno;
+  file_ = nullptr;
+  if (!flushed || !closed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.empty()) {
+      error_ = "writing " + s_.path + " failed: " + std::strerror(flushed ? close_errno : flush_errno);
+    }
+  }
+}
+
+}  // namespace loadgen
