@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,31 @@ std::string utf8_text(const py::str& s) {
   py::object b = py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(s.ptr(), "utf-8", "replace"));
   if (!b) throw py::error_already_set();
   return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
+}
+
+// One interval of the time series as a dict (the keys of Engine.timeseries()).
+py::dict interval_dict(const loadgen::IntervalPoint& p) {
+  py::dict d;
+  d["start_offset_ns"] = p.start_offset_ns;
+  d["length_ns"] = p.length_ns;
+  d["issued"] = p.issued;
+  d["completed"] = p.completed;
+  d["latency_p50_ns"] = p.latency_p50_ns;
+  d["latency_p90_ns"] = p.latency_p90_ns;
+  d["latency_p99_ns"] = p.latency_p99_ns;
+  d["latency_max_ns"] = p.latency_max_ns;
+  d["latency_hdr"] = py::bytes(reinterpret_cast<const char*>(p.latency_hdr.data()), p.latency_hdr.size());
+  d["failed"] = p.failed;
+  d["timed_out"] = p.timed_out;
+  d["errors"] = p.errors;
+  d["outstanding"] = p.outstanding;
+  d["issue_delay_p50_ns"] = p.issue_delay_p50_ns;
+  d["issue_delay_p99_ns"] = p.issue_delay_p99_ns;
+  d["issue_delay_max_ns"] = p.issue_delay_max_ns;
+  d["ttft_p50_ns"] = p.ttft_p50_ns;
+  d["ttft_p99_ns"] = p.ttft_p99_ns;
+  d["tokens"] = p.tokens;
+  return d;
 }
 
 }  // namespace
@@ -311,6 +337,7 @@ void bind_engine(py::module_& m) {
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
       .def("counts",
            [](const Engine& e) {
+             // Atomic loads only: cheap, and safe from any thread during a run.
              const loadgen::EngineCounts c = e.counts();
              py::dict d;
              d["issued"] = c.issued;
@@ -341,22 +368,23 @@ void bind_engine(py::module_& m) {
       .def("timeseries",
            [](const Engine& e) {
              py::list out;
-             for (const loadgen::IntervalPoint& p : e.timeseries()) {
-               py::dict d;
-               d["start_offset_ns"] = p.start_offset_ns;
-               d["length_ns"] = p.length_ns;
-               d["issued"] = p.issued;
-               d["completed"] = p.completed;
-               d["latency_p50_ns"] = p.latency_p50_ns;
-               d["latency_p99_ns"] = p.latency_p99_ns;
-               d["latency_max_ns"] = p.latency_max_ns;
-               d["latency_hdr"] = py::bytes(reinterpret_cast<const char*>(p.latency_hdr.data()),
-                                            p.latency_hdr.size());
-               out.append(d);
-             }
+             for (const loadgen::IntervalPoint& p : e.timeseries()) out.append(interval_dict(p));
              return out;
-           })
-      .def("error_counts", &Engine::error_counts)
+           },
+           "The intervals so far, one dict each (safe while running).")
+      .def("last_interval",
+           [](const Engine& e) -> py::object {
+             std::optional<loadgen::IntervalPoint> p;
+             {
+               py::gil_scoped_release release;
+               p = e.last_interval();
+             }
+             return p ? py::object(interval_dict(*p)) : py::none();
+           },
+           "The newest interval as timeseries() gives it, or None before the first ended. "
+           "Cheap, and safe from any thread during a run.")
+      .def("error_counts", &Engine::error_counts,
+           "Failures by kind so far. Cheap, and safe from any thread during a run.")
       .def("error_messages", &Engine::error_messages)
       .def_property_readonly("start_ns", &Engine::start_ns)
       .def_property_readonly("measure_start_ns", &Engine::measure_start_ns)
