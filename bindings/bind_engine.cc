@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,31 @@ py::dict records_stats(const Engine& e) {
   d["bytes"] = st.bytes;
   d["writer_cpu_ns"] = st.writer_cpu_ns;
   d["error"] = st.error;
+  return d;
+}
+
+// One interval of the time series as a dict (the keys of Engine.timeseries()).
+py::dict interval_dict(const loadgen::IntervalPoint& p) {
+  py::dict d;
+  d["start_offset_ns"] = p.start_offset_ns;
+  d["length_ns"] = p.length_ns;
+  d["issued"] = p.issued;
+  d["completed"] = p.completed;
+  d["latency_p50_ns"] = p.latency_p50_ns;
+  d["latency_p90_ns"] = p.latency_p90_ns;
+  d["latency_p99_ns"] = p.latency_p99_ns;
+  d["latency_max_ns"] = p.latency_max_ns;
+  d["latency_hdr"] = py::bytes(reinterpret_cast<const char*>(p.latency_hdr.data()), p.latency_hdr.size());
+  d["failed"] = p.failed;
+  d["timed_out"] = p.timed_out;
+  d["errors"] = p.errors;
+  d["outstanding"] = p.outstanding;
+  d["issue_delay_p50_ns"] = p.issue_delay_p50_ns;
+  d["issue_delay_p99_ns"] = p.issue_delay_p99_ns;
+  d["issue_delay_max_ns"] = p.issue_delay_max_ns;
+  d["ttft_p50_ns"] = p.ttft_p50_ns;
+  d["ttft_p99_ns"] = p.ttft_p99_ns;
+  d["tokens"] = p.tokens;
   return d;
 }
 
@@ -364,6 +390,7 @@ void bind_engine(py::module_& m) {
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
       .def("counts",
            [](const Engine& e) {
+             // Atomic loads only: cheap, and safe from any thread during a run.
              const loadgen::EngineCounts c = e.counts();
              py::dict d;
              d["issued"] = c.issued;
@@ -394,21 +421,10 @@ void bind_engine(py::module_& m) {
       .def("timeseries",
            [](const Engine& e) {
              py::list out;
-             for (const loadgen::IntervalPoint& p : e.timeseries()) {
-               py::dict d;
-               d["start_offset_ns"] = p.start_offset_ns;
-               d["length_ns"] = p.length_ns;
-               d["issued"] = p.issued;
-               d["completed"] = p.completed;
-               d["latency_p50_ns"] = p.latency_p50_ns;
-               d["latency_p99_ns"] = p.latency_p99_ns;
-               d["latency_max_ns"] = p.latency_max_ns;
-               d["latency_hdr"] = py::bytes(reinterpret_cast<const char*>(p.latency_hdr.data()),
-                                            p.latency_hdr.size());
-               out.append(d);
-             }
+             for (const loadgen::IntervalPoint& p : e.timeseries()) out.append(interval_dict(p));
              return out;
-           })
+           },
+           "The intervals so far, one dict each (safe while running).")
       .def("take_records", &take_records, py::arg("timeout_s") = py::none(),
            "Records sink 'chunks': the next chunk of per-request records as a structured "
            "array (fields as RequestRecord); empty on timeout, None once all are taken.")
@@ -419,7 +435,19 @@ void bind_engine(py::module_& m) {
            "The error kinds of the records' error_kind field, by index (0: none).")
       .def("records_stats", &records_stats,
            "appended, written, lost, peak_buffered, bytes, writer_cpu_ns, error ({} without records).")
-      .def("error_counts", &Engine::error_counts)
+      .def("last_interval",
+           [](const Engine& e) -> py::object {
+             std::optional<loadgen::IntervalPoint> p;
+             {
+               py::gil_scoped_release release;
+               p = e.last_interval();
+             }
+             return p ? py::object(interval_dict(*p)) : py::none();
+           },
+           "The newest interval as timeseries() gives it, or None before the first ended. "
+           "Cheap, and safe from any thread during a run.")
+      .def("error_counts", &Engine::error_counts,
+           "Failures by kind so far. Cheap, and safe from any thread during a run.")
       .def("error_messages", &Engine::error_messages)
       .def_property_readonly("start_ns", &Engine::start_ns)
       .def_property_readonly("measure_start_ns", &Engine::measure_start_ns)

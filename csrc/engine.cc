@@ -607,31 +607,47 @@ void Engine::monitor_loop() {
       next_reap = now + reap_every;  // reap_every is finite whenever next_reap is
     }
     if (now >= next_snapshot) {
-      timeseries_.snapshot(recorder_.latency(), measured_issued(), now);
+      timeseries_.snapshot(recorder_, interval_totals(), now);
       next_snapshot += s_.interval_ns;
       if (next_snapshot <= now) next_snapshot = now + s_.interval_ns;
     }
     const int64_t sleep = std::min({next_reap, next_snapshot, now + 100'000'000}) - now;
     e.wait(std::max<int64_t>(sleep, 0));
   }
-  if (s_.interval_ns > 0) timeseries_.snapshot(recorder_.latency(), measured_issued(), end_ns_.load());
+  if (s_.interval_ns > 0) timeseries_.snapshot(recorder_, interval_totals(), end_ns_.load());
+}
+
+IntervalTotals Engine::interval_totals() const {
+  IntervalTotals t;
+  t.issued = measured_issued();
+  t.failed = failed_.load(std::memory_order_relaxed);
+  t.timed_out = timed_out_.load(std::memory_order_relaxed);
+  t.outstanding = measured_outstanding();
+  // A failure is counted in failed_ before its kind is: read the kinds after it, and
+  // only once there has been one (most runs have none).
+  if (t.failed > 0) t.errors = error_counts();
+  return t;
+}
+
+int64_t Engine::measured_outstanding() const noexcept {
+  const int64_t resolved = resolved_.load();
+  const int64_t issued = issued_.load();
+  const int64_t warmup_outstanding = warmup_issued_.load() - warmup_completed_.load() - warmup_failed_.load();
+  return std::max<int64_t>(issued - resolved - std::max<int64_t>(warmup_outstanding, 0), 0);
 }
 
 EngineCounts Engine::counts() const {
   EngineCounts c;
-  const int64_t resolved = resolved_.load();
-  const int64_t issued = issued_.load();
+  // What is in flight first: it reads the counters below in the order it needs.
+  c.outstanding = measured_outstanding();
   c.warmup_issued = warmup_issued_.load();
   c.warmup_completed = warmup_completed_.load();
   c.warmup_failed = warmup_failed_.load();
-  c.issued = issued - c.warmup_issued;
+  c.issued = issued_.load() - c.warmup_issued;
   c.completed = completed_.load();
   c.failed = failed_.load();
   c.timed_out = timed_out_.load();
   c.cancelled = cancelled_.load();
-  // What is in flight, less the warm-up queries still in flight.
-  const int64_t warmup_outstanding = c.warmup_issued - c.warmup_completed - c.warmup_failed;
-  c.outstanding = std::max<int64_t>(issued - resolved - std::max<int64_t>(warmup_outstanding, 0), 0);
   c.unknown_completions = unknown_.load();
   c.cap_waits = cap_waits_.load();
   static_cast<RecorderCounts&>(c) = recorder_.counts();

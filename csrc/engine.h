@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -179,13 +180,20 @@ class Engine : private CompletionSink {
 
   // --- results ---
 
+  /// The counts so far. Any thread, during a run too: atomic loads only (no lock, no
+  /// allocation), cheap enough to poll.
   EngineCounts counts() const;
   /// The histograms (latency, service time, issue delay, TTFT, TPOT) and the exact
   /// over-bound counts (aligned with settings().latency_bounds_ns). Safe while running.
   const Recorder& recorder() const noexcept { return recorder_; }
   /// The intervals so far (every interval_ns; safe while running).
   std::vector<IntervalPoint> timeseries() const { return timeseries_.points(); }
+  /// The newest interval, or nothing before the first ended. Any thread, during a run
+  /// too: copies one point under the series' lock (held by the monitor only to append).
+  std::optional<IntervalPoint> last_interval() const { return timeseries_.last(); }
   /// Error counts by (cleaned) kind, and the kept messages as "kind: message" (see fail()).
+  /// error_counts() is safe from any thread during a run and cheap: it copies the map of
+  /// at most 65 kinds under the lock fail() takes for its bookkeeping.
   std::map<std::string, int64_t> error_counts() const;
   std::vector<std::string> error_messages() const;
   /// now_ns() at the first scheduled time, at the end of issuing, and at the end.
@@ -237,6 +245,10 @@ class Engine : private CompletionSink {
   int64_t measured_issued() const noexcept {
     return issued_.load(std::memory_order_acquire) - warmup_issued_.load(std::memory_order_relaxed);
   }
+  // Measured queries in flight: all in flight, less the warm-up's still in flight.
+  int64_t measured_outstanding() const noexcept;
+  // The engine's cumulative counts for the time series' next point.
+  IntervalTotals interval_totals() const;
   int64_t in_flight() const noexcept {
     return issued_.load(std::memory_order_acquire) - resolved_.load(std::memory_order_acquire);
   }

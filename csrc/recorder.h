@@ -151,6 +151,9 @@ class Recorder {
   HdrHistogram issue_delay() const { return issue_delay_.snapshot(); }
   HdrHistogram ttft() const { return ttft_.snapshot(); }
   HdrHistogram tpot() const { return tpot_.snapshot(); }
+  /// How many issue delays and first tokens were recorded so far (cheap: no merge).
+  int64_t issue_delay_count() const { return issue_delay_.total_count(); }
+  int64_t ttft_count() const { return ttft_.total_count(); }
   /// Empty (same layout) when the settings did not ask for it.
   HdrHistogram query_latency() const;
 

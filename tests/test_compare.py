@@ -139,9 +139,10 @@ def test_the_qps_rule_fires_on_a_throughput_drop(tmp_path):
 
 def test_figures_without_intervals_are_not_judged_unless_a_rule_crosses(runs):
     base, slower = load_result(runs["base"] / "result.json"), load_result(runs["slower"] / "result.json")
-    out = compare_documents(base, slower, parse_rules(["issue_delay_p99>-100%"]))
+    out = compare_documents(base, slower, parse_rules(["p99.9>-100%"]))
     rows = {r["metric"]: r for r in out["metrics"]}
-    assert rows["issue_delay_p99"]["verdict"] == "not judged" and rows["issue_delay_p99"]["p_value"] is None
+    assert rows["p99.9"]["verdict"] == "not judged" and rows["p99.9"]["p_value"] is None
+    assert rows["issue_delay_p99"]["p_value"] is not None  # the time series carries it: judged per interval
     assert [f["judged_on"] for f in out["fired"]] == ["whole run only"]
     # an absolute amount in a unit: p50 moved by 20 ms
     assert compare_documents(base, slower, parse_rules(["p50>+15ms"]))["fired"]

@@ -110,7 +110,11 @@ def test_a_run_is_scraped_while_it_runs_and_lingers_with_the_counts_of_its_resul
     assert one(mid, "loadgen_target_queries_per_second") == 400.0
     assert 200 < one(mid, "loadgen_achieved_queries_per_second") < 600
     quantiles = {dict(k)["quantile"]: v for k, v in mid["loadgen_latency_seconds"].items()}
-    assert set(quantiles) == {"0.5", "0.99", "1"} and 0 < quantiles["0.5"] <= quantiles["0.99"] <= quantiles["1"]
+    assert set(quantiles) == {"0.5", "0.9", "0.99", "1"}
+    assert 0 < quantiles["0.5"] <= quantiles["0.9"] <= quantiles["0.99"] <= quantiles["1"]
+    delay = {dict(k)["quantile"] for k in mid["loadgen_issue_delay_seconds"]}
+    assert delay == {"0.5", "0.99", "1"}  # the interval's issue delay (no p90 is cut for it)
+    assert "loadgen_ttft_seconds" not in mid  # no first tokens: no TTFT family
     run_q = {dict(k)["quantile"] for k in lingering[-1]["loadgen_run_issue_delay_seconds"]}
     assert run_q == {"0.5", "0.9", "0.99", "1"}
 

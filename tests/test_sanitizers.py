@@ -81,6 +81,8 @@ def run_with_completer_threads(engine, n_threads=THREADS, seed=0):
             assert engine.latency().total_count >= 0
             engine.ttft().encode_compressed()
             engine.timeseries()
+            engine.last_interval()
+            engine.error_counts()
 
     threads = [threading.Thread(target=completer, args=(k,)) for k in range(n_threads)]
     threads.append(threading.Thread(target=reader))

@@ -37,7 +37,11 @@ class RunResult:
         issue_delay: issued - scheduled (the generator's own health).
         ttft, tpot: time to first token (from scheduled) and time per output token.
         timeseries: one dict per interval (start_offset_ns, length_ns, issued,
-            completed, latency_p50_ns, latency_p99_ns, latency_max_ns, latency_hdr).
+            completed, latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns,
+            latency_hdr; failed, timed_out, errors {kind: count}, outstanding at its
+            end; issue_delay_p50_ns, issue_delay_p99_ns, issue_delay_max_ns; ttft_p50_ns,
+            ttft_p99_ns and tokens, 0 without first tokens), cut natively at each
+            interval's end.
         errors: failure counts by kind; error_messages: the first few messages.
         duration_s: from the first scheduled time to the end of the run.
         issue_duration_s: from the first scheduled time to the last issue.
@@ -237,16 +241,24 @@ class Engine:
         return Histogram.from_core(getattr(self._core, name)())
 
     def counts(self) -> Dict[str, int]:
-        """The counts so far (see :class:`RunResult`)."""
+        """The counts so far (see :class:`RunResult`). Cheap (atomic loads, no lock) and
+        safe from any thread while the run goes on."""
         return self._core.counts()
 
     def error_counts(self) -> Dict[str, int]:
-        """Failures (and time-outs) by kind so far."""
+        """Failures so far by kind. Cheap (a copy of at most 65 counts) and safe from any
+        thread while the run goes on."""
         return self._core.error_counts()
 
     def timeseries(self) -> List[Dict[str, Any]]:
         """The intervals of the time series so far (see :class:`RunResult`)."""
         return self._core.timeseries()
+
+    def last_interval(self) -> Optional[Dict[str, Any]]:
+        """The newest interval of the time series, as :meth:`timeseries` gives it, or None
+        before the first has ended. Cheap (one point copied) and safe from any thread
+        while the run goes on: what a live reader polls."""
+        return self._core.last_interval()
 
     def result(self) -> RunResult:
         """What the run measured (complete once :meth:`wait` returned True)."""

@@ -3,7 +3,7 @@ thresholds (:mod:`.thresholds`), renderers (:mod:`.render`: text summary, CSV, H
 and result files (:mod:`.files`: writing a run's outputs, reading documents back)."""
 
 from loadgen.results.document import SCHEMA, build_document, environment, histogram_summary
-from loadgen.results.files import load_result, load_results, result_files, write_outputs
+from loadgen.results.files import load_result, load_results, load_timeseries, result_files, write_outputs
 from loadgen.results.render import render_summary
 from loadgen.results.thresholds import THRESHOLD_METRICS, ThresholdError, evaluate_thresholds, parse_threshold
 
@@ -17,6 +17,7 @@ __all__ = [
     "histogram_summary",
     "load_result",
     "load_results",
+    "load_timeseries",
     "parse_threshold",
     "render_summary",
     "result_files",

@@ -37,6 +37,9 @@ _PCT_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9", 
 _ENGINE_HISTOGRAMS = {"latency_ns": "latency", "service_time_ns": "service_time",
                       "issue_delay_ns": "issue_delay", "ttft_ns": "ttft", "tpot_ns": "tpot"}
 _ALWAYS = ("latency_ns", "service_time_ns", "issue_delay_ns")
+# The engine's per-interval figures a timeseries point carries under the same name.
+INTERVAL_FIGURES = ("issue_delay_p50_ns", "issue_delay_p99_ns", "issue_delay_max_ns",
+                    "ttft_p50_ns", "ttft_p99_ns", "tokens")
 # The warm-up's counts: in the document's "warmup" section, not in "counts".
 _WARMUP_COUNTS = ("warmup_issued", "warmup_completed", "warmup_failed")
 
@@ -211,7 +214,9 @@ def _add_sut_histograms(doc: Dict[str, Any], named: Dict[str, NamedHistogram]) -
 
 
 def timeseries_point(p: Dict[str, Any]) -> Dict[str, Any]:
-    """One interval of the engine's time series as the document's ``timeseries`` holds it."""
+    """One interval of the engine's time series as the document's ``timeseries`` holds it.
+    Points from before the richer series (a merge of older documents) get 0 and ``{}``
+    for the figures they lack."""
     length_s = ns_to_s(p["length_ns"])
     return {
         "t_s": ns_to_s(p["start_offset_ns"]),
@@ -220,7 +225,13 @@ def timeseries_point(p: Dict[str, Any]) -> Dict[str, Any]:
         "completed": p["completed"],
         "qps": p["completed"] / length_s if p["length_ns"] > 0 else 0.0,
         "p50_ns": p["latency_p50_ns"],
+        "p90_ns": p.get("latency_p90_ns", 0),
         "p99_ns": p["latency_p99_ns"],
         "max_ns": p["latency_max_ns"],
+        "failed": p.get("failed", 0),
+        "timed_out": p.get("timed_out", 0),
+        "errors": dict(p.get("errors") or {}),
+        "outstanding": p.get("outstanding", 0),
+        **{key: p.get(key, 0) for key in INTERVAL_FIGURES},
         "latency_hdr": base64.b64encode(p["latency_hdr"]).decode("ascii"),
     }

@@ -11,14 +11,14 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Union
 
 from loadgen.results.document import SCHEMA
-from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary
+from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary, timeseries_rows
 from loadgen.results.schema import SchemaError, check_result
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["CSV_FILE", "HLOG_FILE", "RESULT_FILE", "SUMMARY_FILE", "atomic_write", "load_result", "load_results",
-           "result_files", "write_outputs"]
+           "load_timeseries", "result_files", "write_outputs"]
 
 #: The names of the files :func:`write_outputs` writes.
 RESULT_FILE = "result.json"
@@ -121,6 +121,22 @@ def load_result(path: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
     return doc
 
 
+def _pandas(caller: str) -> Any:
+    """The pandas module; ImportError saying that ``caller`` needs it when it is missing."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(f"{caller} needs pandas: pip install pandas") from None
+    return pandas
+
+
+def _path_list(
+    paths: Union[str, os.PathLike[str], Iterable[Union[str, os.PathLike[str]]]],
+) -> List[Union[str, os.PathLike[str]]]:
+    """One path, or many, as a list."""
+    return [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+
+
 def load_results(
     paths: Union[str, os.PathLike[str], Iterable[Union[str, os.PathLike[str]]]],
 ) -> pd.DataFrame:
@@ -138,16 +154,11 @@ def load_results(
         ImportError: pandas is not installed (``pip install pandas``).
         ValueError: a file is not a loadgen result, or does not follow its schema.
     """
-    try:
-        import pandas as pd
-    except ImportError:
-        raise ImportError("load_results needs pandas: pip install pandas") from None
+    pd = _pandas("load_results")
     from loadgen.sweep.files import frame_rows, is_sweep_folder  # a sweep's folder is read by its own format
 
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
     rows = []
-    for p in paths:
+    for p in _path_list(paths):
         if is_sweep_folder(p):
             rows.extend(frame_rows(p))
             continue
@@ -156,3 +167,29 @@ def load_results(
             row["path"] = path
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def load_timeseries(
+    paths: Union[str, os.PathLike[str], Iterable[Union[str, os.PathLike[str]]]],
+) -> pd.DataFrame:
+    """A pandas DataFrame of the result files' time series: one row per interval, with
+    ``path`` and the point's figures as columns (``t_s``, ``qps``, ``p50_ns`` ... ``tokens``,
+    ``errors.<kind>`` (0 where a kind had none), ``gpu.<uuid>.<figure>``; see
+    :func:`loadgen.results.render.timeseries_rows`).
+
+    Args:
+        paths: result.json files and/or folders (searched recursively for result.json).
+
+    Raises:
+        ImportError: pandas is not installed (``pip install pandas``).
+        ValueError: a file is not a loadgen result, or does not follow its schema.
+    """
+    pd = _pandas("load_timeseries")
+    rows: List[Dict[str, Any]] = []
+    for path in result_files(_path_list(paths)):
+        rows.extend({"path": path, **row} for row in timeseries_rows(load_result(path)))
+    frame = pd.DataFrame(rows)
+    kinds = [c for c in frame.columns if str(c).startswith("errors.")]
+    if kinds:
+        frame[kinds] = frame[kinds].fillna(0).astype("int64")
+    return frame

@@ -9,7 +9,12 @@ those of the scenario's own code over the whole, with the options of the total l
 workers' ``worker.total``): the merged document is a ``loadgen.result/1`` document like
 any run's, with a ``"merge"`` section of the workers' own figures.
 
-The time series: interval lengths are the workers' ``--interval-s``. Worker w's
+The time series: interval lengths are the workers' ``--interval-s``. In a merged
+interval the counts (issued, completed, failed, timed_out, tokens, errors by kind) and
+``outstanding`` are summed and the latency percentiles come from the added interval
+histograms; the issue delay and TTFT percentiles, which carry no interval histogram,
+are the largest of the workers' (an upper bound; exact for ``issue_delay_max_ns``).
+Worker w's
 interval at ``t_s`` starts on the wall clock at ``started_at_epoch_s(w) + t_s``; it goes
 to the merged interval k whose start ``t0 + k * interval_s`` is nearest, where ``t0`` is
 the earliest worker's start. Workers that started within half an interval of each other
@@ -404,37 +409,53 @@ def _run_result(workers: Sequence[_Worker], histograms: Dict[str, Histogram], o:
     )
 
 
+# Per-interval counts summed over the workers (``outstanding`` too: the queries every
+# worker had in flight at the interval's end), and per-interval percentiles that no
+# interval histogram is carried for: the merged point has the largest of the workers'
+# (an upper bound of the whole's percentile, exact for the max).
+_INTERVAL_SUMS = ("issued", "completed", "failed", "timed_out", "outstanding", "tokens")
+_INTERVAL_MAXIMA = ("issue_delay_p50_ns", "issue_delay_p99_ns", "issue_delay_max_ns", "ttft_p50_ns", "ttft_p99_ns")
+
+
 def _merge_timeseries(workers: Sequence[_Worker], t0: float, interval_s: float) -> List[Dict[str, Any]]:
     """The workers' time series on one wall clock, in the engine's form (see the module's
-    docstring for the alignment rule): per merged interval, the issued and completed
-    counts summed and the latency histograms added."""
+    docstring for the alignment rule): per merged interval, the counts (and errors by
+    kind) summed, the latency histograms added, and for the issue delay and TTFT the
+    largest of the workers' percentiles (see ``_INTERVAL_MAXIMA``)."""
     if interval_s <= 0:
         return []
     bins: Dict[int, Dict[str, Any]] = {}
     for w in workers:
         for i, p in enumerate(w.doc.get("timeseries") or []):
             k = max(0, round((w.started + float(p["t_s"]) - t0) / interval_s))
-            b = bins.setdefault(k, {"length_s": 0.0, "issued": 0, "completed": 0, "hdr": None})
+            b = bins.setdefault(k, {"length_s": 0.0, "hdr": None, "errors": {},
+                                    **{key: 0 for key in _INTERVAL_SUMS + _INTERVAL_MAXIMA}})
             b["length_s"] = max(b["length_s"], float(p["length_s"]))
-            b["issued"] += int(p.get("issued", 0))
-            b["completed"] += int(p.get("completed", 0))
+            for key in _INTERVAL_SUMS:
+                b[key] += int(p.get(key, 0))
+            for key in _INTERVAL_MAXIMA:
+                b[key] = max(b[key], p.get(key, 0))
+            for kind, n in (p.get("errors") or {}).items():
+                b["errors"][kind] = b["errors"].get(kind, 0) + int(n)
             if p.get("latency_hdr"):
                 h = _decode(w.path, f"timeseries[{i}].latency_hdr", p["latency_hdr"])
                 try:
                     b["hdr"] = h if b["hdr"] is None else b["hdr"].add(h)
                 except ValueError as e:
                     raise ValueError(f"{w.path}: timeseries[{i}].latency_hdr cannot be added: {e}") from None
-    out = []
-    for k in sorted(bins):
-        b = bins[k]
-        h = b["hdr"] or Histogram()
-        out.append({
-            "start_offset_ns": s_to_ns(k * interval_s), "length_ns": s_to_ns(b["length_s"]),
-            "issued": b["issued"], "completed": b["completed"],
-            "latency_p50_ns": h.value_at_percentile(50.0), "latency_p99_ns": h.value_at_percentile(99.0),
-            "latency_max_ns": h.max, "latency_hdr": base64.b64decode(h.encode()),
-        })
-    return out
+    return [_merged_point(k, bins[k], interval_s) for k in sorted(bins)]
+
+
+def _merged_point(k: int, b: Dict[str, Any], interval_s: float) -> Dict[str, Any]:
+    """Merged interval ``k`` in the engine's form, from its bin of the workers' figures."""
+    h = b["hdr"] or Histogram()
+    p50, p90, p99 = h.values_at_percentiles([50.0, 90.0, 99.0]).tolist()
+    return {
+        "start_offset_ns": s_to_ns(k * interval_s), "length_ns": s_to_ns(b["length_s"]),
+        **{key: b[key] for key in _INTERVAL_SUMS + _INTERVAL_MAXIMA},
+        "latency_p50_ns": p50, "latency_p90_ns": p90, "latency_p99_ns": p99,
+        "latency_max_ns": h.max, "latency_hdr": base64.b64decode(h.encode()), "errors": b["errors"],
+    }
 
 
 def _worker_figures(w: _Worker) -> Dict[str, Any]:

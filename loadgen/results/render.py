@@ -10,7 +10,8 @@ from loadgen.stats.hdrlog import HistogramLogWriter
 from loadgen.stats.histogram import Histogram
 from loadgen.units import format_ns
 
-__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary"]
+__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
+           "timeseries_rows"]
 
 # The engine's histograms in the summary, in order, with their labels; a SUT's own
 # histograms in ns follow, labelled by their key.
@@ -325,3 +326,15 @@ def flatten(doc: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def timeseries_rows(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The document's time series as flat rows, one per interval: every figure of a
+    point (``errors`` as ``errors.<kind>`` columns, per-interval ``gpu`` figures as
+    ``gpu.<uuid>.<figure>``), without the encoded ``latency_hdr``."""
+    rows = []
+    for point in doc.get("timeseries", []):
+        row = flatten({k: v for k, v in point.items() if k != "errors"})
+        row.update({f"errors.{kind}": n for kind, n in (point.get("errors") or {}).items()})
+        rows.append(row)
+    return rows

@@ -82,8 +82,8 @@ def newest_interval(engine: Any) -> Optional[Dict[str, Any]]:
     before the first has ended."""
     from loadgen.results.document import timeseries_point
 
-    points = engine.timeseries()
-    return timeseries_point(points[-1]) if points else None
+    point = engine.last_interval()
+    return timeseries_point(point) if point is not None else None
 
 
 def target_qps_at(settings: Any, elapsed_s: float) -> Optional[float]:
@@ -350,7 +350,7 @@ def _quantiles(name: str, text: str, names: List[str], values: List[str],
 
 def _interval_families(point: Optional[Dict[str, Any]], names: List[str], values: List[str]) -> Iterator[Metric]:
     """The newest interval's figures: achieved rate and latency, issue-delay and TTFT
-    quantiles (those the engine's intervals carry)."""
+    quantiles (TTFT only when the interval recorded first tokens)."""
     if point is None:
         return
     yield _gauge("loadgen_achieved_queries_per_second", "completions per second over the newest interval",
@@ -360,6 +360,8 @@ def _interval_families(point: Optional[Dict[str, Any]], names: List[str], values
     for name, prefix, what in (("loadgen_latency_seconds", "", "latency (from the scheduled time)"),
                                ("loadgen_issue_delay_seconds", "issue_delay_", "issue delay"),
                                ("loadgen_ttft_seconds", "ttft_", "time to first token")):
+        if prefix == "ttft_" and not point.get("ttft_max_ns", point.get("ttft_p99_ns")):
+            continue  # no first token in the interval (or none in the run)
         family = _quantiles(name, f"{what} over the newest interval (quantile 1: the maximum)", names, values,
                             ((q, point.get(prefix + key)) for q, key in _INTERVAL_QUANTILES))
         if family is not None:
