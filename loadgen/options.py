@@ -365,6 +365,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "interval) go in the result", "URL"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
+    OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
     OptionSpec("quiet", _bool, "print nothing but errors"),
     OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
@@ -445,6 +446,7 @@ class RunOptions:
     prompt_words: int = D.PROMPT_WORDS
     server_metrics_url: Optional[str] = None
     output: Optional[str] = None
+    no_html: bool = False
     json: bool = False
     quiet: bool = False
     fail_if: List[str] = field(default_factory=list)
