@@ -25,9 +25,8 @@ Spec = Dict[str, Any]
 #: The most points a time-series line keeps; longer series are thinned by buckets
 #: (the peak of each bucket for latencies and errors, the mean for rates and readings).
 MAX_POINTS = 4000
-#: Colors of the lines, in order (Bokeh's Category10).
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
+#: Colors of the lines, in order (Bokeh's Category10 without its grey, which axes and text use).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 _DASHES = ("solid", "dashed", "dotted", "dashdot")
 #: The spectrum's x values, 1/(1-p): from p50 (2) to p99.999 (1e5), 12 per decade.
 _SPECTRUM_X = [10 ** (math.log10(2) + i * (5 - math.log10(2)) / 56) for i in range(57)]

@@ -51,6 +51,7 @@
     if (range !== undefined) { options.x_range = range; }
     if (spec.categories) { options.x_axis_type = "auto"; }
     var p = B.Plotting.figure(options);
+    p.toolbar.logo = null;
     p.add_tools(new B.HoverTool({tooltips: [["", "$name"], ["x", "$x{0.[000]}"], ["y", "$y{0.[000]}"]]}));
     return p;
   }

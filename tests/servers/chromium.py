@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tests.servers.procs import REPO
 
@@ -181,17 +181,28 @@ class Browser:
             _note(event, load)
         return load
 
-    def screenshot(self) -> bytes:
-        """A PNG of the whole page (the viewport stretched to the page's height)."""
+    def screenshot(self, measure: str = "null", width: Optional[int] = None) -> Tuple[bytes, Any]:
+        """A PNG of the whole page (the viewport ``width`` wide, by default the browser's,
+        and stretched to the page's height), and the value of ``measure`` evaluated in
+        that same layout (such as the elements' rectangles in page pixels)."""
         import base64
 
+        width = width or self.width
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+        self.evaluate("new Promise(r => setTimeout(() => requestAnimationFrame(() => requestAnimationFrame(r)), 200))")
         height = int(self.evaluate("Math.ceil(document.documentElement.scrollHeight)"))
-        self.call("Emulation.setDeviceMetricsOverride", width=self.width, height=height, deviceScaleFactor=1,
-                  mobile=False)
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
         self.evaluate("new Promise(r => setTimeout(() => requestAnimationFrame(() => requestAnimationFrame(r)), 300))")
-        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        self.call("Emulation.clearDeviceMetricsOverride")
-        return base64.b64decode(shot["data"])
+        try:
+            value = self.evaluate(measure)
+            shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        finally:
+            self.call("Emulation.clearDeviceMetricsOverride")
+        return base64.b64decode(shot["data"]), value
+
+    def emulate_print(self, on: bool = True) -> None:
+        """Lays the page out with its print style sheet (or the screen's again)."""
+        self.call("Emulation.setEmulatedMedia", media="print" if on else "")
 
     def print_pdf(self) -> bytes:
         """The page printed to PDF (A4), as the print stylesheet lays it out."""
