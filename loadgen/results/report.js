@@ -75,7 +75,7 @@
     (spec.spans || []).forEach(function (span) {
       p.add_layout(new B.Span({location: span.y, dimension: "width", line_color: "#c00000", line_width: 2,
                                line_dash: "dashed"}));
-      p.add_layout(new B.Label({x: 6, y: span.y, x_units: "screen", y_units: "data", text: span.label,
+      p.add_layout(new B.Label({x: extent(spec)[1], y: span.y, text: span.label, text_align: "right",
                                 text_color: "#c00000", text_font_size: "11px", y_offset: 3}));
     });
     if (spec.x_ticks) {

@@ -259,3 +259,37 @@ def _note(event: Dict[str, Any], load: PageLoad) -> None:
         url = params.get("request", {}).get("url", "")
         if not url.startswith(("file:", "data:", "blob:", "about:")):
             load.requests.append(url)
+
+
+def _main() -> None:
+    """``python -m tests.servers.chromium REPORT.html OUT.png``: a screenshot of a report
+    (as docs/report.png is made), cut to --max-height and reduced to --colors colours."""
+    import argparse
+    import io
+    from pathlib import Path
+
+    from PIL import Image
+
+    parser = argparse.ArgumentParser(description=_main.__doc__)
+    parser.add_argument("page")
+    parser.add_argument("png")
+    parser.add_argument("--width", type=int, default=1100)
+    parser.add_argument("--max-height", type=int, default=2400)
+    parser.add_argument("--colors", type=int, default=64)
+    args = parser.parse_args()
+    binary = find_chromium()
+    if binary is None:
+        raise SystemExit("chromium is not installed (tests/servers/install_chromium.sh)")
+    with Browser(binary, width=args.width) as browser:
+        load = browser.open(Path(args.page).resolve().as_uri(), ready="document.body && document.body.dataset.ready")
+        if load.errors or browser.evaluate("document.body.dataset.ready") != "1":
+            raise SystemExit(f"{args.page} did not draw: {load.errors}")
+        png, _ = browser.screenshot()
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    image = image.crop((0, 0, image.width, min(image.height, args.max_height)))
+    image.quantize(colors=args.colors).save(args.png, optimize=True)
+    print(f"wrote {args.png}: {image.width}x{image.height}, {os.path.getsize(args.png) // 1024} KiB")
+
+
+if __name__ == "__main__":
+    _main()
