@@ -327,3 +327,53 @@ def test_report_json_is_escaped_for_any_label(pages):
     charts = charts[:charts.index("</script>")]
     assert "<" not in charts[len('id="loadgen-charts">'):]
     assert os.path.getsize(pages["gpu"]) < 3_000_000
+
+
+def _summary(values_ns: List[int]) -> Dict[str, Any]:
+    from loadgen.results.document import histogram_summary
+    from loadgen.stats.histogram import Histogram
+
+    h = Histogram()
+    for v in values_ns:
+        h.record(v)
+    return histogram_summary(h)
+
+
+def test_token_histograms_get_spectra_in_ms_and_rates_do_not(pages):
+    from loadgen.results.html_data import spectrum_charts
+
+    doc = load_result(pages["plain"].parent / "result.json")
+    doc["ttft_ns"] = _summary([20_000_000 + 1000 * i for i in range(1000)])  # 20 to 21 ms
+    doc["itl_ns"] = _summary([5_000_000] * 500)
+    doc["output_tokens_per_s"] = _summary([40_000] * 10)  # milli-tokens/s: not a time
+    doc["histograms"].update({"ttft_ns": {"unit": "ns", "source": "engine"}, "itl_ns": {"unit": "ns", "source": "sut"},
+                              "output_tokens_per_s": {"unit": "tokens/s", "source": "sut", "scale": 1000.0,
+                                                      "hdr_unit": "milli-tokens/s"}})
+    charts = {c["title"]: c for c in spectrum_charts([("a", doc), ("b", doc)])}
+    assert list(charts) == ["latency by percentile", "service time by percentile", "issue delay by percentile",
+                            "TTFT by percentile", "ITL by percentile"]
+    ttft = charts["TTFT by percentile"]["series"]
+    assert [s["name"] for s in ttft] == ["a", "b"]
+    assert ttft[0]["x"][0] == 2.0 and ttft[0]["x"][-1] <= 1000  # from p50, as far as 1000 values go
+    assert 20.4 <= ttft[0]["y"][0] <= 20.6 and ttft[0]["y"][-1] <= 21.05
+    assert all(abs(y - 5.0) <= 0.005 for y in charts["ITL by percentile"]["series"][0]["y"])  # HDR precision
+
+
+def test_newer_interval_keys_are_drawn_when_present(pages):
+    from loadgen.results.html_data import error_charts, time_charts
+
+    doc = load_result(pages["plain"].parent / "result.json")
+    for i, p in enumerate(doc["timeseries"]):
+        p.update(p90_ns=3_000_000, failed=i, timed_out=1, errors={"Refused": i, PAYLOAD: 1}, outstanding=4 + i,
+                 issue_delay_p50_ns=1000, issue_delay_p99_ns=50_000, issue_delay_max_ns=90_000,
+                 ttft_p50_ns=10_000_000, ttft_p99_ns=30_000_000, tokens=100)
+    ids = [c["id"] for c in time_charts([("a", doc)])]
+    assert ids == ["chart-latency", "chart-rate", "chart-issue-delay", "chart-ttft", "chart-outstanding"]
+    latency = time_charts([("a", doc)])[0]
+    assert next(s for s in latency["series"] if s["name"] == "p90")["y"][0] == 3.0
+    [errors] = error_charts([("a", doc)])
+    assert errors["title"] == "Errors by class per interval"
+    assert [s["name"] for s in errors["series"]] == ["Refused", PAYLOAD, "timed_out"]
+    assert errors["series"][0]["y"] == list(range(len(doc["timeseries"])))
+    page = render_html([("a", doc)])
+    assert PAYLOAD not in page and "<script>window.__pwned" not in page
