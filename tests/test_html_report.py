@@ -173,6 +173,15 @@ def check_page(browser, path: Path, sections: List[str], charts: List[str], widt
     assert load.requests == []
     found = browser.evaluate("[...document.querySelectorAll('section')].map(s => s.id)")
     assert [s for s in sections if s not in found] == [], found
+    png, rects = _assert_drawn(browser, width)
+    ids = [r[0] for r in rects]
+    assert [c for c in charts if c not in ids] == [], ids
+    return {"png": png, "rects": rects, "ready_s": load.ready_s}
+
+
+def _assert_drawn(browser, width: int) -> Any:
+    """Takes a screenshot ``width`` wide and checks that every chart fits the page and
+    drew its data; returns the PNG and the charts' rectangles."""
     from PIL import Image
 
     # Legends show each series' colour too, and bounds are lines: hidden for the screenshot, so that
@@ -180,8 +189,7 @@ def check_page(browser, path: Path, sections: List[str], charts: List[str], widt
     browser.evaluate("Bokeh.documents.forEach(d => d.all_models.forEach(m => { "
                      "if (['Legend', 'Span', 'Label'].includes(m.type)) m.visible = false; }))")
     png, rects = browser.screenshot(_RECTS, width=width)
-    ids = [r[0] for r in rects]
-    assert [c for c in charts if c not in ids] == [], ids
+    assert rects
     specs = {s["id"]: s for s in json.loads(browser.evaluate("document.getElementById('loadgen-charts').textContent"))}
     image = Image.open(io.BytesIO(png)).convert("RGB")
     for rect in rects:
@@ -189,7 +197,7 @@ def check_page(browser, path: Path, sections: List[str], charts: List[str], widt
         assert rect[1] + rect[3] <= width + 1, f"{rect[0]} is wider than the page: {rect}"
         colors = [s["color"] for s in specs[rect[0]]["series"]]
         assert _series_pixels(image, rect, colors) > 200, f"{rect[0]} drew no data: {rect}"
-    return {"png": png, "rects": rects, "ready_s": load.ready_s}
+    return png, rects
 
 
 def test_run_writes_a_report_that_draws_every_section(browser, pages):
@@ -245,8 +253,7 @@ def test_print_layout_fits_the_page_and_keeps_the_charts(browser, pages):
     browser.open(pages["plain"].as_uri(), ready="document.body && document.body.dataset.ready")
     browser.emulate_print(True)
     try:
-        _, rects = browser.screenshot(_RECTS, width=720)
-        assert rects and all(r[1] + r[3] <= 721 for r in rects), rects
+        _assert_drawn(browser, 720)
         assert browser.evaluate("getComputedStyle(document.querySelector('nav')).display") == "none"
     finally:
         browser.emulate_print(False)
