@@ -374,6 +374,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
                "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
+    OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)"),
     OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
     OptionSpec("quiet", _bool, "print nothing but errors"),
     OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
@@ -458,6 +459,7 @@ class RunOptions:
     metrics_linger_s: float = D.METRICS_LINGER_S
     output: Optional[str] = None
     record_requests: Optional[str] = None
+    no_html: bool = False
     json: bool = False
     quiet: bool = False
     fail_if: List[str] = field(default_factory=list)

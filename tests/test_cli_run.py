@@ -41,7 +41,7 @@ PCT_ORDER = ["min", "p50", "p90", "p95", "p99", "p99.9", "p99.99", "max"]
 TIMESERIES_KEYS = {"t_s", "length_s", "issued", "completed", "qps", "p50_ns", "p90_ns", "p99_ns", "max_ns",
                    "failed", "timed_out", "errors", "outstanding", "issue_delay_p50_ns", "issue_delay_p99_ns",
                    "issue_delay_max_ns", "ttft_p50_ns", "ttft_p99_ns", "tokens", "latency_hdr"}
-OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv"}
+OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv", "report.html"}
 HIGHEST = 3_600_000_000_000  # hdrh's reference histogram range for log reading
 RELAXED = ["--max-issue-delay-ms", "100"]
 

@@ -288,7 +288,7 @@ def test_cli_merge_exit_codes_outputs_and_json(three, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("VALID  poisson on demo")
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"result.json", "summary.txt", "latency.hlog",
-                                                                "results.csv"}
+                                                                "results.csv", "report.html"}
     proc = cli("merge", tmp_path / "in" / "w0", tmp_path / "in" / "w2", "--json")
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)

@@ -13,11 +13,12 @@ import sys
 import tempfile
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
 
 from loadgen.options import OPTION_SPECS, RunOptions
 from loadgen.results import ThresholdError, parse_threshold, write_outputs
 from loadgen.results.files import CSV_FILE, HLOG_FILE, RESULT_FILE, SUMMARY_FILE
+from loadgen.results.html import HTML_FILE
 from loadgen.scenarios import options_not_applying
 from loadgen.stats.hdrlog import HistogramLogError
 from loadgen.units import NS_PER
@@ -208,7 +209,7 @@ def check_output(directory: Optional[str]) -> None:
         raise UsageError(f"--output: cannot write to {directory}{where}: {e.strerror or e}") from None
     os.close(fd)
     os.unlink(tmp)
-    for name in (RESULT_FILE, SUMMARY_FILE, HLOG_FILE, CSV_FILE):
+    for name in (RESULT_FILE, SUMMARY_FILE, HLOG_FILE, CSV_FILE, HTML_FILE):
         if os.path.isdir(os.path.join(path, name)):
             raise UsageError(f"--output: {os.path.join(directory, name)} is a folder; the run writes a file there")
     if os.path.isfile(os.path.join(path, RESULT_FILE)):
@@ -216,18 +217,37 @@ def check_output(directory: Optional[str]) -> None:
               f"{SUMMARY_FILE} and {HLOG_FILE}, and adds a row to {CSV_FILE}")
 
 
-def save(doc: Dict[str, Any], directory: str, partial: bool) -> Tuple[List[str], Optional[str]]:
-    """Writes the run's files to ``directory``; returns their paths and, when rendering
-    them failed, what failed. result.json is written whatever fails after it; a partial
-    document (see :class:`loadgen.runner.ResultError`) is written as result.json alone."""
+def save_html(render: Callable[[], str], directory: str) -> List[str]:
+    """Writes ``render()`` as ``directory``/report.html; returns [its path], or [] with a
+    warning when it cannot be made or written (the results themselves are saved)."""
+    from loadgen.results.html import write_html
+
+    try:
+        return [write_html(os.path.join(directory, HTML_FILE), render())]
+    except Exception as e:  # the report is a view of saved results: never fatal
+        warn(f"{os.path.join(directory, HTML_FILE)} not written: {type(e).__name__}: {e}")
+        return []
+
+
+def save(doc: Dict[str, Any], directory: str, partial: bool, html: bool = True) -> Tuple[List[str], Optional[str]]:
+    """Writes the run's files to ``directory`` (with report.html unless ``html`` is
+    false); returns their paths and, when rendering them failed, what failed. result.json
+    is written whatever fails after it; a partial document (see
+    :class:`loadgen.runner.ResultError`) is written as result.json alone."""
     failure: Optional[str] = None
     if not partial:
         try:
-            return write_outputs(doc, directory), None
+            paths = write_outputs(doc, directory)
         except OSError:
             raise
         except Exception as e:  # a renderer failed: the result itself is kept
             failure = f"writing the result files failed: {type(e).__name__}: {e}"
+        else:
+            if html:
+                from loadgen.results.html import render_html
+
+                paths += save_html(lambda: render_html([(directory, doc)]), directory)
+            return paths, None
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, RESULT_FILE)
     text = json.dumps(doc, indent=2, default=str) + "\n"

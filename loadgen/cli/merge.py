@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
-from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, check_output, read
+from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, check_output, read, save_html
+from loadgen.options import OPTION_SPECS
 from loadgen.results import load_result, render_summary, result_files, write_outputs
 from loadgen.results.files import RESULT_FILE
 from loadgen.results.merge import Input, merge_results, merge_sweeps
@@ -34,7 +36,40 @@ def register(sub: Any) -> Dict[str, Any]:
     merge.add_argument("--output", metavar="DIR", help="write result.json, summary.txt, latency.hlog and "
                        "results.csv here (a sweep's points under DIR/points/)")
     merge.add_argument("--json", action="store_true", help="print the merged result JSON instead of the summary")
-    return {"merge": (_cmd_merge, ["--output", "--json"])}
+    merge.add_argument("--no-html", action="store_true", default=None,
+                       help="do not write report.html in --output [env LOADGEN_NO_HTML]")
+    return {"merge": (_cmd_merge, ["--output", "--json", "--no-html"])}
+
+
+def _no_html(args: argparse.Namespace) -> bool:
+    """--no-html, or LOADGEN_NO_HTML as ``loadgen run`` reads it."""
+    if args.no_html:
+        return True
+    spec = next(s for s in OPTION_SPECS if s.name == "no_html")
+    raw = os.environ.get(spec.env)
+    if raw is None:
+        return False
+    try:
+        return bool(spec.convert(raw))
+    except ValueError as e:
+        raise UsageError(f"{spec.flag} ({spec.env}): {e}") from None
+
+
+def _save_reports(merged: List[Tuple[str, Dict[str, Any]]], output: str) -> List[str]:
+    """report.html of the merged result, or of each merged point and of the sweep."""
+    from loadgen.results.html import render_html, render_sweep_html
+
+    if len(merged) == 1 and not merged[0][0]:
+        return save_html(lambda: render_html([(output, merged[0][1])]), output)
+    written: List[str] = []
+    records = []
+    for i, (name, doc) in enumerate(merged):
+        folder = os.path.join(output, SWEEP_POINTS, name)
+        written += save_html(functools.partial(render_html, [(folder, doc)]), folder)
+        section = dict(doc.get("sweep") or {})
+        section.update(status="done", index=section.get("index", i), values=section.get("values") or {"point": name})
+        records.append({**doc, "sweep": section})
+    return written + save_html(lambda: render_sweep_html([(output, records)]), output)
 
 
 def is_sweep_folder(path: str) -> bool:
@@ -73,6 +108,7 @@ def _merged(paths: Sequence[str]) -> List[Tuple[str, Dict[str, Any]]]:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     check_output(args.output)
+    no_html = _no_html(args)
     merged = _merged(args.paths)
     written: List[str] = []
     if args.output:
@@ -82,6 +118,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 written += write_outputs(doc, folder)
             except OSError as e:
                 raise UsageError(f"--output: cannot write to {folder}: {e.strerror or e}") from None
+        if not no_html:
+            written += _save_reports(merged, args.output)
     if args.json:
         docs = [doc for _, doc in merged]
         print(json.dumps(docs if any(name for name, _ in merged) else docs[0], indent=2))

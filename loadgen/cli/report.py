@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, Optional, Sequence
 
@@ -20,10 +21,13 @@ __all__ = ["register"]
 
 def register(sub: Any) -> Dict[str, Any]:
     """Adds ``report`` and ``hlog``; returns {name: (handler, known flags or None)}."""
-    report = sub.add_parser("report", help="re-render the summary of a saved result.json",
+    report = sub.add_parser("report", help="re-render the summary of a saved result.json, or an HTML report",
                             description="Prints the summary of saved results (a result.json "
-                            "or a folder holding one).")
-    report.add_argument("paths", nargs="+", metavar="RESULT", help="result.json files or folders")
+                            "or a folder holding one). With --html, writes one self-contained HTML "
+                            "report instead: several results are overlaid, and sweep folders give the "
+                            "throughput/latency curve over their points.")
+    report.add_argument("paths", nargs="+", metavar="RESULT_OR_DIR", help="result.json files or folders "
+                        "(searched for result.json), or sweep folders")
     report.add_argument("--json", action="store_true", help="print the result JSON instead")
     report.add_argument("--hgrm", metavar="FILE", help="write one result's histogram (--histogram) as "
                         "HdrHistogram's percentile distribution (.hgrm) to FILE ('-': stdout) instead")
@@ -31,6 +35,7 @@ def register(sub: Any) -> Dict[str, Any]:
                         help="with --hgrm: the result's histogram, a key of its 'histograms' index (default latency_ns)")
     report.add_argument("--unit", choices=sorted(TIME_UNITS), default="us",
                         help="with --hgrm: the unit of the values written (default: us)")
+    report.add_argument("--html", metavar="OUT.html", help="write an HTML report of all the results to this file")
 
     hlog = sub.add_parser(
         "hlog", help="summarize HdrHistogram interval logs (.hlog)",
@@ -77,9 +82,55 @@ def _result_hgrm(args: argparse.Namespace, files: Sequence[str]) -> int:
     except HdrDecodeError as e:
         raise UsageError(f"{files[0]}: {args.histogram}.hdr cannot be decoded: {e}") from None
     return _write_hgrm(args.hgrm, h, args.unit)
+def _run_name(path: str) -> str:
+    """A result's name in a report: its folder (or the file when it is not result.json)."""
+    folder, base = os.path.split(path)
+    return (folder or ".") if base == "result.json" else path
+
+
+def _cmd_report_html(args: argparse.Namespace) -> int:
+    """``report --html OUT``: the results overlaid, or the sweeps' curves; exit 1 when one
+    of them is invalid, like the summary."""
+    from loadgen.results.html import BokehMissing, render_html, render_sweep_html, write_html
+    from loadgen.sweep.files import is_sweep_folder, read_records
+
+    if args.json:
+        raise UsageError("--html and --json exclude each other: write the report, or print the JSON")
+    out = os.path.abspath(args.html)
+    if os.path.isdir(out):
+        raise UsageError(f"--html {args.html} is a folder; give the file to write, like report.html")
+    if not os.path.isdir(os.path.dirname(out)):
+        raise UsageError(f"--html {args.html}: the folder {os.path.dirname(args.html)} does not exist")
+    sweeps = [p for p in args.paths if is_sweep_folder(p)]
+    try:
+        if sweeps:
+            if len(sweeps) != len(args.paths):
+                others = [p for p in args.paths if p not in sweeps]
+                raise UsageError(f"give sweep folders or results, not both: {', '.join(sweeps)} are sweeps, "
+                                 f"{', '.join(others)} are not")
+            named = [(p, read(read_records, p)) for p in sweeps]
+            text = render_sweep_html(named)
+            valid = all(r.get("valid") for _, rs in named for r in rs)
+        else:
+            files = result_files(args.paths)
+            if not files:
+                raise UsageError(f"no result.json found in {', '.join(args.paths)}")
+            runs = [(_run_name(path), read(load_result, path)) for path in files]
+            text = render_html(runs)
+            valid = all(doc.get("valid", False) for _, doc in runs)
+    except BokehMissing as e:
+        raise UsageError(str(e)) from None
+    try:
+        write_html(out, text)
+    except OSError as e:
+        raise UsageError(f"--html: cannot write {args.html}: {e.strerror or e}") from None
+    print(f"wrote {args.html}")
+    return EXIT_OK if valid else EXIT_INVALID
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.html is not None:
+        return _cmd_report_html(args)
     files = result_files(args.paths)
     if not files:
         raise UsageError(f"no result.json found in {', '.join(args.paths)}")

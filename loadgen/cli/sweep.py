@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -12,11 +13,11 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
-    check_applies, check_output, linger_live, run_flags, save, serve_live, warn,
+    check_applies, check_output, linger_live, run_flags, save, save_html, serve_live, warn,
 )
 from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
 from loadgen.results import ThresholdError
-from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table
+from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table, read_records
 from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
 from loadgen.sweep.plan import PlannedRun, plan_runs
 from loadgen.sweep.run import SweepContext, SweepOutcome, run_sweep
@@ -202,6 +203,13 @@ def _end_lines(outcome: SweepOutcome, directory: str, swept: List[str]) -> str:
     return text
 
 
+def _save_sweep_html(directory: str) -> None:
+    """Writes the sweep's report.html over every point in its sweep.jsonl."""
+    from loadgen.results.html import render_sweep_html
+
+    save_html(lambda: render_sweep_html([(directory, read_records(directory))]), directory)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plans and checks every point, opens (or resumes) the sweep folder, runs the points
     not finished, and returns the exit code."""
@@ -240,8 +248,8 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             points = len({r.index for r in runs})
             printer.write(f"sweep: {points} points x {settings.repeat} repeat(s) = {len(runs)} runs; "
                           f"{len(runs) - todo} done earlier, {todo} to run; in {directory}\n")
-        ctx = SweepContext(directory, settings, interrupts, save, on_progress=printer,
-                           progress_interval_s=0.5 if printer is not None and printer.tty else 5.0, live=live)
+        ctx = SweepContext(directory, settings, interrupts, functools.partial(save, html=not base.no_html),
+                           on_progress=printer, progress_interval_s=0.5 if printer is not None and printer.tty else 5.0, live=live)
         interrupts.running = True
         reporter = _Reporter(base.json, printer)
         try:
@@ -250,6 +258,8 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
         finally:
             state.close()
+    if not base.no_html:
+        _save_sweep_html(directory)
     if printer is not None:
         printer.write(_end_lines(outcome, directory, swept))
     broken = reporter.broken or (printer.broken if printer is not None else None)

@@ -35,6 +35,7 @@ _SPECS: Dict[str, OptionSpec] = {s.name: s for s in OPTION_SPECS}
 # Options that say where and how a sweep writes, not what a point runs.
 _NOT_SWEPT = {"output": "the sweep writes every point under its one --output folder",
               "json": "it applies to the whole sweep", "quiet": "it applies to the whole sweep",
+              "no_html": "it applies to the whole sweep",
               "config": "the config file holds the base options; vary the options it sets instead"}
 _LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"

@@ -22,8 +22,8 @@ __all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_option
 
 #: Options left out of a point's key and of the base compared on resume: where and how
 #: the results are shown, not what runs.
-KEY_EXCLUDED = ("output", "json", "quiet", "config", "start_at", "metrics_port", "metrics_addr", "metrics_linger_s",
-                "record_requests")
+KEY_EXCLUDED = ("output", "no_html", "json", "quiet", "config", "start_at", "metrics_port", "metrics_addr",
+                "metrics_linger_s", "record_requests")
 #: Also left out of a point's key (but not of the base): the worker index, so that the
 #: workers of a scaled-out sweep give a point the same key and ``loadgen merge`` can match
 #: their points.

@@ -1,0 +1,386 @@
+"""The HTML report (report.html): written by run, sweep and merge (and `report --html`),
+self-contained, escaped, and drawn by a real headless Chromium with the network cut off.
+
+One Chromium session (module fixture) opens every page: a plain demo run, a run with
+scripted GPUs and a SUT whose failures carry HTML, that run's result with a server-metrics
+section whose series names carry HTML, a sweep, a merged result and two runs overlaid.
+For each it checks that the page said it was ready, logged no error, asked for nothing
+over the network, has its sections, and that every chart drew data (coloured pixels in
+each chart's rectangle of a screenshot).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from loadgen.results.files import load_result
+from loadgen.results.html import HTML_FILE, render_html, render_sweep_html, script_json
+from tests.servers.procs import require_servers
+from tests.test_cli_run import clean_env, run_cli, write
+
+pytestmark = pytest.mark.integration
+
+# Runs the payload if it is ever parsed as HTML: it sets a global and the page title.
+PAYLOAD = ("<script>window.__pwned=1;document.title='pwned'</script></script>"
+           "<img src=x onerror=\"window.__pwned=2\"><!--")
+RUN_SECTIONS = ["verdict", "headline", "timeline", "spectrum", "errors", "gpu", "host", "server-metrics", "settings"]
+SWEEP_SECTIONS = ["verdict", "sweep", "spectrum", "settings"]
+
+FAILING_SUT = """
+import time
+
+class Refused(Exception):
+    pass
+
+calls = [0]
+
+def f(sample_index):
+    calls[0] += 1
+    if calls[0] % 7 == 0:
+        raise Refused({payload!r})
+    time.sleep(0.0005)
+"""
+
+
+# --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def browser():
+    from tests.servers.chromium import Browser, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        message = "chromium is not installed (tests/servers/install_chromium.sh installs it)"
+        if require_servers():
+            pytest.fail(message)
+        pytest.skip(message)
+    with Browser(binary) as b:
+        yield b
+
+
+def _gpu_run(folder: Path, sut: str) -> Dict[str, Any]:
+    """A run in this process through the runner with two scripted GPUs (FakeBackend, the
+    telemetry's test backend), saved like `loadgen run --output` saves it."""
+    import loadgen.telemetry.run as telemetry_run
+    from loadgen.cli.common import save
+    from loadgen.options import resolve
+    from loadgen.runner import prepare, run_benchmark
+    from loadgen.telemetry import FakeBackend, FakeDevice, GpuSampler
+
+    devices = [FakeDevice("GPU-aaaa", name="Fake H100", utilization_pct=(20.0, 60.0, 90.0), power_w=350.0,
+                          memory_used=(10 * 2 ** 30, 12 * 2 ** 30)),
+               FakeDevice("GPU-bbbb", name="Fake H100", utilization_pct=(70.0,), power_w=250.0,
+                          memory_used=(30 * 2 ** 30,))]
+    flags = {"scenario": "poisson", "target_qps": "400", "duration_s": "1.5", "interval_s": "0.25",
+             "sut": f"python:{sut}:f", "max_error_rate": "1", "label": [f"note={PAYLOAD}"], "output": str(folder)}
+    options, given = resolve(flags, environ={})
+    original = telemetry_run.GpuSampler
+    telemetry_run.GpuSampler = functools.partial(GpuSampler, backend=FakeBackend(devices))  # type: ignore
+    try:
+        doc = run_benchmark(options, given=given, prepared=prepare(options))
+    finally:
+        telemetry_run.GpuSampler = original  # type: ignore
+    paths, failure = save(doc, str(folder), partial=False)
+    assert failure is None and str(folder / HTML_FILE) in paths
+    return doc
+
+
+def _with_server_metrics(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """``doc`` with a server_metrics section whose series names carry the payload."""
+    evil = f'requests_total{{model="{PAYLOAD}"}}'
+    gauge = f'queue_depth{{model="{PAYLOAD}"}}'
+    out = json.loads(json.dumps(doc))
+    out["server_metrics"] = {
+        "url": "http://127.0.0.1:9/metrics", "scrapes": 4, "failed_scrapes": 0,
+        "deltas": {evil: 30.0, "tokens_total": 900.0},
+        "gauges": {gauge: {"first": 1, "last": 3, "min": 0, "max": 5, "mean": 2.5, "samples": 4}},
+        "intervals": [{"t_s": 0.5 * (i + 1), "deltas": {evil: 10.0, "tokens_total": 300.0},
+                       "gauges": {gauge: float(i)}} for i in range(3)],
+        "series": 2, "dropped_series": 0, "non_finite_values": 0,
+    }
+    return out
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """name -> report.html path, each made the way users make it."""
+    tmp = tmp_path_factory.mktemp("html")
+    env = clean_env()
+    out: Dict[str, Path] = {}
+
+    def cli(*args: Any) -> None:
+        proc = run_cli(*args, env=env, cwd=tmp, timeout=120)
+        assert proc.returncode in (0, 1), proc.stderr
+
+    cli("run", "--duration-s", "1", "--output", "plain", "--quiet")
+    out["plain"] = tmp / "plain" / HTML_FILE
+    sut = write(tmp / "failing.py", FAILING_SUT.format(payload=PAYLOAD))
+    _gpu_run(tmp / "gpu", str(sut))
+    out["gpu"] = tmp / "gpu" / HTML_FILE
+    metrics = tmp / "metrics"
+    metrics.mkdir()
+    (metrics / "result.json").write_text(json.dumps(_with_server_metrics(load_result(tmp / "gpu" / "result.json"))))
+    cli("report", "--html", "metrics/report.html", "metrics")
+    out["metrics"] = metrics / HTML_FILE
+    cli("sweep", "--duration-s", "0.5", "--vary", "target-qps=300,600", "--vary", "label.cfg=a,b",
+        "--output", "sweep", "--quiet")
+    out["sweep"] = tmp / "sweep" / HTML_FILE
+    for i in range(2):
+        cli("run", "--duration-s", "0.5", "--workers", "2", "--worker-index", str(i), "--output", f"w{i}", "--quiet")
+    cli("merge", "w0", "w1", "--output", "merged")
+    out["merged"] = tmp / "merged" / HTML_FILE
+    cli("report", "--html", "overlay.html", "plain", "gpu")
+    out["overlay"] = tmp / "overlay.html"
+    for name, path in out.items():
+        assert path.is_file(), f"{name}: no {path}"
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+
+_RECTS = ("[...document.querySelectorAll('.plot')].map(e => { const r = e.getBoundingClientRect(); "
+          "return [e.id, r.left + scrollX, r.top + scrollY, r.width, r.height]; })")
+
+
+def _series_pixels(image: Any, rect: List[float], colors: List[str]) -> int:
+    """Pixels in ``rect`` (less the toolbar on the right) of the colours of the chart's
+    series: its lines, bars and markers (axes, grid and text are grey, bounds dark red)."""
+    _, left, top, width, height = rect
+    box = (int(left), int(top), int(left + width - 40), int(top + height))
+    pixels = np.asarray(image.crop(box), dtype=np.int16)
+    hit = np.zeros(pixels.shape[:2], dtype=bool)
+    for color in set(colors):
+        rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+        hit |= (np.abs(pixels - rgb) <= 30).all(axis=2)
+    return int(np.count_nonzero(hit))
+
+
+def check_page(browser, path: Path, sections: List[str], charts: List[str], width: int = 1280) -> Dict[str, Any]:
+    """Opens ``path`` offline and checks it: ready, no errors, no network, the sections
+    and charts named, every chart drawn. Returns the screenshot's measurements."""
+    load = browser.open(path.as_uri(), ready="document.body && document.body.dataset.ready")
+    assert browser.evaluate("document.body.dataset.ready") == "1", load.errors
+    assert load.errors == []
+    assert load.requests == []
+    found = browser.evaluate("[...document.querySelectorAll('section')].map(s => s.id)")
+    assert [s for s in sections if s not in found] == [], found
+    png, rects = _assert_drawn(browser, width)
+    ids = [r[0] for r in rects]
+    assert [c for c in charts if c not in ids] == [], ids
+    return {"png": png, "rects": rects, "ready_s": load.ready_s}
+
+
+def _assert_drawn(browser, width: int) -> Any:
+    """Takes a screenshot ``width`` wide and checks that every chart fits the page and
+    drew its data; returns the PNG and the charts' rectangles."""
+    from PIL import Image
+
+    # Legends show each series' colour too, and bounds are lines: hidden for the screenshot, so that
+    # only the data counts.
+    browser.evaluate("Bokeh.documents.forEach(d => d.all_models.forEach(m => { "
+                     "if (['Legend', 'Span', 'Label'].includes(m.type)) m.visible = false; }))")
+    png, rects = browser.screenshot(_RECTS, width=width)
+    assert rects
+    specs = {s["id"]: s for s in json.loads(browser.evaluate("document.getElementById('loadgen-charts').textContent"))}
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    for rect in rects:
+        assert rect[3] > 200 and rect[4] > 150, rect
+        assert rect[1] + rect[3] <= width + 1, f"{rect[0]} is wider than the page: {rect}"
+        colors = [s["color"] for s in specs[rect[0]]["series"]]
+        assert _series_pixels(image, rect, colors) > 200, f"{rect[0]} drew no data: {rect}"
+    return png, rects
+
+
+def test_run_writes_a_report_that_draws_every_section(browser, pages):
+    got = check_page(browser, pages["plain"], RUN_SECTIONS,
+                     ["chart-latency", "chart-rate", "chart-spectrum-0", "chart-spectrum-1", "chart-spectrum-2",
+                      "chart-host"])
+    text = browser.evaluate("document.body.innerText")
+    assert "VALID" in text and "Headline figures" in text
+    assert "no errors" in text and "no GPU sampled" in text and "not scraped" in text
+    print(f"plain run: ready in {got['ready_s']:.2f} s, {pages['plain'].stat().st_size / 1e6:.2f} MB")
+
+
+def test_gpus_and_errors_are_drawn_and_outside_strings_never_run(browser, pages):
+    check_page(browser, pages["gpu"], RUN_SECTIONS,
+               ["chart-latency", "chart-rate", "chart-errors", "chart-gpu-utilization_pct", "chart-gpu-power_w",
+                "chart-gpu-memory_used_bytes", "chart-host"])
+    assert browser.evaluate("window.__pwned === undefined && document.title.indexOf('pwned') < 0")
+    assert browser.evaluate("document.querySelectorAll('img').length") == 0
+    text = browser.evaluate("document.body.innerText")
+    assert "Refused" in text
+    assert PAYLOAD[:40] in text  # the error message and the label, shown as text
+    assert "Fake H100" in text
+
+
+def test_server_metrics_with_html_in_their_names_are_shown_as_text(browser, pages):
+    check_page(browser, pages["metrics"], RUN_SECTIONS, ["chart-metrics-gauges", "chart-metrics-rates"])
+    assert browser.evaluate("window.__pwned === undefined && document.title.indexOf('pwned') < 0")
+    assert browser.evaluate("document.querySelectorAll('img, section script').length") == 0
+    cells = browser.evaluate("[...document.querySelectorAll('#server-metrics td')].map(td => td.textContent)")
+    assert f'requests_total{{model="{PAYLOAD}"}}' in cells
+    assert f'queue_depth{{model="{PAYLOAD}"}}' in cells
+
+
+def test_sweep_report_draws_the_curve_per_label(browser, pages):
+    check_page(browser, pages["sweep"], SWEEP_SECTIONS, ["chart-sweep", "chart-spectrum-0"])
+    specs = json.loads(browser.evaluate("document.getElementById('loadgen-charts').textContent"))
+    curve = next(s for s in specs if s["id"] == "chart-sweep")
+    names = sorted(s["name"] for s in curve["series"])
+    assert names == sorted(f"cfg={c} {p}" for c in "ab" for p in ("p50", "p90", "p99"))
+    assert all(len(s["x"]) == 2 and s["x"] == sorted(s["x"]) for s in curve["series"])
+
+
+def test_merged_and_overlaid_results_render_like_runs(browser, pages):
+    check_page(browser, pages["merged"], RUN_SECTIONS, ["chart-latency", "chart-spectrum-0"])
+    assert "Merged from 2 workers" in browser.evaluate("document.body.innerText")
+    check_page(browser, pages["overlay"], RUN_SECTIONS, ["chart-latency", "chart-spectrum-0", "chart-errors"])
+    specs = json.loads(browser.evaluate("document.getElementById('loadgen-charts').textContent"))
+    spectrum = next(s for s in specs if s["id"] == "chart-spectrum-0")
+    assert [s["name"] for s in spectrum["series"]] == ["plain", "gpu"]
+
+
+def test_print_layout_fits_the_page_and_keeps_the_charts(browser, pages):
+    browser.open(pages["plain"].as_uri(), ready="document.body && document.body.dataset.ready")
+    browser.emulate_print(True)
+    try:
+        _assert_drawn(browser, 720)
+        assert browser.evaluate("getComputedStyle(document.querySelector('nav')).display") == "none"
+    finally:
+        browser.emulate_print(False)
+    assert browser.print_pdf()[:4] == b"%PDF"
+
+
+# --------------------------------------------------------------------------- no browser
+
+def test_script_json_cannot_end_its_script_element():
+    text = script_json({"a": "</script><!-- \u2028 \u2029 & >", "n": float("nan")})
+    for bad in ("<", ">", "&", "\u2028", "\u2029"):
+        assert bad not in text
+    assert json.loads(text) == {"a": "</script><!-- \u2028 \u2029 & >", "n": None}
+
+
+def test_an_hour_of_one_second_intervals_stays_small_and_fast(pages):
+    doc = load_result(pages["gpu"].parent / "result.json")
+    points = doc["timeseries"]
+    hour = []
+    for i in range(3600):
+        p = dict(points[i % len(points)])
+        p.update(t_s=float(i), length_s=1.0)
+        hour.append(p)
+    doc["timeseries"] = hour
+    doc["host"]["intervals"] = [dict(doc["host"]["intervals"][0], t_s=float(i), length_s=1.0) for i in range(3600)]
+    start = time.perf_counter()
+    text = render_html([("hour", doc)])
+    took = time.perf_counter() - start
+    print(f"1-hour run: {len(text) / 1e6:.2f} MB in {took:.2f} s")
+    assert len(text.encode()) < 5_000_000
+    assert took < 5.0
+    start = time.perf_counter()
+    render_html([("plain", load_result(pages["plain"].parent / "result.json"))])
+    assert time.perf_counter() - start < 0.5
+
+
+def test_no_html_from_flag_environment_and_config(tmp_path):
+    env = clean_env()
+    run_cli("run", "--duration-s", "0.3", "--output", "a", "--quiet", "--no-html", env=env, cwd=tmp_path)
+    run_cli("run", "--duration-s", "0.3", "--output", "b", "--quiet", env=clean_env(LOADGEN_NO_HTML="1"),
+            cwd=tmp_path)
+    (tmp_path / "c.toml").write_text("no-html = true\n")
+    run_cli("run", "--duration-s", "0.3", "--output", "c", "--quiet", "--config", "c.toml", env=env, cwd=tmp_path)
+    for name in "abc":
+        assert (tmp_path / name / "result.json").is_file()
+        assert not (tmp_path / name / HTML_FILE).exists(), name
+    from loadgen.cli import main
+
+    assert main(["merge", str(tmp_path / "a"), "--output", str(tmp_path / "m"), "--no-html", "--json"]) in (0, 1)
+    assert (tmp_path / "m" / "result.json").is_file() and not (tmp_path / "m" / HTML_FILE).exists()
+
+
+def test_report_html_usage_errors(pages, tmp_path, monkeypatch, capsys):
+    from loadgen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    r = str(pages["plain"].parent)
+    (tmp_path / "empty").mkdir()
+    cases = [(["--html", r, r], "is a folder"), (["--html", "nowhere/x.html", r], "does not exist"),
+             (["--html", "x.html", "--json", r], "exclude each other"), (["--html", "x.html", "empty"], "no result"),
+             (["--html", "x.html", str(pages["sweep"].parent), r], "not both")]
+    for args, words in cases:
+        assert main(["report", *args]) == 2, args
+        assert words in capsys.readouterr().err, args
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_render_refuses_nothing_to_show():
+    with pytest.raises(ValueError):
+        render_html([])
+    with pytest.raises(ValueError):
+        render_sweep_html([])
+
+
+def test_report_json_is_escaped_for_any_label(pages):
+    text = pages["gpu"].read_text(encoding="utf-8")
+    charts = text[text.index('id="loadgen-charts">'):]
+    charts = charts[:charts.index("</script>")]
+    assert "<" not in charts[len('id="loadgen-charts">'):]
+    assert os.path.getsize(pages["gpu"]) < 3_000_000
+
+
+def _summary(values_ns: List[int]) -> Dict[str, Any]:
+    from loadgen.results.document import histogram_summary
+    from loadgen.stats.histogram import Histogram
+
+    h = Histogram()
+    for v in values_ns:
+        h.record(v)
+    return histogram_summary(h)
+
+
+def test_token_histograms_get_spectra_in_ms_and_rates_do_not(pages):
+    from loadgen.results.html_data import spectrum_charts
+
+    doc = load_result(pages["plain"].parent / "result.json")
+    doc["ttft_ns"] = _summary([20_000_000 + 1000 * i for i in range(1000)])  # 20 to 21 ms
+    doc["itl_ns"] = _summary([5_000_000] * 500)
+    doc["output_tokens_per_s"] = _summary([40_000] * 10)  # milli-tokens/s: not a time
+    doc["histograms"].update({"ttft_ns": {"unit": "ns", "source": "engine"}, "itl_ns": {"unit": "ns", "source": "sut"},
+                              "output_tokens_per_s": {"unit": "tokens/s", "source": "sut", "scale": 1000.0,
+                                                      "hdr_unit": "milli-tokens/s"}})
+    charts = {c["title"]: c for c in spectrum_charts([("a", doc), ("b", doc)])}
+    assert list(charts) == ["latency by percentile", "service time by percentile", "issue delay by percentile",
+                            "TTFT by percentile", "ITL by percentile"]
+    ttft = charts["TTFT by percentile"]["series"]
+    assert [s["name"] for s in ttft] == ["a", "b"]
+    assert ttft[0]["x"][0] == 2.0 and ttft[0]["x"][-1] <= 1000  # from p50, as far as 1000 values go
+    assert 20.4 <= ttft[0]["y"][0] <= 20.6 and ttft[0]["y"][-1] <= 21.05
+    assert all(abs(y - 5.0) <= 0.005 for y in charts["ITL by percentile"]["series"][0]["y"])  # HDR precision
+
+
+def test_newer_interval_keys_are_drawn_when_present(pages):
+    from loadgen.results.html_data import error_charts, time_charts
+
+    doc = load_result(pages["plain"].parent / "result.json")
+    for i, p in enumerate(doc["timeseries"]):
+        p.update(p90_ns=3_000_000, failed=i, timed_out=1, errors={"Refused": i, PAYLOAD: 1}, outstanding=4 + i,
+                 issue_delay_p50_ns=1000, issue_delay_p99_ns=50_000, issue_delay_max_ns=90_000,
+                 ttft_p50_ns=10_000_000, ttft_p99_ns=30_000_000, tokens=100)
+    ids = [c["id"] for c in time_charts([("a", doc)])]
+    assert ids == ["chart-latency", "chart-rate", "chart-issue-delay", "chart-ttft", "chart-outstanding"]
+    latency = time_charts([("a", doc)])[0]
+    assert next(s for s in latency["series"] if s["name"] == "p90")["y"][0] == 3.0
+    [errors] = error_charts([("a", doc)])
+    assert errors["title"] == "Errors by class per interval"
+    assert [s["name"] for s in errors["series"]] == ["Refused", PAYLOAD, "timed_out"]
+    assert errors["series"][0]["y"] == list(range(len(doc["timeseries"])))
+    page = render_html([("a", doc)])
+    assert PAYLOAD not in page and "<script>window.__pwned" not in page
