@@ -238,7 +238,7 @@ class ScriptedServer:
         self.infer_seq = 0  # infer requests read
         self.infer_ok = 0  # infer requests answered with a correct result
         self.streams: list[StreamRecord] = []
-        self.requests: Counter[str] = Counter(infer=0, completions=0, chat_completions=0, embeddings=0)
+        self.requests: Counter[str] = Counter(infer=0, completions=0, chat_completions=0)
         # Per completion request: its prompt's words, max_tokens, stream, and the other fields.
         self.completion_log: list[dict[str, Any]] = []
         self.responses: Counter[int] = Counter()
