@@ -393,7 +393,7 @@ class OpenAISUT(HttpSUT):
         of the requests sent and answered."""
         info = dict(self.workload.info) if self.workload is not None else {}
         lengths = sorted(self.output_lengths.items())
-        values = np.repeat([k for k, _ in lengths], [c for _, c in lengths]) if lengths else []
+        values = np.repeat(np.asarray([k for k, _ in lengths], dtype=np.int64), [c for _, c in lengths])
         info["requests"] = {"input_tokens_sent": self.input_tokens_sent,
                             "output_tokens": length_stats(values),
                             "embeddings": self.embeddings}
