@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 __all__ = ["Prompt", "read_dataset"]
 
-Content = Union[str, List[dict]]
+Content = Union[str, List[Dict[str, Any]]]
 
 
 @dataclasses.dataclass
@@ -38,7 +38,7 @@ def _text_of(content: Content) -> str:
     return "\n".join(str(m.get("content", "")) for m in content)
 
 
-def _messages(value: Any, where: str) -> List[dict]:
+def _messages(value: Any, where: str) -> List[Dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"{where}: 'messages' must be a non-empty list of {{\"role\", \"content\"}} objects")
     for m in value:

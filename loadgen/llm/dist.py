@@ -54,7 +54,8 @@ class LengthDist:
         else:
             sigma2 = math.log1p((self.b / self.a) ** 2)
             x = rng.lognormal(math.log(self.a) - sigma2 / 2, math.sqrt(sigma2), n)
-        return np.clip(np.rint(x), self.lo, self.hi).astype(np.int64)
+        out: np.ndarray = np.clip(np.rint(x), self.lo, self.hi).astype(np.int64)
+        return out
 
     def describe(self) -> Dict[str, Any]:
         """The distribution for the result document."""
