@@ -230,3 +230,10 @@ def test_bad_workload_input_exits_2_naming_it(tmp_path, args, says):
     assert says in proc.stderr, proc.stderr
     if "BAD" in subst and args[-1] == str(bad):
         assert str(bad) in proc.stderr
+
+
+def test_distinct_prompts_are_capped_whatever_the_sample_count():
+    from loadgen.llm.workload import MAX_PROMPTS
+
+    w = build_workload(LlmOptions(sample_count=10**12, input_tokens="4"), "completions", "m")
+    assert len(w.bodies) == MAX_PROMPTS and "wrap around" in w.source

@@ -26,6 +26,8 @@ __all__ = ["LlmOptions", "Workload", "build_workload", "length_stats"]
 _WORDS = ("the", "model", "answer", "token", "server", "load", "latency", "stream", "time", "first",
           "query", "batch", "fast", "slow", "inference", "request")
 _FIX_ROUNDS = 64  # re-encode rounds before a prompt of an exact length is given up on
+#: The most distinct prompts prepared; sample indices past them wrap around.
+MAX_PROMPTS = 16384
 
 
 @dataclasses.dataclass
@@ -153,12 +155,13 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
     tok = load_tokenizer(o.tokenizer) if o.tokenizer else None
     count_fn: Callable[[str], int] = tok.count if tok is not None else (lambda s: len(s.split()))
     rng = np.random.default_rng(o.seed)
+    count = min(o.sample_count, MAX_PROMPTS)
     info: Dict[str, Any] = {"endpoint": endpoint, "tokenizer": o.tokenizer, "input_tokens_exact": tok is not None,
                             "stream": o.stream and endpoint != "embeddings", "ignore_eos": o.ignore_eos,
                             "extra_body": extra}
     if o.dataset:
         prompts, layout, read = read_dataset(o.dataset, count_fn, tok is not None, o.dataset_min_input_tokens,
-                                             o.dataset_max_input_tokens, o.sample_count)
+                                             o.dataset_max_input_tokens, count)
         if o.output_tokens:
             outs = parse_dist(o.output_tokens).draw(rng, len(prompts))
             for p, n in zip(prompts, outs):
@@ -168,10 +171,12 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
                     max_input_tokens=o.dataset_max_input_tokens or None)
         source = f"dataset {o.dataset} ({layout}, {len(prompts)} of {read} prompts)"
     else:
-        prompts = _synthetic(o, tok, rng, o.sample_count, info)
+        prompts = _synthetic(o, tok, rng, count, info)
         info.update(source="synthetic", shared_prefix_tokens=o.shared_prefix_tokens,
                     prefix_groups=o.prefix_groups if o.shared_prefix_tokens else 0)
         source = f"synthetic ({len(prompts)} prompts, seed {o.seed})"
+    if count < o.sample_count:
+        source += f"; at most {MAX_PROMPTS} distinct prompts, sample indices wrap around them"
     where = f"--dataset {o.dataset}" if o.dataset else "--input-tokens"
     bodies = [_body(o, endpoint, model, p, f"{where}: prompt {i + 1}", extra) for i, p in enumerate(prompts)]
     lengths = np.asarray([p.input_tokens for p in prompts], dtype=np.int64)
