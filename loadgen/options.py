@@ -109,6 +109,29 @@ def _str(v: Any) -> str:
     return str(v)
 
 
+def _dist(v: Any) -> str:
+    """A token-length distribution (loadgen.llm.dist), kept as written."""
+    from loadgen.llm.dist import parse_dist
+
+    parse_dist(str(v))
+    return str(v)
+
+
+def _json_object(v: Any) -> str:
+    """JSON text of an object (a TOML table is written back as JSON)."""
+    import json
+
+    if isinstance(v, dict):
+        return json.dumps(v)
+    try:
+        obj = json.loads(str(v))
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"must be a JSON object, got {v!r} ({e})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"must be a JSON object like '{{\"temperature\": 0}}', got {v!r}")
+    return str(v)
+
+
 def _str_list(v: Any) -> List[str]:
     if isinstance(v, (list, tuple)):
         return [str(x) for x in v]
@@ -360,6 +383,25 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
     OptionSpec("max_tokens", _int(1), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
     OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
+    OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
+               "max_tokens), or ShareGPT JSON (see 'LLM workloads')", "FILE"),
+    OptionSpec("dataset_min_input_tokens", _int(0), "OpenAI: --dataset: skip prompts shorter than N input tokens", "N"),
+    OptionSpec("dataset_max_input_tokens", _int(0), "OpenAI: --dataset: skip prompts longer than N input tokens "
+               "(0 = no limit)", "N"),
+    OptionSpec("input_tokens", _dist, "OpenAI: synthetic prompt lengths: 512, 128:1024, mean=512,sd=128 or "
+               "lognormal:mean=512,sd=128 (default: --prompt-words)", "DIST"),
+    OptionSpec("output_tokens", _dist, "OpenAI: max_tokens per request from DIST, like --input-tokens "
+               "(default: --max-tokens)", "DIST"),
+    OptionSpec("shared_prefix_tokens", _int(0), "OpenAI: synthetic prompts start with a K-token prefix shared "
+               "by their group", "K"),
+    OptionSpec("prefix_groups", _int(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
+               "(default 1)", "G"),
+    OptionSpec("tokenizer", _str, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
+               "cached name) for exact prompt lengths", "PATH_OR_NAME"),
+    OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
+               "for exact output lengths"),
+    OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
+    OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT"),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
                "interval) go in the result", "URL"),
@@ -453,6 +495,17 @@ class RunOptions:
     model: Optional[str] = None
     max_tokens: int = D.MAX_TOKENS
     prompt_words: int = D.PROMPT_WORDS
+    dataset: Optional[str] = None
+    dataset_min_input_tokens: int = 0
+    dataset_max_input_tokens: int = 0
+    input_tokens: Optional[str] = None
+    output_tokens: Optional[str] = None
+    shared_prefix_tokens: int = 0
+    prefix_groups: int = 1
+    tokenizer: Optional[str] = None
+    ignore_eos: bool = False
+    extra_body: Optional[str] = None
+    no_stream: bool = False
     server_metrics_url: Optional[str] = None
     metrics_port: Optional[int] = None
     metrics_addr: str = D.METRICS_ADDR

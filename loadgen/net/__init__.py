@@ -52,7 +52,22 @@ def net_options(o: Any):
         sample_count=o.sample_count,
         seed=o.seed,
         max_response_bytes=o.max_response_bytes,
+        llm=_llm_options(o),
     )
+
+
+def _llm_options(o: Any):
+    """The :class:`~loadgen.llm.LlmOptions` of run options ``o``; prompts are drawn with
+    the run's sample seed (``--sample-seed``, default ``--seed`` + 1)."""
+    from loadgen.llm.workload import LlmOptions
+
+    seed = o.sample_seed if o.sample_seed is not None else (o.seed + 1) % 2**64
+    return LlmOptions(
+        max_tokens=o.max_tokens, prompt_words=o.prompt_words, sample_count=o.sample_count, seed=seed,
+        dataset=o.dataset, dataset_min_input_tokens=o.dataset_min_input_tokens,
+        dataset_max_input_tokens=o.dataset_max_input_tokens, input_tokens=o.input_tokens,
+        output_tokens=o.output_tokens, shared_prefix_tokens=o.shared_prefix_tokens, prefix_groups=o.prefix_groups,
+        tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream)
 
 
 def pool_size_for(settings: Any) -> int:

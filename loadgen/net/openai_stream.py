@@ -8,19 +8,21 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from loadgen.llm.workload import LlmOptions, Workload, build_workload, length_stats
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request, ResponseTooLarge
 from loadgen.net.options import NetOptions, clip
-from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
+from loadgen.net.payloads import payload_kind, read_jsonl
 from loadgen.net.targets import Target
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["OpenAISUT", "TokenStream"]
+__all__ = ["OpenAISUT", "TokenStream", "WholeResponse"]
 
 # A non-empty "text" (completions) or "content" (chat delta) string value.
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
@@ -148,6 +150,67 @@ class TokenStream:
         self.sut.fail_query(self.query_id, kind, message)
 
 
+class WholeResponse:
+    """One answer not streamed (``--no-stream``, or ``/v1/embeddings``): the whole JSON
+    body, its output tokens from ``usage.completion_tokens``; no time to first token."""
+
+    __slots__ = ("sut", "query_id", "scheduled_ns")
+
+    def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
+        self.sut = sut
+        self.query_id = query_id
+        self.scheduled_ns = scheduled_ns
+
+    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+        sut = self.sut
+        if status != 200:
+            sut.fail_query(self.query_id, f"http_{status}", f"HTTP {status}: {sut.redactor.excerpt(body, 200)}")
+            return
+        embeddings = sut.target.endpoint == "embeddings"
+        try:
+            doc = _loads_json(body.decode("utf-8", "replace"))
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            sut.fail_query(self.query_id, "invalid_response", f"not a JSON object: {clip(body, 80)!r}")
+            return
+        problem = _whole_problem(doc, embeddings) if sut.check else None
+        if sut.check:
+            sut.checked += 1
+        if problem is not None:
+            sut.fail_query(self.query_id, "invalid_response", problem)
+            return
+        usage = doc.get("usage")
+        n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if embeddings:
+            n = -1
+        elif not isinstance(n, int) or n < 0:
+            n = sum(len(str((c.get("message") or {}).get("content") or c.get("text") or "").split())
+                    for c in doc.get("choices") or () if isinstance(c, dict))
+        sut.record_whole(self, t, n)
+
+    def on_error(self, req: Request, kind: str, message: str) -> None:
+        self.sut.fail_query(self.query_id, kind, message)
+
+
+def _whole_problem(doc: Dict[str, Any], embeddings: bool) -> Optional[str]:
+    """What is wrong with a non-streamed answer (None when nothing): an error object, no
+    choices, or (embeddings) no ``data`` list of embeddings."""
+    if "error" in doc:
+        return f"the server sent an error: {clip(json.dumps(doc['error']), 200)}"
+    if embeddings:
+        data = doc.get("data")
+        if not isinstance(data, list) or not data:
+            return "no 'data' list of embeddings"
+        if not all(isinstance(d, dict) and isinstance(d.get("embedding"), (list, str)) for d in data):
+            return "an item of 'data' has no 'embedding'"
+        return None
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "no 'choices' in the answer"
+    return None
+
+
 class OpenAISUT(HttpSUT):
     """OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` with
     ``"stream": true``: time to first token, each inter-token gap, time per output token
@@ -158,7 +221,6 @@ class OpenAISUT(HttpSUT):
 
     def __init__(self, target: Target, net: NetOptions, pool_size: int, significant_figures: int = 3) -> None:
         super().__init__(target, net, pool_size)
-        self._stream = True
         self.max_event_bytes = net.max_response_bytes
         self.model = net.model
         self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
@@ -168,6 +230,12 @@ class OpenAISUT(HttpSUT):
         self.tokens_from_usage = 0
         self.tokens_from_chunks = 0
         self.output_tokens = 0
+        self._stream = (net.llm.stream if net.llm is not None else True) and target.endpoint != "embeddings"
+        self.workload: Optional[Workload] = None
+        self._input_lens: List[int] = []  # by body, when the workload says
+        self.input_tokens_sent = 0
+        self.output_lengths: Counter[int] = Counter()  # output tokens -> completed requests
+        self.embeddings = 0
 
     def prepare(self) -> None:
         base = self.target.http_base + self.target.base_path
@@ -195,50 +263,70 @@ class OpenAISUT(HttpSUT):
         self._set_requests([self._serialize("POST", self.target.path,
                                             json.dumps(b, separators=(",", ":")).encode()) for b in bodies], source)
 
+    def _llm(self) -> LlmOptions:
+        n = self.net
+        if n.llm is not None:
+            return n.llm
+        return LlmOptions(max_tokens=n.max_tokens, prompt_words=n.prompt_words, sample_count=n.sample_count,
+                          seed=n.seed)
+
     def _bodies(self) -> Tuple[List[dict], str]:
-        chat = self.target.endpoint == "chat"
-        if self.net.payload:
-            if payload_kind(self.net.payload) != "jsonl":
-                raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
-            bodies = []
-            for i, b in enumerate(read_jsonl(self.net.payload)[: self.net.sample_count]):
-                if not isinstance(b, dict):
-                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} is not a JSON object")
-                key = "messages" if chat else "prompt"
-                if key not in b:
-                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no {key!r} "
-                                     f"(this target is /v1/{'chat/' if chat else ''}completions)")
-                b = dict(b)
-                if "model" not in b and not self.model:
-                    raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
-                b.setdefault("model", self.model)
-                b["stream"] = True
-                b.setdefault("stream_options", {"include_usage": True})
-                bodies.append(b)
-            return bodies, self.net.payload
-        rng = np.random.default_rng(self.net.seed)
-        words = ("the", "model", "answer", "token", "server", "load", "latency", "stream", "time", "first",
-                 "query", "batch", "fast", "slow", "inference", "request")
-        count = min(self.net.sample_count, SYNTHETIC_MAX)
+        endpoint = self.target.endpoint
+        llm = self._llm()
+        if not self.net.payload:
+            work = build_workload(llm, endpoint, self.model)
+            self.workload = work
+            self._input_lens = [int(x) for x in work.input_tokens]
+            return work.bodies, work.source
+        if payload_kind(self.net.payload) != "jsonl":
+            raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
+        key = {"chat": "messages", "embeddings": "input"}.get(endpoint, "prompt")
         bodies = []
-        for _ in range(count):
-            prompt = " ".join(words[i] for i in rng.integers(0, len(words), self.net.prompt_words))
-            body: Dict[str, Any] = {"model": self.model, "max_tokens": self.net.max_tokens, "stream": True,
-                                    "stream_options": {"include_usage": True}}
-            if chat:
-                body["messages"] = [{"role": "user", "content": prompt}]
-            else:
-                body["prompt"] = prompt
-            bodies.append(body)
-        return bodies, f"synthetic ({count} prompts of {self.net.prompt_words} words, seed {self.net.seed})"
+        for i, b in enumerate(read_jsonl(self.net.payload)[: self.net.sample_count]):
+            if not isinstance(b, dict):
+                raise ValueError(f"--payload: {self.net.payload}: line {i + 1} is not a JSON object")
+            if key not in b:
+                raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no {key!r} "
+                                 f"(this target is {self.target.path})")
+            b = dict(b)
+            if "model" not in b and not self.model:
+                raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
+            b.setdefault("model", self.model)
+            if endpoint != "embeddings":
+                b["stream"] = self._stream
+                if self._stream:
+                    b.setdefault("stream_options", {"include_usage": True})
+                else:
+                    b.pop("stream_options", None)
+            bodies.append(b)
+        return bodies, self.net.payload
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
-        req = Request(self.requests[sample_index % len(self.requests)], TokenStream(self, query_id, scheduled_ns),
-                      query_id, True)
+        i = sample_index % len(self.requests)
+        handler = TokenStream(self, query_id, scheduled_ns) if self._stream else WholeResponse(self, query_id,
+                                                                                                scheduled_ns)
+        req = Request(self.requests[i], handler, query_id, self._stream)
         pool = self.pool
         if pool is None:
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
+        if self._input_lens:
+            self.input_tokens_sent += self._input_lens[i]
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
+
+    def record_whole(self, w: "WholeResponse", t: int, n: int) -> None:
+        """A non-streamed answer: ``n`` output tokens (from ``usage``; -1 for none, as
+        for embeddings), completed at ``t``."""
+        if n < 0:
+            self.embeddings += 1
+            self.sink.complete(w.query_id, t)
+            return
+        self.tokens_from_usage += 1
+        self.output_tokens += n
+        self.output_lengths[n] += 1
+        elapsed = t - w.scheduled_ns
+        if elapsed > 0 and n > 0:
+            self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
+        self.sink.complete_tokens(w.query_id, t, n)
 
     def record_stream(self, s: TokenStream, t: int) -> None:
         if s.usage_tokens >= 0:
@@ -248,6 +336,7 @@ class OpenAISUT(HttpSUT):
             n = s.chunks
             self.tokens_from_chunks += 1
         self.output_tokens += n
+        self.output_lengths[n] += 1
         with self._gaps_lock:
             gaps = self._gaps
             gaps += s.gaps
@@ -295,4 +384,17 @@ class OpenAISUT(HttpSUT):
             "queries_counted_from_chunks": c,
             "output_tokens": self.output_tokens,
         }
+        if self.workload is not None:
+            out["llm"] = self.llm_section()
         return out
+
+    def llm_section(self) -> Dict[str, Any]:
+        """The result's ``llm`` section: the workload, and the input and output lengths
+        of the requests sent and answered."""
+        info = dict(self.workload.info) if self.workload is not None else {}
+        lengths = sorted(self.output_lengths.items())
+        values = np.repeat(np.asarray([k for k, _ in lengths], dtype=np.int64), [c for _, c in lengths])
+        info["requests"] = {"input_tokens_sent": self.input_tokens_sent,
+                            "output_tokens": length_stats(values),
+                            "embeddings": self.embeddings}
+        return info

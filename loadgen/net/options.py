@@ -75,6 +75,8 @@ class NetOptions:
         secret_values: further strings to redact (a password in the URL).
         max_response_bytes: most bytes of a response body (of a stream: of each event);
             a request whose response is larger fails as ``response_too_large``.
+        llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
+            defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and ``seed``).
     """
 
     headers: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
@@ -96,6 +98,7 @@ class NetOptions:
     seed: int = 0
     secret_values: Sequence[str] = ()
     max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
+    llm: Any = None
 
     def redactor(self) -> "Redactor":
         return Redactor(self.headers, self.secret_headers, self.secret_values)

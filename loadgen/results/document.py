@@ -156,7 +156,10 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         index.update(_add_sut_histograms(doc, sut.histograms()))
         report = sut.report()
         if report:
+            llm = report.pop("llm", None)  # an OpenAI target's workload: a section of its own
             doc["network"] = report
+            if llm is not None:
+                doc["llm"] = llm
     doc["histograms"] = index
     es = scenario.early_stopping(result, o)
     if es is not None:

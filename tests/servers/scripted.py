@@ -7,6 +7,8 @@
 Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
   POST /v1/completions, /v1/chat/completions  OpenAI style; Server-Sent Events (chunked)
                                               when the body has "stream": true
+  POST /v1/embeddings                         OpenAI style; one 8-float embedding per input
+  GET  /v1/models                             lists the model "scripted"
   GET  /v2/health/live, /v2/health/ready      KServe v2; ready answers 503 until --ready-after-s
   GET  /v2/models/{name}, /v2/models/{name}/ready
   POST /v2/models/{name}/infer                OUTPUT0 = INPUT0 + 1, subject to the fault options
@@ -237,6 +239,8 @@ class ScriptedServer:
         self.infer_ok = 0  # infer requests answered with a correct result
         self.streams: list[StreamRecord] = []
         self.requests: Counter[str] = Counter(infer=0, completions=0, chat_completions=0)
+        # Per completion request: its prompt's words, max_tokens, stream, and the other fields.
+        self.completion_log: list[dict[str, Any]] = []
         self.responses: Counter[int] = Counter()
         self.inflight = 0  # infer and completion requests read and not yet answered
 
@@ -276,6 +280,11 @@ class ScriptedServer:
                 return await self.completions(req, writer, chat=False)
             case "POST", ["v1", "chat", "completions"]:
                 return await self.completions(req, writer, chat=True)
+            case "POST", ["v1", "embeddings"]:
+                return self.embeddings(req, writer)
+            case "GET", ["v1", "models"]:
+                self.requests["models"] += 1
+                self.send_json(writer, req, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
             case "POST", ["v2", "models", name, "infer"]:
                 return await self.infer(req, writer, name)
             case "GET", ["v2", "health", "live"]:
@@ -299,7 +308,8 @@ class ScriptedServer:
                 self.requests["stats"] += 1
                 self.send_json(writer, req, 200, {
                     "infer_requests": self.infer_seq, "infer_ok": self.infer_ok,
-                    "stream_requests": len(self.streams), "streams": [asdict(s) for s in self.streams]})
+                    "stream_requests": len(self.streams), "streams": [asdict(s) for s in self.streams],
+                    "requests": dict(self.requests), "completion_log": self.completion_log})
             case _:
                 self.requests["not_found"] += 1
                 self.send_json(writer, req, 404, {"error": f"no route for {req.method} {req.path}"})
@@ -364,6 +374,8 @@ class ScriptedServer:
             p = words([m.get("content") for m in body.get("messages", [])] if chat else body.get("prompt", ""))
             usage = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
             streamed = bool(body.get("stream"))
+            self.completion_log.append({"prompt_words": p, "completion_tokens": n, "stream": streamed,
+                                        **{k: v for k, v in body.items() if k not in ("prompt", "messages")}})
             include_usage = a.usage or bool((body.get("stream_options") or {}).get("include_usage"))
         except (ValueError, TypeError, AttributeError) as e:
             self.send_json(writer, req, 400, {"error": f"bad completion request: {e!r}"})
@@ -384,6 +396,21 @@ class ScriptedServer:
             return True
         finally:
             self.inflight -= 1
+
+    def embeddings(self, req: Request, writer: Connection) -> bool:
+        """OpenAI embeddings: one 8-float vector per input text, at once."""
+        self.requests["embeddings"] += 1
+        try:
+            body = json.loads(req.body)
+            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            p = words(inputs)
+        except (ValueError, TypeError, KeyError) as e:
+            self.send_json(writer, req, 400, {"error": f"bad embeddings request: {e!r}"})
+            return True
+        data = [{"object": "embedding", "index": i, "embedding": [0.125] * 8} for i in range(len(inputs))]
+        self.send_json(writer, req, 200, {"object": "list", "data": data, "model": body.get("model", "scripted"),
+                                          "usage": {"prompt_tokens": p, "total_tokens": p}})
+        return True
 
     async def stream(self, req: Request, writer: Connection, base: dict[str, Any], chat: bool,
                      n: int, usage: dict[str, int] | None) -> bool:

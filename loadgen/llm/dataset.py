@@ -1,0 +1,133 @@
+"""``--dataset FILE``: prompts from a file, read before the run.
+
+Two layouts, told apart by the first character of the file:
+
+- JSON lines: one object per line, ``{"prompt": "..."}`` (a completions body; on a chat
+  target it becomes one user message) or ``{"messages": [{"role": ..., "content": ...}]}``
+  (a chat body), with an optional positive integer ``"max_tokens"``;
+- ShareGPT JSON (the file starts with ``[``): a list of ``{"conversations": [{"from":
+  "human"|"gpt", "value": ...}, ...]}``; the first human turn is the prompt, and, when a
+  tokenizer is given, the token count of the first gpt turn after it is the record's
+  ``max_tokens`` (as the common serving benchmarks do). Entries with no such pair are
+  skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+__all__ = ["Prompt", "read_dataset"]
+
+Content = Union[str, List[Dict[str, Any]]]
+
+
+@dataclasses.dataclass
+class Prompt:
+    """One prompt: its text or chat messages, its input tokens and its own max_tokens."""
+
+    content: Content
+    input_tokens: int
+    max_tokens: Optional[int] = None
+
+
+def _text_of(content: Content) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(m.get("content", "")) for m in content)
+
+
+def _messages(value: Any, where: str) -> List[Dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{where}: 'messages' must be a non-empty list of {{\"role\", \"content\"}} objects")
+    for m in value:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"{where}: each message must be an object with string 'role' and 'content'")
+    return value
+
+
+def _jsonl_record(line: str, where: str) -> Tuple[Content, Optional[int]]:
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{where}: not JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    if "prompt" in obj:
+        content: Content = obj["prompt"]
+        if not isinstance(content, str) or not content:
+            raise ValueError(f"{where}: 'prompt' must be a non-empty string")
+    elif "messages" in obj:
+        content = _messages(obj["messages"], where)
+    else:
+        raise ValueError(f"{where}: has neither 'prompt' nor 'messages'")
+    mt = obj.get("max_tokens")
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+        raise ValueError(f"{where}: 'max_tokens' must be a positive integer, got {mt!r}")
+    return content, mt
+
+
+def _sharegpt(doc: Any, path: str, count: Callable[[str], int], exact: bool) -> List[Tuple[Content, Optional[int]]]:
+    if not isinstance(doc, list):
+        raise ValueError(f"--dataset {path}: a JSON dataset must be a list of {{\"conversations\": [...]}} (ShareGPT)")
+    out: List[Tuple[Content, Optional[int]]] = []
+    for i, entry in enumerate(doc):
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list):
+            raise ValueError(f"--dataset {path}: entry {i} has no 'conversations' list")
+        prompt = reply = None
+        for t in turns:
+            if not isinstance(t, dict) or not isinstance(t.get("value"), str):
+                raise ValueError(f"--dataset {path}: entry {i}: each turn needs 'from' and a string 'value'")
+            if prompt is None and t.get("from") == "human" and t["value"]:
+                prompt = t["value"]
+            elif prompt is not None and t.get("from") == "gpt":
+                reply = t["value"]
+                break
+        if prompt is None or reply is None:
+            continue
+        out.append((prompt, max(1, count(reply)) if exact else None))
+    return out
+
+
+def read_dataset(path: str, count: Callable[[str], int], exact: bool, min_tokens: int = 0,
+                 max_tokens: int = 0, limit: int = 0) -> Tuple[List[Prompt], str, int]:
+    """The prompts of a dataset file (module doc), their input lengths counted with
+    ``count`` (tokens when ``exact``, else words), kept when ``min_tokens <= length`` and
+    (``max_tokens`` > 0) ``length <= max_tokens``, the first ``limit`` (0: all) of them.
+
+    Returns:
+        (prompts, layout "jsonl" or "sharegpt", records read).
+
+    Raises:
+        ValueError: unreadable file, a bad line (named by number), or nothing kept.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--dataset {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    records: List[Tuple[Content, Optional[int]]]
+    if text.lstrip().startswith("["):
+        layout = "sharegpt"
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"--dataset {path}: not valid JSON ({e})") from None
+        records = _sharegpt(doc, path, count, exact)
+    else:
+        layout = "jsonl"
+        records = [_jsonl_record(line, f"--dataset {path}: line {n}")
+                   for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    kept: List[Prompt] = []
+    for content, mt in records:
+        n = count(_text_of(content))
+        if n >= min_tokens and (max_tokens <= 0 or n <= max_tokens):
+            kept.append(Prompt(content, n, mt))
+            if limit and len(kept) >= limit:
+                break
+    if not kept:
+        raise ValueError(f"--dataset {path}: no prompt left ({len(records)} read, none with "
+                         f"{min_tokens}..{max_tokens or 'any'} input {'tokens' if exact else 'words'})")
+    return kept, layout, len(records)

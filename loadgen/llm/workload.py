@@ -1,0 +1,185 @@
+"""The prompts and request bodies of an OpenAI-compatible run, all built before it.
+
+Each sample index gets one body. Synthetic prompts draw their input and output lengths
+from ``--input-tokens`` and ``--output-tokens`` with the run's sample seed; with
+``--tokenizer`` a prompt is built to its exact token count (random ordinary tokens are
+decoded to text, the text re-encoded, and tokens dropped or added until the count is
+exact), else words stand for tokens (``input_tokens_exact`` is false). With
+``--shared-prefix-tokens K --prefix-groups G``, sample ``i`` starts with the K-token
+prefix of group ``i % G``, and its drawn input length comes after that prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from loadgen.llm.dataset import Content, Prompt, read_dataset
+from loadgen.llm.dist import parse_dist
+from loadgen.llm.tokenizer import Tokenizer, load_tokenizer
+
+__all__ = ["LlmOptions", "Workload", "build_workload", "length_stats"]
+
+_WORDS = ("the", "model", "answer", "token", "server", "load", "latency", "stream", "time", "first",
+          "query", "batch", "fast", "slow", "inference", "request")
+_FIX_ROUNDS = 64  # re-encode rounds before a prompt of an exact length is given up on
+#: The most distinct prompts prepared; sample indices past them wrap around.
+MAX_PROMPTS = 16384
+
+
+@dataclasses.dataclass
+class LlmOptions:
+    """The workload options of an OpenAI-compatible target (README, "LLM workloads")."""
+
+    max_tokens: int = 128
+    prompt_words: int = 64
+    sample_count: int = 1024
+    seed: int = 1
+    dataset: Optional[str] = None
+    dataset_min_input_tokens: int = 0
+    dataset_max_input_tokens: int = 0
+    input_tokens: Optional[str] = None
+    output_tokens: Optional[str] = None
+    shared_prefix_tokens: int = 0
+    prefix_groups: int = 1
+    tokenizer: Optional[str] = None
+    ignore_eos: bool = False
+    extra_body: Optional[str] = None
+    stream: bool = True
+
+
+@dataclasses.dataclass
+class Workload:
+    """The bodies (one per sample index), their input lengths and the description that
+    goes in the result's ``llm`` section."""
+
+    bodies: List[Dict[str, Any]]
+    input_tokens: np.ndarray
+    info: Dict[str, Any]
+    source: str
+
+
+def length_stats(values: Any) -> Dict[str, Any]:
+    """count, min, mean, p50, p90, max and sum of token counts."""
+    a = np.asarray(values, dtype=np.int64)
+    if not a.size:
+        return {"count": 0}
+    return {"count": int(a.size), "min": int(a.min()), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
+            "p90": float(np.percentile(a, 90)), "max": int(a.max()), "sum": int(a.sum())}
+
+
+class _Builder:
+    """Prompts of given lengths: exact with a tokenizer, else words."""
+
+    def __init__(self, tok: Optional[Tokenizer], rng: np.random.Generator) -> None:
+        self.tok, self.rng = tok, rng
+        self.pool = tok.word_ids() if tok is not None else None
+
+    def text(self, n: int, head: str = "", head_tokens: int = 0) -> str:
+        """``head`` (``head_tokens`` long) followed by ``n`` more tokens (words)."""
+        if self.tok is None or self.pool is None:
+            body = " ".join(_WORDS[i] for i in self.rng.integers(0, len(_WORDS), n))
+            return f"{head} {body}" if head else body
+        ids = list(self.rng.choice(self.pool, n))
+        want = head_tokens + n
+        for _ in range(_FIX_ROUNDS):
+            body = self.tok.decode(ids)
+            text = f"{head} {body}" if head else body
+            d = self.tok.count(text) - want
+            if d == 0:
+                return text
+            if d > 0:
+                ids = ids[: max(1, len(ids) - d)]
+            else:
+                ids += list(self.rng.choice(self.pool, -d))
+        raise ValueError(f"--tokenizer {self.tok.name}: no prompt of exactly {want} tokens after "
+                         f"{_FIX_ROUNDS} rounds of re-encoding")
+
+
+def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator, count: int,
+               info: Dict[str, Any]) -> List[Prompt]:
+    dist = parse_dist(o.input_tokens) if o.input_tokens else parse_dist(str(o.prompt_words))
+    lengths = dist.draw(rng, count)
+    out_dist = parse_dist(o.output_tokens) if o.output_tokens else None
+    outs = out_dist.draw(rng, count) if out_dist else np.full(count, o.max_tokens)
+    info.update(input_tokens=dist.describe(), output_tokens=out_dist.describe() if out_dist else
+                {"spec": str(o.max_tokens), "kind": "fixed", "value": o.max_tokens})
+    build = _Builder(tok, rng)
+    k = o.shared_prefix_tokens
+    prefixes = [build.text(k) for _ in range(o.prefix_groups)] if k else []
+    prompts = []
+    for i in range(count):
+        text = build.text(int(lengths[i]), prefixes[i % len(prefixes)], k) if k else build.text(int(lengths[i]))
+        prompts.append(Prompt(text, k + int(lengths[i]), int(outs[i])))
+    return prompts
+
+
+def _body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, where: str,
+          extra: Dict[str, Any]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"model": model}
+    content: Content = p.content
+    if endpoint == "embeddings":
+        if not isinstance(content, str):
+            raise ValueError(f"{where}: chat 'messages' cannot be sent to /v1/embeddings (give 'prompt')")
+        body["input"] = content
+        return {**body, **extra}
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    elif isinstance(content, str):
+        body["prompt"] = content
+    else:
+        raise ValueError(f"{where}: chat 'messages' need a /v1/chat/completions target")
+    mt = p.max_tokens or o.max_tokens
+    body["max_tokens"] = mt
+    if o.ignore_eos:
+        body.update(ignore_eos=True, min_tokens=mt)
+    body["stream"] = o.stream
+    if o.stream:
+        body["stream_options"] = {"include_usage": True}
+    return {**body, **extra}
+
+
+def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Workload:
+    """The bodies for ``endpoint`` ("completions", "chat" or "embeddings") and ``model``.
+
+    Raises:
+        ValueError: a bad dataset, distribution, tokenizer or ``--extra-body``; the message
+            names the option (and the file and line).
+    """
+    extra: Dict[str, Any] = json.loads(o.extra_body) if o.extra_body else {}
+    if not isinstance(extra, dict):
+        raise ValueError("--extra-body must be a JSON object")
+    tok = load_tokenizer(o.tokenizer) if o.tokenizer else None
+    count_fn: Callable[[str], int] = tok.count if tok is not None else (lambda s: len(s.split()))
+    rng = np.random.default_rng(o.seed)
+    count = min(o.sample_count, MAX_PROMPTS)
+    info: Dict[str, Any] = {"endpoint": endpoint, "tokenizer": o.tokenizer, "input_tokens_exact": tok is not None,
+                            "stream": o.stream and endpoint != "embeddings", "ignore_eos": o.ignore_eos,
+                            "extra_body": extra}
+    if o.dataset:
+        prompts, layout, read = read_dataset(o.dataset, count_fn, tok is not None, o.dataset_min_input_tokens,
+                                             o.dataset_max_input_tokens, count)
+        if o.output_tokens:
+            outs = parse_dist(o.output_tokens).draw(rng, len(prompts))
+            for p, n in zip(prompts, outs):
+                p.max_tokens = p.max_tokens or int(n)
+        info.update(source="dataset", dataset=o.dataset, layout=layout, records_read=read,
+                    records_used=len(prompts), min_input_tokens=o.dataset_min_input_tokens,
+                    max_input_tokens=o.dataset_max_input_tokens or None)
+        source = f"dataset {o.dataset} ({layout}, {len(prompts)} of {read} prompts)"
+    else:
+        prompts = _synthetic(o, tok, rng, count, info)
+        info.update(source="synthetic", shared_prefix_tokens=o.shared_prefix_tokens,
+                    prefix_groups=o.prefix_groups if o.shared_prefix_tokens else 0)
+        source = f"synthetic ({len(prompts)} prompts, seed {o.seed})"
+    if count < o.sample_count:
+        source += f"; at most {MAX_PROMPTS} distinct prompts, sample indices wrap around them"
+    where = f"--dataset {o.dataset}" if o.dataset else "--input-tokens"
+    bodies = [_body(o, endpoint, model, p, f"{where}: prompt {i + 1}", extra) for i, p in enumerate(prompts)]
+    lengths = np.asarray([p.input_tokens for p in prompts], dtype=np.int64)
+    info["prompts"] = {"input_tokens": length_stats(lengths),
+                       "max_tokens": length_stats([b["max_tokens"] for b in bodies if "max_tokens" in b])}
+    return Workload(bodies, lengths, info, source)

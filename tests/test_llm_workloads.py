@@ -1,0 +1,239 @@
+"""LLM workloads (loadgen/llm): token-length distributions, prompts built to exact token
+counts with a tokenizer trained here, datasets (JSON lines, ShareGPT), and runs of each
+workload form against the scripted server, whose own log of the requests it answered is
+what loadgen's counts and lengths are compared with. The CLI runs as a subprocess with
+the test's tmp_path as its working directory; every server is ended by its PID."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from loadgen.llm import LlmOptions, build_workload, parse_dist
+from loadgen.llm.tokenizer import load_tokenizer
+from tests.servers.scripted_proc import start_scripted
+from tests.test_cli_run import run_cli
+
+tokenizers = pytest.importorskip("tokenizers")
+
+VOCAB = [f"w{i}" for i in range(400)]
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer(tmp_path_factory):
+    """A word-level tokenizer (one token per vocabulary word), saved as tokenizer.json."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([" ".join(VOCAB)] * 2, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer(tmp_path_factory):
+    """A small BPE tokenizer, whose re-encoding of decoded text merges differently."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = ["the quick brown fox jumps over the lazy dog", "servers answer requests under load with latency"]
+    tok.train_from_iterator(corpus * 50, trainers.BpeTrainer(vocab_size=120, special_tokens=["[UNK]"]))
+    path = tmp_path_factory.mktemp("bpe")
+    tok.save(str(path / "tokenizer.json"))
+    return str(path)  # a directory holding tokenizer.json
+
+
+# ------------------------------------------------------------------ distributions
+
+@pytest.mark.parametrize("text, kind", [("512", "fixed"), ("128:1024", "uniform"), ("mean=512,sd=128", "normal"),
+                                        ("normal:mean=5,sd=1", "normal"),
+                                        ("lognormal:mean=300,sd=100,min=10,max=900", "lognormal")])
+def test_distribution_forms(text, kind):
+    d = parse_dist(text)
+    x = d.draw(np.random.default_rng(1), 5000)
+    assert d.kind == kind and x.dtype == np.int64 and x.min() >= d.lo >= 1 and x.max() <= d.hi
+    if kind == "fixed":
+        assert set(x) == {512}
+    if kind == "uniform":
+        assert x.min() == 128 and x.max() == 1024
+    if kind == "lognormal":
+        assert abs(x.mean() - 300) < 10 and abs(x.std() - 100) < 10
+
+
+@pytest.mark.parametrize("text, says", [("", "empty"), ("abc", "not a whole number"), ("0", "not in 1.."),
+                                        ("9:3", "above its high end"), ("mean=5", "needs mean= and sd="),
+                                        ("mean=5,sd=1,foo=2", "'foo=2'"), ("mean=-1,sd=1", "mean must be > 0"),
+                                        ("mean=5,sd=1,min=9,max=3", "min 9 is above max 3")])
+def test_distribution_errors_say_what_is_wrong(text, says):
+    with pytest.raises(ValueError, match=None) as e:
+        parse_dist(text)
+    assert says in str(e.value)
+
+
+def test_normal_draws_are_clipped_to_min_and_max():
+    x = parse_dist("mean=10,sd=50,min=5,max=20").draw(np.random.default_rng(0), 2000)
+    assert x.min() == 5 and x.max() == 20
+
+
+# ------------------------------------------------------------------ prompts
+
+@pytest.mark.parametrize("which", ["word", "bpe"])
+def test_prompts_have_exact_token_counts_and_follow_the_distribution(which, word_tokenizer, bpe_tokenizer):
+    # Seeded: the same draws every time (a KS p-value under 0.01 happens to 1 seed in 100).
+    path = word_tokenizer if which == "word" else bpe_tokenizer
+    o = LlmOptions(sample_count=300, input_tokens="mean=200,sd=40", tokenizer=path, seed=3)
+    w = build_workload(o, "completions", "m")
+    tok = load_tokenizer(path)
+    counted = np.asarray([tok.count(b["prompt"]) for b in w.bodies])
+    assert list(counted) == list(w.input_tokens) and w.info["input_tokens_exact"] is True
+    assert stats.kstest(counted, stats.norm(200, 40).cdf).pvalue > 0.01
+    assert stats.kstest(counted, stats.norm(260, 40).cdf).pvalue < 1e-6  # the test can fail
+
+
+def test_shared_prefixes_by_group_and_seeded(word_tokenizer):
+    o = LlmOptions(sample_count=12, input_tokens="20:40", shared_prefix_tokens=16, prefix_groups=3,
+                   tokenizer=word_tokenizer, seed=3)
+    w = build_workload(o, "chat", "m")
+    texts = [b["messages"][0]["content"] for b in w.bodies]
+    heads = [" ".join(t.split()[:16]) for t in texts]
+    assert len(set(heads)) == 3 and all(heads[i] == heads[i % 3] for i in range(12))
+    assert [len(t.split()) for t in texts] == list(w.input_tokens) and min(w.input_tokens) >= 36
+    again = build_workload(o, "chat", "m")
+    assert again.bodies == w.bodies
+    other = build_workload(LlmOptions(**{**o.__dict__, "seed": 4}), "chat", "m")
+    assert other.bodies != w.bodies
+
+
+def test_without_a_tokenizer_lengths_are_words_and_marked_approximate():
+    w = build_workload(LlmOptions(sample_count=5, input_tokens="30", output_tokens="7", ignore_eos=True,
+                                  extra_body='{"temperature": 0}'), "completions", "m")
+    assert w.info["input_tokens_exact"] is False
+    assert all(len(b["prompt"].split()) == 30 for b in w.bodies)
+    assert all(b["max_tokens"] == b["min_tokens"] == 7 and b["ignore_eos"] is True and b["temperature"] == 0
+               for b in w.bodies)
+
+
+def test_tokenizer_not_found_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="--tokenizer"):
+        load_tokenizer(str(tmp_path / "nothing-here"))
+
+
+# ------------------------------------------------------------------ runs against the scripted server
+
+SERVER = ("--ttft-ms", "1", "--itl-ms", "0", "--tokens", "4096", "--tokens-per-chunk", "64")
+LOAD = ("--scenario", "concurrency", "--concurrency", "4", "--max-issue-delay-ms", "1000", "--interval-s", "0")
+
+
+def _run(tmp_path, *args, expect=0):
+    proc = run_cli("run", "--json", *LOAD, *args, timeout=60, cwd=str(tmp_path))
+    assert proc.returncode == expect, (proc.returncode, proc.stderr[-2000:])
+    return json.loads(proc.stdout) if expect in (0, 1) else proc
+
+
+def _log(srv):
+    st = srv.stats()
+    return st["requests"], st["completion_log"]
+
+
+def test_synthetic_run_counts_and_lengths_equal_the_servers(tmp_path, word_tokenizer):
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--query-count", "300",
+                   "--sample-count", "300", "--sample-order", "sequential", "--sample-seed", "3", "--tokenizer", word_tokenizer,
+                   "--input-tokens", "mean=120,sd=30", "--output-tokens", "lognormal:mean=40,sd=15,max=200",
+                   "--shared-prefix-tokens", "8", "--prefix-groups", "4")
+        requests, log = _log(srv)
+    c, llm = doc["counts"], doc["llm"]
+    assert c["completed"] == requests["completions"] == len(log) == 300 and c["failed"] == 0
+    # One pass over the samples: the server saw each prompt once; its word count is the
+    # token count of this word-level tokenizer (the 8-token prefix comes on top).
+    prompt_tokens = np.asarray([e["prompt_words"] for e in log]) - 8
+    assert stats.kstest(prompt_tokens, stats.norm(120, 30).cdf).pvalue > 0.01
+    served = np.asarray([e["completion_tokens"] for e in log])
+    assert sorted(served) == sorted(e["max_tokens"] for e in log)
+    sigma2 = np.log1p((15 / 40) ** 2)
+    lognorm = stats.lognorm(np.sqrt(sigma2), scale=np.exp(np.log(40) - sigma2 / 2))
+    assert stats.kstest(served, lognorm.cdf).pvalue > 0.01
+    assert llm["requests"]["output_tokens"]["sum"] == doc["network"]["tokens"]["output_tokens"] == served.sum()
+    assert llm["requests"]["input_tokens_sent"] == sum(e["prompt_words"] for e in log)
+    assert llm["source"] == "synthetic" and llm["input_tokens_exact"] is True and llm["prefix_groups"] == 4
+    assert llm["input_tokens"]["kind"] == "normal" and llm["output_tokens"]["kind"] == "lognormal"
+
+
+def test_dataset_chat_no_stream_ignore_eos_and_extra_body(tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    lines = [{"messages": [{"role": "user", "content": "w1 w2 w3"}], "max_tokens": 5},
+             {"prompt": "w4 w5", "max_tokens": 9},
+             {"prompt": " ".join(["w6"] * 50)}]  # filtered out by --dataset-max-input-tokens
+    data.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--dataset", str(data),
+                   "--dataset-max-input-tokens", "10", "--query-count", "40", "--no-stream", "--ignore-eos",
+                   "--extra-body", '{"temperature": 0, "top_p": 0.5}')
+        requests, log = _log(srv)
+    c = doc["counts"]
+    assert c["completed"] == requests["chat_completions"] == len(log) == 40 and c["failed"] == 0
+    assert {e["max_tokens"] for e in log} == {5, 9} and {e["prompt_words"] for e in log} == {3, 2}
+    assert all(e["stream"] is False and e["ignore_eos"] is True and e["min_tokens"] == e["max_tokens"]
+               and e["temperature"] == 0 and e["top_p"] == 0.5 and "stream_options" not in e for e in log)
+    assert doc["network"]["tokens"]["output_tokens"] == sum(e["completion_tokens"] for e in log)
+    assert "ttft_ns" not in doc or not doc["ttft_ns"].get("count")
+    llm = doc["llm"]
+    assert llm["source"] == "dataset" and llm["records_read"] == 3 and llm["records_used"] == 2
+    assert llm["input_tokens_exact"] is False and llm["stream"] is False
+
+
+def test_sharegpt_with_a_tokenizer_takes_reply_lengths_as_max_tokens(tmp_path, word_tokenizer):
+    convs = [{"conversations": [{"from": "human", "value": "w1 w2 w3 w4"}, {"from": "gpt", "value": "w5 w6 w7"}]},
+             {"conversations": [{"from": "gpt", "value": "w1"}]},  # no human turn: skipped
+             {"conversations": [{"from": "human", "value": "w8"}, {"from": "gpt", "value": "w9 w10"}]}]
+    data = tmp_path / "sharegpt.json"
+    data.write_text(json.dumps(convs))
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--dataset", str(data),
+                   "--tokenizer", word_tokenizer, "--dataset-min-input-tokens", "2", "--query-count", "30")
+        requests, log = _log(srv)
+    assert doc["counts"]["completed"] == requests["completions"] == 30
+    assert {(e["prompt_words"], e["max_tokens"]) for e in log} == {(4, 3)}
+    assert doc["llm"]["layout"] == "sharegpt" and doc["llm"]["records_read"] == 2
+
+
+def test_embeddings_endpoint(tmp_path):
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/embeddings", "--query-count", "50",
+                   "--input-tokens", "16")
+        requests = srv.stats()["requests"]
+    assert doc["counts"]["completed"] == requests["embeddings"] == 50 and doc["counts"]["failed"] == 0
+    assert doc["llm"]["endpoint"] == "embeddings" and doc["llm"]["requests"]["embeddings"] == 50
+    assert doc["llm"]["requests"]["input_tokens_sent"] == 50 * 16
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--extra-body", "[1]"), "--extra-body"),
+    (("--input-tokens", "many"), "--input-tokens"),
+    (("--dataset", "BAD"), "line 2"),
+    (("--dataset", "MISSING"), "cannot read"),
+    (("--tokenizer", "TOKDIR"), "--tokenizer"),
+])
+def test_bad_workload_input_exits_2_naming_it(tmp_path, args, says):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "w1"}\n{"prompt": 3}\n')
+    subst = {"BAD": str(bad), "MISSING": str(tmp_path / "missing.jsonl"), "TOKDIR": str(tmp_path / "no-tok")}
+    args = tuple(subst.get(a, a) for a in args)
+    with start_scripted(tmp_path, *SERVER) as srv:
+        proc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--query-count", "5", *args, expect=2)
+    assert says in proc.stderr, proc.stderr
+    if "BAD" in subst and args[-1] == str(bad):
+        assert str(bad) in proc.stderr
+
+
+def test_distinct_prompts_are_capped_whatever_the_sample_count():
+    from loadgen.llm.workload import MAX_PROMPTS
+
+    w = build_workload(LlmOptions(sample_count=10**12, input_tokens="4"), "completions", "m")
+    assert len(w.bodies) == MAX_PROMPTS and "wrap around" in w.source
