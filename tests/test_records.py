@@ -225,6 +225,24 @@ def test_ctrl_c_mid_run_leaves_a_complete_file_of_what_was_resolved(tmp_path, fm
     assert len(df) < 3000  # stopped: well short of 30 s at 300 queries/s
 
 
+@pytest.mark.integration
+def test_a_failed_conversion_is_exit_1_naming_the_spool_and_the_result_is_kept(tmp_path):
+    pytest.importorskip("pyarrow")
+    # The SUT puts a folder where the Parquet file is to go, once the run is under way.
+    sut = write(tmp_path / "blocker.py", "import os\n\ndef f(i):\n    os.makedirs('r.parquet', exist_ok=True)\n")
+    proc = run_cli("run", "--sut", f"python:{sut}:f", "--scenario", "constant", "--target-qps", "500",
+                   "--duration-s", "0.3", "--max-issue-delay-ms", "100", "--record-requests", "r.parquet",
+                   "--output", "out", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    spool = tmp_path / "r.parquet.spool"
+    assert f"they are kept in {spool}" in proc.stderr and "which is incomplete" not in proc.stderr, proc.stderr
+    doc = json.loads((tmp_path / "out" / "result.json").read_text())
+    check_result(doc)
+    assert str(spool) in doc["requests"]["error"] and doc["requests"]["records"] == 0
+    kept = np.fromfile(spool, dtype=_core.record_dtype)
+    assert len(kept) == doc["counts"]["issued"] > 0
+
+
 def _parquet_engine(tmp_path: Path, qps: float = 20000) -> Engine:
     settings = EngineSettings(mode="constant", target_qps=qps, duration_s=0.2,
                               record_requests=str(tmp_path / "r.parquet"))

@@ -128,7 +128,7 @@ class ParquetConversion:
 
     def __init__(self, path: str, worker_index: int) -> None:
         self.path = path
-        self.spool = spool_path(path)
+        self.spool = os.path.abspath(spool_path(path))  # absolute: errors say where it is
         self.worker_index = worker_index
         self.error = ""
         self.written = 0
@@ -153,7 +153,7 @@ class ParquetConversion:
                 # begun, has no footer and cannot be read, so it goes.
                 self.written = 0
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
-                self.error = (f"converting the records to {self.path} failed ({why}); they are kept in "
+                self.error = (f"converting the records to {os.path.abspath(self.path)} failed ({why}); they are kept in "
                               f"{self.spool} ({_core.record_dtype.itemsize} bytes each, as "
                               "loadgen._core.record_dtype)")
                 if self._begun and os.path.exists(self.path):
