@@ -74,6 +74,17 @@ def read_records(path: Path) -> "pd.DataFrame":
     return read_jsonl(path)
 
 
+def thread_names() -> set:
+    """The names of this process's threads now (one that ends meanwhile is left out)."""
+    names = set()
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            names.add(comm.read_text().strip())
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            pass
+    return names
+
+
 def hdr_percentile(values: np.ndarray, pct: float) -> int:
     """The value at a percentile as HdrHistogram counts it (the smallest value with at
     least pct% of the values at or below it)."""
@@ -325,7 +336,7 @@ def test_every_sut_form_gets_one_row_per_query(tmp_path, sut):
         engine.start()
         names = set()
         while not engine.wait(0.05):
-            names |= {Path(p).read_text().strip() for p in Path("/proc/self/task").glob("*/comm")}
+            names |= thread_names()
         result = engine.result()
         section = engine.requests_section(0.0)
     df = read_jsonl(rec)
