@@ -8,9 +8,12 @@ are interleaved round by round, and each figure is the median over the rounds:
 
 - issue delay p99 (issued - scheduled: the generator's own lateness);
 - the achieved rate (completed queries per second);
-- the process's CPU seconds (user + system, the whole child: engine, writer, Python);
+- the process's CPU seconds (user + system, the whole child: engine, writer, Python,
+  and for Parquet the conversion after the run);
 - the writer's throughput: records written per CPU second of the writer thread
-  (``lg-records`` for JSON lines, the Python thread for Parquet).
+  (``lg-records``: JSON lines, or for Parquet the raw spool);
+- for Parquet, the conversion of the spool after the run (``convert_s`` of the result's
+  ``requests`` section): seconds, and records per second.
 
 Then, without the engine, the capture itself: 2 million records appended on one thread
 (what the resolving thread pays per query) while ``lg-records`` writes them, and the
@@ -61,12 +64,14 @@ def child(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
     if path:
         stats = engine._core.records_stats()
-        parquet = engine._parquet
-        records = parquet.written if parquet is not None else stats["written"]
-        writer_cpu_s = parquet.cpu_s if parquet is not None else stats["writer_cpu_ns"] / 1e9
-        out.update(records=records, bytes=os.path.getsize(path), peak_buffered=stats["peak_buffered"],
-                   writer_records_per_cpu_s=records / writer_cpu_s if writer_cpu_s > 0 else None,
-                   error=stats["error"] or (parquet.error if parquet is not None else ""))
+        section = engine.requests_section(0.0) or {}
+        writer_cpu_s = stats["writer_cpu_ns"] / 1e9
+        out.update(records=section["records"], bytes=os.path.getsize(path), peak_buffered=stats["peak_buffered"],
+                   writer_records_per_cpu_s=stats["written"] / writer_cpu_s if writer_cpu_s > 0 else None,
+                   error=section.get("error", ""))
+        if "convert_s" in section:
+            out.update(convert_s=section["convert_s"], spool_bytes=stats["bytes"],
+                       convert_records_per_s=section["records"] / section["convert_s"] if section["convert_s"] else None)
     return out
 
 
@@ -155,6 +160,10 @@ def report(runs: Dict[str, List[Dict[str, Any]]], args: argparse.Namespace) -> N
         print(f"{mode:8s} {p99 / 1e3:9.1f} us [{p99 / off['issue_delay_p99_ns']:4.2f}] "
               f"{qps:12,.0f} [{qps / off['completed_qps']:5.3f}] {cpu:8.2f} [{cpu / off['cpu_s']:4.2f}] "
               f"{writer:17,.0f} {size:7.1f}")
+    if "parquet" in runs:
+        print(f"parquet conversion after the run: {med('parquet', 'convert_s'):.2f} s, "
+              f"{med('parquet', 'convert_records_per_s'):,.0f} records/s, "
+              f"spool {med('parquet', 'spool_bytes') / 1e6:.1f} MB (medians)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(runs, f, indent=2)

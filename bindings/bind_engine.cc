@@ -76,27 +76,6 @@ std::string utf8_text(const py::str& s) {
   return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
 }
 
-// The next chunk of records as a structured array that owns it (no copy); None once
-// every record has been taken, an empty array on timeout.
-py::object take_records(Engine& e, const py::object& timeout_s) {
-  loadgen::RequestLog* log = e.records();
-  if (log == nullptr || log->settings().sink != loadgen::RecordSink::kChunks) {
-    throw py::value_error("take_records needs settings.records_sink == RecordSink.chunks");
-  }
-  const int64_t timeout_ns = seconds_to_ns(timeout_s);
-  bool end = false;
-  std::unique_ptr<loadgen::RequestLog::Chunk> chunk;
-  {
-    py::gil_scoped_release release;
-    chunk = log->take(timeout_ns, &end);
-  }
-  if (end) return py::none();
-  if (!chunk) return py::array_t<loadgen::RequestRecord>(0);
-  loadgen::RequestLog::Chunk* raw = chunk.release();
-  py::capsule owner(raw, [](void* p) { delete static_cast<loadgen::RequestLog::Chunk*>(p); });
-  return py::array_t<loadgen::RequestRecord>(static_cast<py::ssize_t>(raw->count), raw->records, owner);
-}
-
 py::dict records_stats(const Engine& e) {
   py::dict d;
   const loadgen::RequestLog* log = e.records();
@@ -232,7 +211,9 @@ void bind_engine(py::module_& m) {
   py::enum_<loadgen::RecordSink>(m, "RecordSink")
       .value("none", loadgen::RecordSink::kNone)
       .value("jsonl", loadgen::RecordSink::kJsonl)
-      .value("chunks", loadgen::RecordSink::kChunks);
+      .value("spool", loadgen::RecordSink::kSpool);
+  // The layout of a record in a spool file (numpy.memmap reads it with this dtype).
+  m.attr("record_dtype") = py::dtype::of<loadgen::RequestRecord>();
 
   py::class_<EngineSettings> settings(m, "EngineSettings");
   // The demo and fixed-delay parameters once sat on EngineSettings itself; these names
@@ -425,9 +406,6 @@ void bind_engine(py::module_& m) {
              return out;
            },
            "The intervals so far, one dict each (safe while running).")
-      .def("take_records", &take_records, py::arg("timeout_s") = py::none(),
-           "Records sink 'chunks': the next chunk of per-request records as a structured "
-           "array (fields as RequestRecord); empty on timeout, None once all are taken.")
       .def("record_kinds",
            [](const Engine& e) {
              return e.records() ? e.records()->kinds() : std::vector<std::string>{};

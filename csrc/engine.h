@@ -88,7 +88,7 @@ struct EngineSettings {
   /// up to as many again (see Engine::fail()).
   int64_t max_error_messages = 10;
   /// Per-request records: one RequestRecord per resolved query (warm-up ones too),
-  /// written to records.path (JSONL) or handed out by take_records() (see RequestLog).
+  /// written to records.path as JSON lines or as a raw spool (see RequestLog).
   RequestLogSettings records;
 };
 

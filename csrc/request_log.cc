@@ -65,8 +65,8 @@ struct LineWriter {
 
 RequestLog::RequestLog(RequestLogSettings settings, std::function<void()> on_written)
     : id_(next_log_id.fetch_add(1)), s_(std::move(settings)), on_written_(std::move(on_written)) {
-  if (s_.sink == RecordSink::kJsonl) {
-    file_ = std::fopen(s_.path.c_str(), "w");
+  if (s_.sink != RecordSink::kNone) {
+    file_ = std::fopen(s_.path.c_str(), s_.sink == RecordSink::kSpool ? "wb" : "w");
     if (file_ == nullptr) {
       throw std::invalid_argument("record_requests: cannot write " + s_.path + ": " + std::strerror(errno));
     }
@@ -80,7 +80,7 @@ RequestLog::~RequestLog() {
 }
 
 void RequestLog::start() {
-  if (s_.sink != RecordSink::kJsonl || writer_.joinable()) return;
+  if (s_.sink == RecordSink::kNone || writer_.joinable()) return;
   writer_ = std::thread([this] { writer_loop(); });
 }
 
@@ -188,8 +188,8 @@ void RequestLog::seal() noexcept {
     sealed_ = true;
   }
   cv_.notify_all();
-  if (s_.sink != RecordSink::kJsonl || !writer_.joinable()) {
-    // No writer thread (chunks for a consumer, or a run that never started): sealed is done.
+  if (!writer_.joinable()) {
+    // No writer thread (a run that never started): sealed is done.
     done_.store(true, std::memory_order_release);
     if (on_written_) on_written_();
   }
@@ -197,26 +197,6 @@ void RequestLog::seal() noexcept {
 
 void RequestLog::join() {
   if (writer_.joinable()) writer_.join();
-}
-
-std::unique_ptr<RequestLog::Chunk> RequestLog::take(int64_t timeout_ns, bool* end) {
-  *end = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  auto ready = [this] { return !queue_.empty() || sealed_; };
-  if (timeout_ns < 0) {
-    cv_.wait(lock, ready);
-  } else if (!cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ready)) {
-    return nullptr;
-  }
-  if (queue_.empty()) {
-    *end = true;
-    return nullptr;
-  }
-  std::unique_ptr<Chunk> c = std::move(queue_.front());
-  queue_.pop_front();
-  buffered_ -= static_cast<int64_t>(c->count);
-  written_.fetch_add(static_cast<int64_t>(c->count), std::memory_order_relaxed);
-  return c;
 }
 
 RequestLogStats RequestLog::stats() const {
@@ -268,6 +248,23 @@ void RequestLog::writer_loop() {
 }
 
 bool RequestLog::write_chunk(const Chunk& c, std::string& buf, std::vector<std::string>& kinds) {
+  const char* data = reinterpret_cast<const char*>(c.records);
+  size_t n = c.count * sizeof(RequestRecord);
+  if (s_.sink == RecordSink::kJsonl) {
+    n = format_jsonl(c, buf, kinds);
+    data = buf.data();
+  }
+  if (std::fwrite(data, 1, n, file_) != n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = "writing " + s_.path + " failed: " + std::strerror(errno);
+    return false;
+  }
+  bytes_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  written_.fetch_add(static_cast<int64_t>(c.count), std::memory_order_relaxed);
+  return true;
+}
+
+size_t RequestLog::format_jsonl(const Chunk& c, std::string& buf, std::vector<std::string>& kinds) {
   buf.resize(c.count * kMaxLineBytes);
   LineWriter w{buf.data()};
   for (size_t i = 0; i < c.count; ++i) {
@@ -315,15 +312,7 @@ bool RequestLog::write_chunk(const Chunk& c, std::string& buf, std::vector<std::
     w.number(s_.worker_index);
     w.text(r.warmup ? ",\"warmup\":true}\n" : ",\"warmup\":false}\n");
   }
-  const size_t n = static_cast<size_t>(w.p - buf.data());
-  if (std::fwrite(buf.data(), 1, n, file_) != n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = "writing " + s_.path + " failed: " + std::strerror(errno);
-    return false;
-  }
-  bytes_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
-  written_.fetch_add(static_cast<int64_t>(c.count), std::memory_order_relaxed);
-  return true;
+  return static_cast<size_t>(w.p - buf.data());
 }
 
 void RequestLog::finish_file() {

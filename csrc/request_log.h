@@ -1,8 +1,8 @@
 #pragma once
 // Per-request records (--record-requests): one fixed-size record per resolved query,
 // appended on the thread that resolves it into that thread's own chunk, and written by a
-// background thread (JSONL, formatted here) or handed to a consumer (Parquet, written
-// from Python). See DESIGN.md, "Threads".
+// background thread: as JSON lines (formatted here), or as the raw records to a spool file
+// that Python converts to Parquet once the run is over. See DESIGN.md, "Threads".
 
 #include <atomic>
 #include <condition_variable>
@@ -44,24 +44,25 @@ static_assert(sizeof(RequestRecord) == 64, "RequestRecord is one cache line");
 enum class RecordSink {
   kNone,    ///< not recorded
   kJsonl,   ///< written as JSON lines to `path` by the log's own thread ("lg-records")
-  kChunks,  ///< handed out by take() (the Parquet writer in Python drains them)
+  kSpool,   ///< the records as they are (64 bytes each, native byte order) to `path`, by
+            ///< the same thread; converted to Parquet after the run (engine/records.py)
 };
 
 struct RequestLogSettings {
   RecordSink sink = RecordSink::kNone;
-  std::string path;          ///< kJsonl: the file (created or truncated)
+  std::string path;          ///< kJsonl, kSpool: the file (created or truncated)
   int64_t worker_index = 0;  ///< written in every JSON line
 };
 
 /// What a log did, read together.
 struct RequestLogStats {
   int64_t appended = 0;       ///< records captured
-  int64_t written = 0;        ///< kJsonl: records written to the file; kChunks: handed out
+  int64_t written = 0;        ///< records written to the file
   int64_t lost = 0;           ///< records that could not be kept (no memory for a chunk)
   int64_t peak_buffered = 0;  ///< most records waiting in full chunks for the writer at once
-  int64_t bytes = 0;          ///< kJsonl: bytes written
-  int64_t writer_cpu_ns = 0;  ///< kJsonl: CPU time of the writer thread, once it ended
-  std::string error;          ///< kJsonl: why writing failed ("" when it did not)
+  int64_t bytes = 0;          ///< bytes written
+  int64_t writer_cpu_ns = 0;  ///< CPU time of the writer thread, once it ended
+  std::string error;          ///< why writing failed ("" when it did not)
 };
 
 /// Captures records from any number of threads and writes them in the background.
@@ -72,7 +73,7 @@ struct RequestLogStats {
 /// A thread's chunk is written only by that thread; its fill count is published with a
 /// release store, so seal() (which reads the partial chunks, under the mutex) sees every
 /// record it counts. seal() must come after the last append() (the engine calls it once
-/// every query is resolved). intern_kind(), stats(), kinds() and take() from any thread.
+/// every query is resolved). intern_kind(), stats() and kinds() from any thread.
 class RequestLog {
  public:
   static constexpr size_t kChunkRecords = 4096;
@@ -85,15 +86,15 @@ class RequestLog {
     size_t count = 0;
   };
 
-  /// kJsonl: opens (creates or truncates) the file; throws std::invalid_argument naming
-  /// it and the system's reason when it cannot. `on_written` is called (from the writer
+  /// Opens (creates or truncates) the file; throws std::invalid_argument naming it and
+  /// the system's reason when it cannot. `on_written` is called (from the writer
   /// thread) once everything is written and the file closed.
   RequestLog(RequestLogSettings settings, std::function<void()> on_written);
   ~RequestLog();
   RequestLog(const RequestLog&) = delete;
   RequestLog& operator=(const RequestLog&) = delete;
 
-  /// Starts the writer thread (kJsonl). Once.
+  /// Starts the writer thread. Once.
   void start();
   /// Appends one record on the calling thread. Never blocks on the writer.
   void append(const RequestRecord& r) noexcept {
@@ -115,14 +116,10 @@ class RequestLog {
   /// After the last append(): queues every partial chunk and ends the input; the writer
   /// writes what is queued, closes the file and stops. Idempotent.
   void seal() noexcept;
-  /// True once everything sealed is written and the file closed (kJsonl), or once sealed
-  /// (kChunks: the consumer decides when it is written).
+  /// True once everything sealed is written and the file closed.
   bool done() const noexcept { return done_.load(std::memory_order_acquire); }
   /// Joins the writer thread (after done(); waits for it otherwise).
   void join();
-  /// kChunks: the next full or sealed chunk, waiting up to `timeout_ns` (< 0: forever).
-  /// Null on timeout, or with `*end` set once sealed and every chunk taken.
-  std::unique_ptr<Chunk> take(int64_t timeout_ns, bool* end);
   RequestLogStats stats() const;
   const RequestLogSettings& settings() const noexcept { return s_; }
 
@@ -140,8 +137,10 @@ class RequestLog {
   std::unique_ptr<Chunk> fresh_chunk_locked() noexcept;
   void recycle(std::unique_ptr<Chunk> c);
   void writer_loop();
-  // Writes one chunk as JSON lines; false (and error_ set) when the write failed.
+  // Writes one chunk as JSON lines (kJsonl) or as it is (kSpool); false (and error_ set)
+  // when the write failed.
   bool write_chunk(const Chunk& c, std::string& buf, std::vector<std::string>& kinds);
+  size_t format_jsonl(const Chunk& c, std::string& buf, std::vector<std::string>& kinds);
   void finish_file();
 
   const uint64_t id_;  // never reused: a stale thread-local cache entry cannot match

@@ -29,11 +29,14 @@ def parse_stub() -> ast.Module:
 
 
 def stub_top_level() -> dict:
-    """name -> ast node for each top-level class and function of the stub."""
+    """name -> ast node for each top-level class, function and annotated attribute
+    (``record_dtype: ...``) of the stub."""
     out = {}
     for node in parse_stub().body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             out[node.name] = node
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = node
     return out
 
 
@@ -87,6 +90,8 @@ def test_stub_classes_match_the_extension_kinds():
             continue  # reported by the name comparison
         if isinstance(node, ast.ClassDef):
             assert inspect.isclass(obj), f"{name} is a class in the stub but not in the extension"
+        elif isinstance(node, ast.AnnAssign):
+            assert not callable(obj), f"{name} is an attribute in the stub"
         else:
             assert callable(obj) and not inspect.isclass(obj), f"{name} is a function in the stub"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -121,8 +122,10 @@ def _records_written(doc: Dict[str, Any], quiet: bool) -> bool:
     if section is None:
         return True
     if section.get("error"):
-        warn(f"--record-requests: {section['error']}; {section['records']} records were written "
-             f"to {section['file']}, which is incomplete")
+        # A Parquet file whose conversion failed is not there (its spool is, as the error says).
+        written = (f"; {section['records']} records were written to {section['file']}, which is incomplete"
+                   if os.path.isfile(section["file"]) else "")
+        warn(f"--record-requests: {section['error']}{written}")
         return False
     if not quiet:
         print(f"wrote {section['records']} request records to {section['file']}")

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from loadgen import _core
 from loadgen.engine.dispatch import DISPATCHED_FORMS, Dispatcher
-from loadgen.engine.records import ParquetRecords, requests_section
+from loadgen.engine.records import ParquetConversion, requests_section
 from loadgen.engine.records import sink as records_sink
 from loadgen.engine.settings import EngineSettings
 from loadgen.stats.histogram import Histogram
@@ -95,9 +95,9 @@ class Engine:
         self.sut = sut
         self.sut_form = classify_sut(sut)
         self._core = _core.Engine(settings.to_core(self.sut_form, sut))
-        self._parquet: Optional[ParquetRecords] = None
-        if settings.record_requests and records_sink(settings.record_requests) == _core.RecordSink.chunks:
-            self._parquet = ParquetRecords(self._core, settings.record_requests, settings.record_worker_index)
+        self._parquet: Optional[ParquetConversion] = None
+        if settings.record_requests and records_sink(settings.record_requests) == _core.RecordSink.spool:
+            self._parquet = ParquetConversion(settings.record_requests, settings.record_worker_index)
         self._dispatcher: Optional[Dispatcher] = None
         self._stopped = False
 
@@ -107,8 +107,6 @@ class Engine:
         """Starts the run; Python SUTs are driven from a background thread. A loop SUT is
         opened on its loop first (connections made), so that the first scheduled time
         comes after it is ready, not during its setup."""
-        if self._parquet is not None:
-            self._parquet.start()
         if self.sut_form != "loop":
             # A loop SUT's dispatcher opens the SUT, then starts the run itself: no hand-off
             # between threads (and their wait for the GIL) sits between the first
@@ -155,8 +153,6 @@ class Engine:
             self._dispatcher.join(1.0)
             if self._dispatcher.error is not None:
                 raise self._dispatcher.error
-        if self._parquet is not None:
-            self._parquet.join()  # the engine has sealed its records: the writer ends
         error = self._core.run_error
         if error:
             raise ValueError(error)
@@ -169,11 +165,17 @@ class Engine:
         self._core.wait(None)
         if self._dispatcher is not None:
             self._dispatcher.join(1.0)  # see wait(): a stuck SUT call cannot be interrupted
-        if self._parquet is not None:
-            if self._core.finished:
-                self._parquet.join()
-            else:  # never started: no records will come
-                self._parquet.abandon()
+        self.write_records()
+
+    def write_records(self) -> None:
+        """Once the run has ended, writes the Parquet file of ``--record-requests`` from
+        the spool the engine wrote during the run (see
+        :class:`loadgen.engine.records.ParquetConversion`); nothing for JSON lines (the
+        engine has written them), before the run has ended, or a second time. Raises
+        nothing: a failure is the ``error`` of :meth:`requests_section`. :meth:`run`,
+        :meth:`close` and :meth:`requests_section` call it."""
+        if self._parquet is not None and self._core.finished:
+            self._parquet.run(self._core.record_kinds(), self._core.records_stats()["error"])
 
     def run(self) -> RunResult:
         """Starts, waits, and returns the result. Ctrl-C aborts the run and re-raises."""
@@ -183,6 +185,7 @@ class Engine:
         except KeyboardInterrupt:
             self.close()
             raise
+        self.write_records()
         return self.result()
 
     def __enter__(self) -> Engine:
@@ -212,10 +215,12 @@ class Engine:
 
     def requests_section(self, clock_offset_s: float) -> Optional[Dict[str, Any]]:
         """The result document's ``requests`` section (see
-        :func:`loadgen.engine.records.requests_section`), None without records.
+        :func:`loadgen.engine.records.requests_section`), None without records; after the
+        run, once :meth:`write_records` has written a Parquet file (it is called here).
         ``clock_offset_s`` is the wall clock minus the engine's clock, in seconds."""
         if not self.settings.record_requests:
             return None
+        self.write_records()
         return requests_section(self._core, self.settings.record_requests, self._parquet,
                                 self._core.measure_start_ns, clock_offset_s)
 

@@ -1,18 +1,18 @@
 """Per-request records (``--record-requests FILE``): one row per query the engine resolved.
 
 The engine captures a fixed-size record on the thread that resolves each query (native
-code, no lock per query; see ``csrc/request_log.h``). A JSON Lines file is formatted and
-written by the engine's own thread (``lg-records``); a Parquet file (``.parquet``, with
-pyarrow installed) is written from the chunks the engine hands out, by
-:class:`ParquetRecords` on a Python thread. Either way the file is complete when the
-run's ``wait`` returns, and the result document's ``requests`` section says where it is
-and how to put its times on the wall clock (:func:`requests_section`).
+code, no lock per query; see ``csrc/request_log.h``), and its own thread (``lg-records``)
+writes them: formatted as JSON lines, or, for a Parquet file (``.parquet``, with pyarrow
+installed), as they are to a spool file beside it (``FILE.spool``). Once the run is over
+:class:`ParquetConversion` turns the spool into the Parquet file, a row group at a time
+(a memory map over the spool: large runs never need it all in memory), and removes it.
+The result document's ``requests`` section says where the file is and how to put its
+times on the wall clock (:func:`requests_section`).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -20,14 +20,14 @@ import numpy as np
 
 from loadgen import _core
 
-__all__ = ["FIELDS", "ParquetRecords", "check_record_path", "record_format", "requests_section"]
+__all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "spool_path"]
 
 #: The columns of a record, in file order (the README's "Per-request records" explains each).
 FIELDS = ("query", "scheduled_ns", "issued_ns", "completed_ns", "first_token_ns", "latency_ns", "status", "error",
           "sample_index", "samples", "input_tokens", "output_tokens", "worker_index", "warmup")
 #: RecordStatus values, by number.
 STATUSES = ("ok", "failed", "timed_out", "cancelled")
-#: Records per Parquet row group (16 of the engine's chunks).
+#: Records per Parquet row group (16 of the engine's chunks; 4 MiB of spool).
 ROW_GROUP_RECORDS = 65536
 
 
@@ -60,7 +60,17 @@ def sink(path: Optional[str]) -> Any:
     """The engine's records sink for ``path`` (None: no records)."""
     if not path:
         return _core.RecordSink.none
-    return _core.RecordSink.chunks if record_format(path) == "parquet" else _core.RecordSink.jsonl
+    return _core.RecordSink.spool if record_format(path) == "parquet" else _core.RecordSink.jsonl
+
+
+def spool_path(path: str) -> str:
+    """The spool file the engine writes a Parquet file's raw records to: ``path.spool``."""
+    return path + ".spool"
+
+
+def engine_path(path: str) -> str:
+    """The file the engine itself writes for ``path``: the spool for Parquet, else ``path``."""
+    return spool_path(path) if record_format(path) == "parquet" else path
 
 
 def _schema() -> Any:
@@ -73,7 +83,7 @@ def _schema() -> Any:
 
 
 def records_table(chunk: Any, kinds: List[str], worker_index: int) -> Any:
-    """The engine's records (a structured array from ``take_records``) as a pyarrow
+    """The engine's records (a structured array of ``_core.record_dtype``) as a pyarrow
     Table with :data:`FIELDS` as columns: absent times and counts null, latency only for
     completed queries, the error kind (or ``timed_out``, ``cancelled``) for the rest."""
     import pyarrow as pa
@@ -106,97 +116,82 @@ def records_table(chunk: Any, kinds: List[str], worker_index: int) -> Any:
     return pa.Table.from_pydict(columns, schema=_schema())
 
 
-class ParquetRecords:
-    """Writes an engine's records to a Parquet file from a background thread
-    (``loadgen-records``): it takes the engine's chunks as they fill, and writes a row
-    group per :data:`ROW_GROUP_RECORDS`. The file is opened here, so that a path that
-    cannot be written fails before the run. A write that fails is kept in :attr:`error`;
-    the chunks are still taken (their memory given back) until the run ends."""
+class ParquetConversion:
+    """Converts a run's spool (``spool_path(path)``) to the Parquet file ``path`` once
+    the engine has written it all: a row group per :data:`ROW_GROUP_RECORDS` records,
+    each read through a memory map of the spool, so memory stays at one row group.
 
-    def __init__(self, core: Any, path: str, worker_index: int) -> None:
-        import pyarrow.parquet as pq
+    :meth:`run` never raises. On success the spool is removed; on a failure (the spool's
+    own write failed, pyarrow failed, or a KeyboardInterrupt came while converting) the
+    spool is kept, any partial Parquet file removed, and :attr:`error` says why and where
+    the records are."""
 
+    def __init__(self, path: str, worker_index: int) -> None:
         self.path = path
+        self.spool = os.path.abspath(spool_path(path))  # absolute: errors say where it is
+        self.worker_index = worker_index
         self.error = ""
         self.written = 0
-        #: CPU seconds the writer thread used, once it ended.
-        self.cpu_s = 0.0
-        self._core = core
-        self._worker_index = worker_index
-        try:
-            # Dictionary encoding only where it pays (the two string columns): on the
-            # integer columns it costs more time than it saves space.
-            self._writer: Any = pq.ParquetWriter(path, _schema(), use_dictionary=["status", "error"])
-        except OSError as e:
-            raise ValueError(f"record_requests: cannot write {path}: {e.strerror or e}") from None
-        self._thread: Optional[threading.Thread] = None
-        self._abandoned = threading.Event()
+        #: Seconds the conversion took (None until it ran).
+        self.convert_s: Optional[float] = None
+        self._begun = False  # the Parquet file was opened (so a failure removes it)
 
-    def start(self) -> None:
-        """Starts the writer thread (after the engine started)."""
-        self._thread = threading.Thread(target=self._drain, name="loadgen-records", daemon=True)
-        self._thread.start()
-
-    def join(self, timeout_s: Optional[float] = None) -> bool:
-        """Waits until every record is written and the file closed (or the thread was
-        never started: then closes the file); True when done."""
-        if self._thread is None:
-            self._close()
-            return True
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
-
-    def abandon(self) -> None:
-        """The engine never ran: ends the thread (which closes the file, empty)."""
-        self._abandoned.set()
-        self.join()
-
-    def _drain(self) -> None:
-        pending: List[Any] = []
-        count = 0
-        while True:
-            chunk = self._core.take_records(0.2)
-            if chunk is None:
-                break
-            if len(chunk) == 0:
-                if self._abandoned.is_set():
-                    break
-                continue
-            pending.append(chunk)
-            count += len(chunk)
-            if count >= ROW_GROUP_RECORDS:
-                self._write(pending)
-                pending, count = [], 0
-        self._write(pending)
-        self._close()
-        self.cpu_s = time.thread_time()
-
-    def _write(self, chunks: List[Any]) -> None:
-        if not chunks or self.error:
+    def run(self, kinds: List[str], spool_error: str) -> None:
+        """Converts (once); ``kinds`` are the error kinds by index, ``spool_error`` the
+        engine's error writing the spool ("" when none)."""
+        if self.convert_s is not None:
             return
-        try:
-            table = records_table(np.concatenate(chunks), self._core.record_kinds(), self._worker_index)
-            self._writer.write_table(table, row_group_size=len(table))
-            self.written += len(table)
-        except Exception as e:  # disk full, a closed file: the run goes on, the error is reported
-            self.error = f"writing {self.path} failed: {type(e).__name__}: {e}"
+        started = time.monotonic()
+        if spool_error:
+            self.error = f"{spool_error}; no Parquet file was written, the records so far are in {self.spool}"
+        else:
+            try:
+                self._convert(kinds)
+                os.unlink(self.spool)
+            except (Exception, KeyboardInterrupt) as e:
+                # Interrupted or failed: the spool holds every record; the Parquet file, if
+                # begun, has no footer and cannot be read, so it goes.
+                self.written = 0
+                why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+                self.error = (f"converting the records to {os.path.abspath(self.path)} failed ({why}); they are kept in "
+                              f"{self.spool} ({_core.record_dtype.itemsize} bytes each, as "
+                              "loadgen._core.record_dtype)")
+                if self._begun and os.path.exists(self.path):
+                    os.unlink(self.path)
+        self.convert_s = time.monotonic() - started
 
-    def _close(self) -> None:
-        try:
-            self._writer.close()
-        except Exception as e:
-            self.error = self.error or f"writing {self.path} failed: {type(e).__name__}: {e}"
+    def _convert(self, kinds: List[str]) -> None:
+        import pyarrow.parquet as pq
+
+        dtype = _core.record_dtype
+        count = os.path.getsize(self.spool) // dtype.itemsize  # whole records only
+        # Dictionary encoding only where it pays (the two string columns): on the integer
+        # columns it costs more time than it saves space.
+        with pq.ParquetWriter(self.path, _schema(), use_dictionary=["status", "error"]) as writer:
+            self._begun = True
+            if count == 0:
+                return
+            spool = np.memmap(self.spool, dtype=dtype, mode="r", shape=(count,))
+            try:
+                for begin in range(0, count, ROW_GROUP_RECORDS):
+                    table = records_table(spool[begin:begin + ROW_GROUP_RECORDS], kinds, self.worker_index)
+                    writer.write_table(table, row_group_size=len(table))
+                    self.written += len(table)
+            finally:
+                del spool  # unmapped (the file can go)
 
 
-def requests_section(core: Any, path: str, parquet: Optional[ParquetRecords], start_ns: int,
+def requests_section(core: Any, path: str, parquet: Optional[ParquetConversion], start_ns: int,
                      clock_offset_s: float) -> Dict[str, Any]:
     """The result document's ``requests`` section: the file, its format, how many
     records it holds, the engine's measure start on the records' clock (``start_ns``) and
     on the wall clock (``start_epoch_s``: add ``(t_ns - start_ns) / 1e9`` to it), the most
-    records waiting for the writer at once, and (only when it failed) the write error."""
+    records waiting for the writer at once, for Parquet the seconds the conversion from
+    the spool took (``convert_s``), and (only when it failed) the write error. ``parquet``
+    has run already."""
     stats = core.records_stats()
     written = parquet.written if parquet is not None else stats["written"]
-    error = (parquet.error if parquet is not None else "") or stats["error"]
+    error = parquet.error if parquet is not None else stats["error"]
     if stats["lost"] and not error:
         error = f"{stats['lost']} records could not be kept (out of memory)"
     section: Dict[str, Any] = {
@@ -207,6 +202,8 @@ def requests_section(core: Any, path: str, parquet: Optional[ParquetRecords], st
         "start_epoch_s": clock_offset_s + start_ns / 1e9 if start_ns else None,
         "peak_buffered": int(stats["peak_buffered"]),
     }
+    if parquet is not None:
+        section["convert_s"] = round(parquet.convert_s or 0.0, 6)
     if error:
         section["error"] = error
     return section

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from loadgen import _core, defaults
-from loadgen.engine.records import record_format
+from loadgen.engine.records import engine_path, record_format
 from loadgen.engine.records import sink as records_sink
 from loadgen.engine.trace import load_trace
 from loadgen.units import s_to_ns as _ns
@@ -283,7 +283,7 @@ class EngineSettings:
         s.inline_dispatch = bool(self.inline_dispatch)
         if self.record_requests:
             s.records_sink = records_sink(self.record_requests)
-            s.records_path = str(self.record_requests)
+            s.records_path = engine_path(str(self.record_requests))
             s.records_worker_index = int(self.record_worker_index)
         if sut_form in ("null", "fixed_delay", "demo"):
             # A native SUT knows its own settings; a bare "null" form needs none.
