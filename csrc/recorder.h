@@ -56,6 +56,13 @@ struct RecorderSettings {
   /// (over_ttft_bound(), over_tpot_bound()); 0..8 each, each >= 1.
   std::vector<int64_t> ttft_bounds_ns;
   std::vector<int64_t> tpot_bounds_ns;
+  /// Service level objectives, ns (0: none; else >= 1): every recorded completion is
+  /// judged against each that is set, exactly (RecorderCounts::slo_*). Latency is
+  /// completed - scheduled, TTFT first token - scheduled, TPOT (completed - first token)
+  /// / (tokens - 1); a query with at most one output token has no TPOT and meets it.
+  int64_t slo_latency_ns = 0;
+  int64_t slo_ttft_ns = 0;
+  int64_t slo_tpot_ns = 0;
   /// Also keep a per-query latency histogram (record_query_latency()).
   bool query_latency = false;
 };
@@ -74,6 +81,13 @@ struct RecorderCounts {
   /// highest_trackable_ns after it, or after the query's completion (whose time per
   /// output token is then not recorded either).
   int64_t first_token_out_of_range = 0;
+  /// With SLOs set: measured completions judged (each once, whatever its samples), those
+  /// meeting every SLO, and those meeting each one (0 when that one is not set).
+  int64_t slo_judged = 0;
+  int64_t slo_met = 0;
+  int64_t slo_met_latency = 0;
+  int64_t slo_met_ttft = 0;
+  int64_t slo_met_tpot = 0;
 };
 
 /// Records completions, first tokens and issue delays from any number of threads.
@@ -104,6 +118,7 @@ class Recorder {
     const int64_t latency = completed_ns - scheduled_ns;
     const int64_t service = completed_ns - issued_ns;
     // One unsigned compare each catches both a negative time and one above the range.
+    if (slo_any_) judge_slos(scheduled_ns, completed_ns, tpot_tokens, first_token_ns);
     if (static_cast<uint64_t>(latency) > top_ || static_cast<uint64_t>(service) > top_) {
       count_out_of_range(latency, samples);
       if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
@@ -171,6 +186,8 @@ class Recorder {
 
  private:
   void count_out_of_range(int64_t latency_ns, int64_t samples) noexcept;
+  void judge_slos(int64_t scheduled_ns, int64_t completed_ns, int64_t tokens,
+                  int64_t first_token_ns) noexcept;
 
   uint64_t top_;  // highest_trackable_ns
   int significant_figures_;
@@ -185,6 +202,15 @@ class Recorder {
   std::atomic<int64_t> out_of_range_min_{INT64_MAX};
   std::atomic<int64_t> out_of_range_max_{INT64_MIN};
   std::atomic<int64_t> first_token_out_of_range_{0};
+  int64_t slo_latency_ns_;
+  int64_t slo_ttft_ns_;
+  int64_t slo_tpot_ns_;
+  bool slo_any_;
+  std::atomic<int64_t> slo_judged_{0};
+  std::atomic<int64_t> slo_met_{0};
+  std::atomic<int64_t> slo_met_latency_{0};
+  std::atomic<int64_t> slo_met_ttft_{0};
+  std::atomic<int64_t> slo_met_tpot_{0};
   BoundCounts latency_over_;
   BoundCounts ttft_over_;
   BoundCounts tpot_over_;
