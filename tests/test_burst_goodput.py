@@ -173,7 +173,7 @@ def test_goodput_against_a_streaming_server_equals_the_recount_and_drives_fail_i
     slos = {"ttft": 12_000_000, "tpot": 2_000_000, "latency": 25_000_000}
     with start_scripted(tmp_path, "--ttft-ms", "5", "--itl-ms", "1", "--tokens", "8") as srv:
         proc = run_cli("run", "--json", "--scenario", "poisson", "--sut", f"openai+{srv.url}/v1/completions",
-                       "--model", "m", "--target-qps", "60", "--burstiness", "0.25", "--duration-s", "2",
+                       "--model", "m", "--target-qps", "30", "--burstiness", "0.25", "--duration-s", "2",
                        "--max-in-flight", "1", "--grace-s", "5", "--max-issue-delay-ms", "1000",
                        "--slo", "ttft<=12ms", "--slo", "tpot<=2ms", "--slo", "latency<=25ms",
                        "--record-requests", recs, "--output", out,
