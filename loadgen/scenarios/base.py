@@ -113,6 +113,7 @@ class Scenario:
         raise NotImplementedError
 
     def _base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
+        kw.update(slo_settings(o))
         return EngineSettings(
             samples_per_query=require(o.samples_per_query, "--samples-per-query"),
             sample_count=o.sample_count,
@@ -128,7 +129,6 @@ class Scenario:
             significant_figures=o.significant_figures,
             inline_dispatch=o.inline_dispatch,
             latency_bounds_ns=latency_bounds_ns(o),
-            **slo_settings(o),
             **kw,
         )
 
@@ -160,7 +160,7 @@ def latency_bounds_ns(o: RunOptions) -> Tuple[int, ...]:
     return (ms_to_ns(o.latency_bound_ms),) if o.latency_bound_ms is not None else ()
 
 
-def slo_settings(o: RunOptions) -> Dict[str, int]:
+def slo_settings(o: RunOptions) -> Dict[str, Any]:
     """The engine's SLO fields (slo_latency_ns, slo_ttft_ns, slo_tpot_ns) for ``--slo``."""
     from loadgen.results.goodput import parse_slos
 

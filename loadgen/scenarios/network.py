@@ -4,7 +4,7 @@ optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class Constant(_Timed):
     summary = ("open loop at a constant --target-qps (vegeta/wrk2 style), optional "
                "--max-in-flight; metric: completed QPS, with latency percentiles")
     mode = "constant"
-    uses = ("target_qps", "max_in_flight")
+    uses: Tuple[str, ...] = ("target_qps", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
