@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from loadgen import _core
+from loadgen.results import load_result
 from loadgen.results.goodput import goodput_section, parse_slo, parse_slos
 from tests.servers.scripted_proc import start_scripted
 from tests.test_cli_run import run_cli
@@ -154,9 +155,11 @@ def test_goodput_equals_a_recount_from_the_records_on_a_bursty_native_run(tmp_pa
     recs = tmp_path / "r.jsonl"
     proc = run_cli("run", "--json", "--scenario", "poisson", "--sut", "demo", "--target-qps", "3000",
                    "--duration-s", "0.6", "--burstiness", "0.3", "--slo", "latency<=2.5ms",
-                   "--record-requests", recs, "--max-issue-delay-ms", "50", cwd=tmp_path)
+                   "--record-requests", recs, "--max-issue-delay-ms", "50", "--output", tmp_path / "out",
+                   "--no-html", cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     doc = json.loads(proc.stdout)
+    assert load_result(tmp_path / "out" / "result.json")["goodput"] == doc["goodput"]  # the schema reads it
     g = doc["goodput"]
     met, of, each = _recount(_records(recs), {"latency": 2_500_000})
     assert (g["met"], g["of"], g["per_slo"]["latency"]["met"]) == (met, of, each["latency"])
