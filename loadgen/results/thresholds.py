@@ -29,6 +29,7 @@ THRESHOLD_METRICS = _LATENCY_METRICS + (
     "issue_delay_p99", "service_p99", "qps", "samples_per_s", "error_rate", "failed", "timed_out",
     "goodput", "goodput_fraction",
 )
+_FRACTIONS = ("error_rate", "goodput_fraction")  # also given in % (error_rate>1%)
 
 
 def _metric_value(doc: Dict[str, Any], metric: str) -> float:
@@ -70,10 +71,10 @@ def parse_threshold(expr: str) -> Tuple[str, str, float]:
         if unit is None or unit == "%":
             raise ThresholdError(f"{expr!r}: {metric} is a latency; give a unit (ns, us, ms, s)")
         value = to_ns(value, unit)
-    elif unit == "%" and metric in ("error_rate", "goodput_fraction"):
+    elif unit == "%" and metric in _FRACTIONS:
         value /= 100.0
     elif unit is not None:
-        raise ThresholdError(f"{expr!r}: {metric} takes no unit{' but %' if metric in ('error_rate', 'goodput_fraction') else ''}")
+        raise ThresholdError(f"{expr!r}: {metric} takes no unit{' but %' if metric in _FRACTIONS else ''}")
     return metric, op, value
 
 
