@@ -19,6 +19,8 @@ inline void put_recorder_counts(pybind11::dict& d, const loadgen::RecorderCounts
   d["slo_met_latency"] = c.slo_met_latency;
   d["slo_met_ttft"] = c.slo_met_ttft;
   d["slo_met_tpot"] = c.slo_met_tpot;
+  d["stream_rate_milli_sum"] = c.stream_rate_milli_sum;
+  d["stream_rate_count"] = c.stream_rate_count;
 }
 
 }  // namespace loadgen_bindings

@@ -112,6 +112,8 @@ RecorderCounts Recorder::counts() const noexcept {
   c.slo_met_latency = slo_met_latency_.load(std::memory_order_relaxed);
   c.slo_met_ttft = slo_met_ttft_.load(std::memory_order_relaxed);
   c.slo_met_tpot = slo_met_tpot_.load(std::memory_order_relaxed);
+  c.stream_rate_milli_sum = stream_rate_sum_.load(std::memory_order_relaxed);
+  c.stream_rate_count = stream_rate_count_.load(std::memory_order_relaxed);
   return c;
 }
 

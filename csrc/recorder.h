@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -88,6 +89,10 @@ struct RecorderCounts {
   int64_t slo_met_latency = 0;
   int64_t slo_met_ttft = 0;
   int64_t slo_met_tpot = 0;
+  /// Per stream: the sum over completions with a first token before their completion of
+  /// tokens / (completed - first token), in milli-tokens per second, and how many.
+  int64_t stream_rate_milli_sum = 0;
+  int64_t stream_rate_count = 0;
 };
 
 /// Records completions, first tokens and issue delays from any number of threads.
@@ -109,8 +114,10 @@ class Recorder {
   /// and issued at `issued_ns`, completed at `completed_ns` (all on the one clock).
   /// Records latency (completed - scheduled) and service time (completed - issued)
   /// `samples` times, counts latencies over each bound, adds `tokens` (>= 0) to the
-  /// token sum, and, when `tpot_tokens` > 1 and `first_token_ns` > 0, records the time
-  /// per output token (completed - first token) / (tpot_tokens - 1).
+  /// token sum, adds the stream's rate tokens / (completed - first token) when it has a
+  /// first token before its completion, and, when `tpot_tokens` > 1 and
+  /// `first_token_ns` > 0, records the time per output token (completed - first token)
+  /// / (tpot_tokens - 1).
   /// Returns false, and records nothing but the out-of-range count and extremes and the
   /// tokens, when a time is out of range (see RecorderCounts::out_of_range).
   bool complete(int64_t scheduled_ns, int64_t issued_ns, int64_t completed_ns, int64_t samples = 1,
@@ -128,6 +135,12 @@ class Recorder {
     service_.record_n(service, samples);
     latency_over_.count(latency, samples);
     if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
+    if (tokens > 0 && first_token_ns > 0 && completed_ns > first_token_ns) {
+      const double rate =
+          static_cast<double>(tokens) * 1e12 / static_cast<double>(completed_ns - first_token_ns);
+      stream_rate_sum_.fetch_add(std::llround(rate), std::memory_order_relaxed);
+      stream_rate_count_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (tpot_tokens > 1 && first_token_ns > 0) {
       if (completed_ns >= first_token_ns) {
         const int64_t tpot = (completed_ns - first_token_ns) / (tpot_tokens - 1);
@@ -211,6 +224,8 @@ class Recorder {
   std::atomic<int64_t> slo_met_latency_{0};
   std::atomic<int64_t> slo_met_ttft_{0};
   std::atomic<int64_t> slo_met_tpot_{0};
+  std::atomic<int64_t> stream_rate_sum_{0};  // milli-tokens/s
+  std::atomic<int64_t> stream_rate_count_{0};
   BoundCounts latency_over_;
   BoundCounts ttft_over_;
   BoundCounts tpot_over_;

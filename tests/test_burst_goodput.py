@@ -191,6 +191,9 @@ def test_goodput_against_a_streaming_server_equals_the_recount_and_drives_fail_i
     assert 0 < met < of, g
     assert doc["counts"]["tokens"] == 8 * doc["counts"]["completed"]
     assert doc["throughput"]["output_tokens_per_s"] == pytest.approx(doc["counts"]["tokens"] / doc["duration_s"])
+    rates = [r["output_tokens"] * 1e9 / (r["completed_ns"] - r["first_token_ns"]) for r in _records(recs)
+             if r["status"] == "ok" and r["first_token_ns"] and r["completed_ns"] > r["first_token_ns"]]
+    assert doc["throughput"]["output_tokens_per_s_per_stream"] == pytest.approx(np.mean(rates), rel=1e-6)
     # goodput < 1000 requests/s holds, so that threshold fails the run; the fraction one does not.
     assert [t["passed"] for t in doc["thresholds"]] == [False, g["fraction"] >= 0.005]
     assert proc.returncode == 1

@@ -138,7 +138,9 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
     for bound in doc.get("latency_bounds", []):
         lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
     if tp.get("output_tokens_per_s"):
-        lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all")
+        per_stream = tp.get("output_tokens_per_s_per_stream")
+        each = f", {per_stream:,.1f} per stream after its first token (mean)" if per_stream else ""
+        lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all{each}")
     return lines + _goodput_lines(doc)
 
 
@@ -298,6 +300,7 @@ CSV_COLUMNS = (
     "issue_delay_ns.p99", "invalid_reasons",
     # LLM targets and --slo (empty otherwise)
     "ttft_ns.p50", "ttft_ns.p99", "tpot_ns.p50", "tpot_ns.p99", "throughput.output_tokens_per_s",
+    "throughput.output_tokens_per_s_per_stream",
     "goodput.requests_per_s", "goodput.fraction",
 )
 
