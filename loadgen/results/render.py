@@ -139,7 +139,7 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
     if tp.get("output_tokens_per_s"):
         per_stream = tp.get("output_tokens_per_s_per_stream")
-        each = f", {per_stream:,.1f} per stream after its first token (mean)" if per_stream else ""
+        each = f", {per_stream:,.1f} per stream (mean of tokens / (completed - first token))" if per_stream else ""
         lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all{each}")
     return lines + _goodput_lines(doc)
 
