@@ -152,9 +152,10 @@ void bind_engine(py::module_& m) {
 
   py::class_<loadgen::ArrivalSchedule>(m, "ArrivalSchedule")
       .def_static("constant", &loadgen::ArrivalSchedule::constant, py::arg("qps"))
-      .def_static("poisson", &loadgen::ArrivalSchedule::poisson, py::arg("qps"), py::arg("seed"))
+      .def_static("poisson", &loadgen::ArrivalSchedule::poisson, py::arg("qps"), py::arg("seed"),
+                  py::arg("burstiness") = 1.0)
       .def_static("stages", &loadgen::ArrivalSchedule::stages, py::arg("stages"),
-                  py::arg("poisson"), py::arg("seed"))
+                  py::arg("poisson"), py::arg("seed"), py::arg("burstiness") = 1.0)
       .def_static("trace",
                   [](const Int64Array& offsets) {
                     return loadgen::ArrivalSchedule::trace(
@@ -237,6 +238,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("target_qps", &EngineSettings::target_qps)
       .def_readwrite("stages", &EngineSettings::stages)
       .def_readwrite("stages_poisson", &EngineSettings::stages_poisson)
+      .def_readwrite("burstiness", &EngineSettings::burstiness)
       .def_readwrite("trace_offsets_ns", &EngineSettings::trace_offsets_ns)
       .def_readwrite("concurrency", &EngineSettings::concurrency)
       .def_readwrite("max_in_flight", &EngineSettings::max_in_flight)
@@ -274,6 +276,9 @@ void bind_engine(py::module_& m) {
       .def_readwrite("latency_bounds_ns", &EngineSettings::latency_bounds_ns)
       .def_readwrite("ttft_bounds_ns", &EngineSettings::ttft_bounds_ns)
       .def_readwrite("tpot_bounds_ns", &EngineSettings::tpot_bounds_ns)
+      .def_readwrite("slo_latency_ns", &EngineSettings::slo_latency_ns)
+      .def_readwrite("slo_ttft_ns", &EngineSettings::slo_ttft_ns)
+      .def_readwrite("slo_tpot_ns", &EngineSettings::slo_tpot_ns)
       .def_readwrite("max_error_messages", &EngineSettings::max_error_messages)
       .def_property(
           "records_sink", [](const EngineSettings& s) { return s.records.sink; },

@@ -32,10 +32,11 @@ std::unique_ptr<ArrivalSchedule> make_schedule(const EngineSettings& s) {
     case ArrivalKind::kConstant:
       return std::make_unique<ArrivalSchedule>(ArrivalSchedule::constant(s.target_qps));
     case ArrivalKind::kPoisson:
-      return std::make_unique<ArrivalSchedule>(ArrivalSchedule::poisson(s.target_qps, s.schedule_seed));
+      return std::make_unique<ArrivalSchedule>(
+          ArrivalSchedule::poisson(s.target_qps, s.schedule_seed, s.burstiness));
     case ArrivalKind::kStages:
       return std::make_unique<ArrivalSchedule>(
-          ArrivalSchedule::stages(s.stages, s.stages_poisson, s.schedule_seed));
+          ArrivalSchedule::stages(s.stages, s.stages_poisson, s.schedule_seed, s.burstiness));
     case ArrivalKind::kTrace:
       return std::make_unique<ArrivalSchedule>(ArrivalSchedule::trace(s.trace_offsets_ns));
     case ArrivalKind::kOffline:
@@ -108,6 +109,9 @@ RecorderSettings recorder_settings(const EngineSettings& s) {
   r.latency_bounds_ns = s.latency_bounds_ns;
   r.ttft_bounds_ns = s.ttft_bounds_ns;
   r.tpot_bounds_ns = s.tpot_bounds_ns;
+  r.slo_latency_ns = s.slo_latency_ns;
+  r.slo_ttft_ns = s.slo_ttft_ns;
+  r.slo_tpot_ns = s.slo_tpot_ns;
   return r;
 }
 

@@ -39,6 +39,9 @@ struct EngineSettings {
   double target_qps = 0.0;              ///< constant and poisson
   std::vector<Stage> stages;            ///< stages
   bool stages_poisson = false;          ///< stages: Poisson arrivals instead of even spacing
+  /// poisson and Poisson stages: gamma shape of the gaps (1: exponential; see
+  /// ArrivalSchedule::poisson).
+  double burstiness = 1.0;
   std::vector<int64_t> trace_offsets_ns;  ///< trace
   int64_t concurrency = 0;              ///< closed loop: queries in flight (>= 1)
   int64_t max_in_flight = 0;            ///< open loop: cap on outstanding queries (0: none)
@@ -84,6 +87,11 @@ struct EngineSettings {
   /// (recorder().over_ttft_bound(), over_tpot_bound()).
   std::vector<int64_t> ttft_bounds_ns;
   std::vector<int64_t> tpot_bounds_ns;
+  /// Service level objectives, ns (0: none): each measured completion is judged against
+  /// all of them (RecorderSettings::slo_*; counts in EngineCounts::slo_*).
+  int64_t slo_latency_ns = 0;
+  int64_t slo_ttft_ns = 0;
+  int64_t slo_tpot_ns = 0;
   /// Error messages kept whatever their kinds; the first of each later kind is kept too,
   /// up to as many again (see Engine::fail()).
   int64_t max_error_messages = 10;

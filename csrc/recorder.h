@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -56,6 +57,13 @@ struct RecorderSettings {
   /// (over_ttft_bound(), over_tpot_bound()); 0..8 each, each >= 1.
   std::vector<int64_t> ttft_bounds_ns;
   std::vector<int64_t> tpot_bounds_ns;
+  /// Service level objectives, ns (0: none; else >= 1): every recorded completion is
+  /// judged against each that is set, exactly (RecorderCounts::slo_*). Latency is
+  /// completed - scheduled, TTFT first token - scheduled, TPOT (completed - first token)
+  /// / (tokens - 1); a query with at most one output token has no TPOT and meets it.
+  int64_t slo_latency_ns = 0;
+  int64_t slo_ttft_ns = 0;
+  int64_t slo_tpot_ns = 0;
   /// Also keep a per-query latency histogram (record_query_latency()).
   bool query_latency = false;
 };
@@ -74,6 +82,17 @@ struct RecorderCounts {
   /// highest_trackable_ns after it, or after the query's completion (whose time per
   /// output token is then not recorded either).
   int64_t first_token_out_of_range = 0;
+  /// With SLOs set: measured completions judged (each once, whatever its samples), those
+  /// meeting every SLO, and those meeting each one (0 when that one is not set).
+  int64_t slo_judged = 0;
+  int64_t slo_met = 0;
+  int64_t slo_met_latency = 0;
+  int64_t slo_met_ttft = 0;
+  int64_t slo_met_tpot = 0;
+  /// Per stream: the sum over completions with a first token before their completion of
+  /// tokens / (completed - first token), in milli-tokens per second, and how many.
+  int64_t stream_rate_milli_sum = 0;
+  int64_t stream_rate_count = 0;
 };
 
 /// Records completions, first tokens and issue delays from any number of threads.
@@ -95,8 +114,10 @@ class Recorder {
   /// and issued at `issued_ns`, completed at `completed_ns` (all on the one clock).
   /// Records latency (completed - scheduled) and service time (completed - issued)
   /// `samples` times, counts latencies over each bound, adds `tokens` (>= 0) to the
-  /// token sum, and, when `tpot_tokens` > 1 and `first_token_ns` > 0, records the time
-  /// per output token (completed - first token) / (tpot_tokens - 1).
+  /// token sum, adds the stream's rate tokens / (completed - first token) when it has a
+  /// first token before its completion, and, when `tpot_tokens` > 1 and
+  /// `first_token_ns` > 0, records the time per output token (completed - first token)
+  /// / (tpot_tokens - 1).
   /// Returns false, and records nothing but the out-of-range count and extremes and the
   /// tokens, when a time is out of range (see RecorderCounts::out_of_range).
   bool complete(int64_t scheduled_ns, int64_t issued_ns, int64_t completed_ns, int64_t samples = 1,
@@ -104,6 +125,7 @@ class Recorder {
     const int64_t latency = completed_ns - scheduled_ns;
     const int64_t service = completed_ns - issued_ns;
     // One unsigned compare each catches both a negative time and one above the range.
+    if (slo_any_) judge_slos(scheduled_ns, completed_ns, tpot_tokens, first_token_ns);
     if (static_cast<uint64_t>(latency) > top_ || static_cast<uint64_t>(service) > top_) {
       count_out_of_range(latency, samples);
       if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
@@ -113,6 +135,12 @@ class Recorder {
     service_.record_n(service, samples);
     latency_over_.count(latency, samples);
     if (tokens > 0) tokens_.fetch_add(tokens, std::memory_order_relaxed);
+    if (tokens > 0 && first_token_ns > 0 && completed_ns > first_token_ns) {
+      const double rate =
+          static_cast<double>(tokens) * 1e12 / static_cast<double>(completed_ns - first_token_ns);
+      stream_rate_sum_.fetch_add(std::llround(rate), std::memory_order_relaxed);
+      stream_rate_count_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (tpot_tokens > 1 && first_token_ns > 0) {
       if (completed_ns >= first_token_ns) {
         const int64_t tpot = (completed_ns - first_token_ns) / (tpot_tokens - 1);
@@ -171,6 +199,8 @@ class Recorder {
 
  private:
   void count_out_of_range(int64_t latency_ns, int64_t samples) noexcept;
+  void judge_slos(int64_t scheduled_ns, int64_t completed_ns, int64_t tokens,
+                  int64_t first_token_ns) noexcept;
 
   uint64_t top_;  // highest_trackable_ns
   int significant_figures_;
@@ -185,6 +215,17 @@ class Recorder {
   std::atomic<int64_t> out_of_range_min_{INT64_MAX};
   std::atomic<int64_t> out_of_range_max_{INT64_MIN};
   std::atomic<int64_t> first_token_out_of_range_{0};
+  int64_t slo_latency_ns_;
+  int64_t slo_ttft_ns_;
+  int64_t slo_tpot_ns_;
+  bool slo_any_;
+  std::atomic<int64_t> slo_judged_{0};
+  std::atomic<int64_t> slo_met_{0};
+  std::atomic<int64_t> slo_met_latency_{0};
+  std::atomic<int64_t> slo_met_ttft_{0};
+  std::atomic<int64_t> slo_met_tpot_{0};
+  std::atomic<int64_t> stream_rate_sum_{0};  // milli-tokens/s
+  std::atomic<int64_t> stream_rate_count_{0};
   BoundCounts latency_over_;
   BoundCounts ttft_over_;
   BoundCounts tpot_over_;

@@ -17,6 +17,11 @@ void require_rate(double qps, const char* field) {
           std::string(field) + " must be a finite rate > 0, got " + std::to_string(qps));
 }
 
+void require_burstiness(double b) {
+  require(std::isfinite(b) && b >= ArrivalSchedule::kMinBurstiness && b <= ArrivalSchedule::kMaxBurstiness,
+          "burstiness must be in [0.01, 1000], got " + std::to_string(b));
+}
+
 }  // namespace
 
 ArrivalSchedule ArrivalSchedule::constant(double qps) {
@@ -26,15 +31,19 @@ ArrivalSchedule ArrivalSchedule::constant(double qps) {
   return s;
 }
 
-ArrivalSchedule ArrivalSchedule::poisson(double qps, uint64_t seed) {
+ArrivalSchedule ArrivalSchedule::poisson(double qps, uint64_t seed, double burstiness) {
   require_rate(qps, "target_qps");
+  require_burstiness(burstiness);
   ArrivalSchedule s(ArrivalKind::kPoisson, seed);
   s.mean_gap_ns_ = 1e9 / qps;
+  s.burstiness_ = burstiness;
   return s;
 }
 
-ArrivalSchedule ArrivalSchedule::stages(std::vector<Stage> stages, bool poisson, uint64_t seed) {
+ArrivalSchedule ArrivalSchedule::stages(std::vector<Stage> stages, bool poisson, uint64_t seed,
+                                        double burstiness) {
   require(!stages.empty(), "stages must not be empty");
+  require_burstiness(burstiness);
   bool any_rate = false;
   for (size_t i = 0; i < stages.size(); ++i) {
     const Stage& st = stages[i];
@@ -49,6 +58,7 @@ ArrivalSchedule ArrivalSchedule::stages(std::vector<Stage> stages, bool poisson,
   ArrivalSchedule s(ArrivalKind::kStages, seed);
   s.stages_ = std::move(stages);
   s.poisson_ = poisson;
+  s.burstiness_ = burstiness;
   return s;
 }
 
@@ -74,7 +84,7 @@ bool ArrivalSchedule::next(int64_t* offset_ns) noexcept {
       return true;
     case ArrivalKind::kPoisson:
       *offset_ns = std::llround(t_ns_);
-      t_ns_ += rng_.exponential() * mean_gap_ns_;
+      t_ns_ += unit_gap() * mean_gap_ns_;
       return true;
     case ArrivalKind::kStages:
       return next_stage_arrival(offset_ns);
@@ -91,10 +101,10 @@ bool ArrivalSchedule::next(int64_t* offset_ns) noexcept {
 
 // The rate within a stage is r(tau) = r0 + (r1 - r0) * tau / D (per ns). The next
 // arrival is where the integrated rate has grown by `work` (1 for even spacing, an
-// exponential draw for Poisson), carried across stage boundaries.
+// exponential or Gamma(B) / B draw for Poisson), carried across stage boundaries.
 bool ArrivalSchedule::next_stage_arrival(int64_t* offset_ns) noexcept {
   const bool first = k_++ == 0;
-  double work = poisson_ ? rng_.exponential() : 1.0;
+  double work = poisson_ ? unit_gap() : 1.0;
   if (first && !poisson_) work = 0.0;  // even spacing starts with an arrival at t = 0
   while (stage_ < stages_.size()) {
     const Stage& st = stages_[stage_];

@@ -28,10 +28,17 @@ class ArrivalSchedule {
   /// Evenly spaced arrivals: the k-th at round(k * 1e9 / qps). qps > 0.
   static ArrivalSchedule constant(double qps);
   /// Poisson arrivals: exponential gaps with mean 1e9 / qps ns, from `seed`. qps > 0.
-  static ArrivalSchedule poisson(double qps, uint64_t seed);
-  /// Piecewise rate (steps and linear ramps); Poisson arrivals when `poisson`, else
-  /// evenly spaced in the integrated rate. Exhausted after the last stage.
-  static ArrivalSchedule stages(std::vector<Stage> stages, bool poisson, uint64_t seed);
+  /// With `burstiness` B != 1 the gaps are Gamma(shape B, scale 1e9 / (qps * B)): the
+  /// same mean, coefficient of variation 1 / sqrt(B) (B < 1 burstier, B > 1 smoother).
+  /// B = 1 is exactly the exponential stream. B in [kMinBurstiness, kMaxBurstiness].
+  static ArrivalSchedule poisson(double qps, uint64_t seed, double burstiness = 1.0);
+  /// Piecewise rate (steps and linear ramps); Poisson arrivals when `poisson` (their
+  /// unit-mean work between arrivals Gamma(B) / B when `burstiness` B != 1), else evenly
+  /// spaced in the integrated rate. Exhausted after the last stage.
+  static ArrivalSchedule stages(std::vector<Stage> stages, bool poisson, uint64_t seed,
+                                double burstiness = 1.0);
+  static constexpr double kMinBurstiness = 0.01;
+  static constexpr double kMaxBurstiness = 1000.0;
   /// Replays recorded offsets (ns, non-decreasing, >= 0). Exhausted after the last.
   static ArrivalSchedule trace(std::vector<int64_t> offsets_ns);
   /// Everything at once: every arrival at offset 0 (Offline).
@@ -44,11 +51,16 @@ class ArrivalSchedule {
  private:
   ArrivalSchedule(ArrivalKind kind, uint64_t seed) : kind_(kind), rng_(seed) {}
   bool next_stage_arrival(int64_t* offset_ns) noexcept;
+  /// The next gap in units of the mean gap: exponential, or Gamma(B) / B.
+  double unit_gap() noexcept {
+    return burstiness_ == 1.0 ? rng_.exponential() : rng_.gamma(burstiness_) / burstiness_;
+  }
 
   ArrivalKind kind_;
   Rng rng_;
   double period_ns_ = 0.0;  // constant
   double mean_gap_ns_ = 0.0;  // poisson
+  double burstiness_ = 1.0;  // poisson and Poisson stages: gamma shape (1: exponential)
   double t_ns_ = 0.0;       // poisson: running time
   uint64_t k_ = 0;          // constant: arrivals so far; trace: position
   std::vector<Stage> stages_;

@@ -132,9 +132,9 @@ class ArrivalSchedule:
     @staticmethod
     def constant(qps: float) -> ArrivalSchedule: ...
     @staticmethod
-    def poisson(qps: float, seed: int) -> ArrivalSchedule: ...
+    def poisson(qps: float, seed: int, burstiness: float = 1.0) -> ArrivalSchedule: ...
     @staticmethod
-    def stages(stages: List[Stage], poisson: bool, seed: int) -> ArrivalSchedule: ...
+    def stages(stages: List[Stage], poisson: bool, seed: int, burstiness: float = 1.0) -> ArrivalSchedule: ...
     @staticmethod
     def trace(offsets_ns: npt.NDArray[np.int64]) -> ArrivalSchedule: ...
     @staticmethod
@@ -176,6 +176,7 @@ class EngineSettings:
     target_qps: float
     stages: List[Stage]
     stages_poisson: bool
+    burstiness: float
     trace_offsets_ns: List[int]
     concurrency: int
     max_in_flight: int
@@ -205,6 +206,9 @@ class EngineSettings:
     # TTFT and TPOT bounds in ns, counted the same way (over_ttft_bound(), over_tpot_bound()).
     ttft_bounds_ns: List[int]
     tpot_bounds_ns: List[int]
+    slo_latency_ns: int
+    slo_ttft_ns: int
+    slo_tpot_ns: int
     # Older names of sut.delay_ns, sut.workers, sut.max_batch, sut.service_ns,
     # sut.per_item_ns, sut.sigma and sut.seed.
     sut_delay_ns: int

@@ -75,6 +75,8 @@ MAX_SAMPLE_SLOTS = 1 << 27  # in-flight table slots x samples per query: 1 GiB o
 MAX_SAMPLE_COUNT = (1 << 63) - 1  # a signed 64-bit index
 MAX_SHUFFLED_SAMPLE_COUNT = 1 << 27  # sample_order "shuffled" keeps a permutation: 1 GiB
 MAX_CPU = 8191  # the largest CPU number Linux supports (NR_CPUS <= 8192)
+MIN_BURSTINESS = 0.01  # --burstiness: the gamma shape of Poisson gaps (1: exponential)
+MAX_BURSTINESS = 1000.0
 MAX_SUT_DELAY_US = 3.6e9  # 1 h: a native SUT's service time, the latency histograms' range
 
 # Live metrics (--metrics-port): where the server binds, and how long it lingers after a run.

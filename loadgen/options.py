@@ -154,6 +154,14 @@ def _header_list(v: Any) -> List[str]:
     return items
 
 
+def _slo_list(v: Any) -> List[str]:
+    from loadgen.results.goodput import parse_slos
+
+    items = _raw_list(v)
+    parse_slos(items)
+    return items
+
+
 def _input_list(v: Any) -> List[str]:
     from loadgen.net.tensors import parse_input_spec
 
@@ -330,6 +338,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
                f"from the previous stage's (linear) (default {D.RAMP})"),
     OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing"),
+    OptionSpec("burstiness", _float(D.MIN_BURSTINESS, D.MAX_BURSTINESS), "poisson, ramp with --poisson-arrivals: "
+               "gamma-distributed gaps of shape B (coefficient of variation 1/sqrt(B)); 1 (default) is Poisson, "
+               "< 1 burstier, > 1 smoother", "B"),
     OptionSpec("trace", _str, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
     OptionSpec("trace_unit", _choice(*TIME_UNITS), f"unit of a text trace (default {D.TRACE_UNIT})"),
     OptionSpec("seed", _int(0, 2**64 - 1), f"base seed; the per-stream seeds default to it (default {D.SEED})", "N"),
@@ -423,6 +434,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "EXPR", repeatable=True),
     OptionSpec("require", _str_list, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
                "EXPR", repeatable=True),
+    OptionSpec("slo", _slo_list, "a service level objective NAME<=VALUE with NAME ttft, tpot or latency "
+               "and a time unit, like ttft<=200ms (repeatable); the result's 'goodput': requests/s meeting every "
+               "one, and the fraction meeting each", "NAME<=VALUE", repeatable=True),
     OptionSpec("label", _label_list, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
                "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True),
     OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
@@ -463,6 +477,7 @@ class RunOptions:
     stages: Optional[str] = None
     ramp: str = D.RAMP
     poisson_arrivals: bool = False
+    burstiness: float = 1.0
     trace: Optional[str] = None
     trace_unit: str = D.TRACE_UNIT
     seed: int = D.SEED
@@ -517,6 +532,7 @@ class RunOptions:
     quiet: bool = False
     fail_if: List[str] = field(default_factory=list)
     require: List[str] = field(default_factory=list)
+    slo: List[str] = field(default_factory=list)
     label: List[str] = field(default_factory=list)
     warmup_s: float = D.WARMUP_S
     workers: int = D.WORKERS

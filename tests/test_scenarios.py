@@ -403,7 +403,8 @@ def test_error_rate_of_a_run_with_nothing_issued_is_zero():
 def test_every_threshold_metric_can_be_evaluated():
     doc = fake_doc()
     for metric in THRESHOLD_METRICS:
-        is_latency = metric not in ("qps", "samples_per_s", "error_rate", "failed", "timed_out")
+        is_latency = metric not in ("qps", "samples_per_s", "error_rate", "failed", "timed_out",
+                                  "goodput", "goodput_fraction")
         expr = f"{metric}>=0" + ("ns" if is_latency else "")
         (t,) = evaluate_thresholds(doc, [], [expr])
         assert t["passed"] is True, expr

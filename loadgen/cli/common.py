@@ -168,9 +168,11 @@ def check_thresholds(options: RunOptions) -> None:
     for flag, exprs in (("--fail-if", options.fail_if), ("--require", options.require)):
         for expr in exprs:
             try:
-                parse_threshold(expr)
+                metric = parse_threshold(expr)[0]
             except ThresholdError as e:
                 raise UsageError(f"{flag}: {e}") from None
+            if metric.startswith("goodput") and not options.slo:
+                raise UsageError(f"{flag}: {expr!r}: {metric} needs at least one --slo (like --slo ttft<=200ms)")
 
 
 def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, Any],

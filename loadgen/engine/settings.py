@@ -44,6 +44,9 @@ class EngineSettings:
         stages: for "stages": a list of (duration_s, start_qps, end_qps); equal rates
             make a step, different rates a linear ramp.
         stages_poisson: Poisson arrivals within stages instead of even spacing.
+        burstiness: "poisson" and Poisson stages: the gaps are Gamma(shape B, mean
+            1 / rate), coefficient of variation 1 / sqrt(B); 1 (default) is exactly the
+            exponential (Poisson) stream, < 1 burstier, > 1 smoother.
         trace_offsets_ns: for "trace": arrival offsets in ns from the start
             (non-decreasing), or a path (see :func:`load_trace`).
         concurrency: for "closed": queries in flight (1 = SingleStream).
@@ -93,12 +96,17 @@ class EngineSettings:
             or Parquet for a ``.parquet`` path (needs pyarrow); see
             :mod:`loadgen.engine.records`. None: no records.
         record_worker_index: the ``worker_index`` written in every record.
+        slo_latency_ns, slo_ttft_ns, slo_tpot_ns: service level objectives (0 = none):
+            the engine judges every measured completion against all that are set, as it
+            resolves it, and counts those meeting each and every one (the ``slo_*``
+            counts; see :mod:`loadgen.results.goodput`).
     """
 
     mode: str = defaults.MODE
     target_qps: Optional[float] = None
     stages: Sequence[Tuple[float, float, float]] = ()
     stages_poisson: bool = False
+    burstiness: float = 1.0
     trace_offsets_ns: Any = None
     concurrency: int = defaults.CONCURRENCY
     max_in_flight: int = defaults.MAX_IN_FLIGHT
@@ -126,6 +134,9 @@ class EngineSettings:
     sut_cpus: Sequence[int] = ()
     record_requests: Optional[str] = None
     record_worker_index: int = 0
+    slo_latency_ns: int = 0
+    slo_ttft_ns: int = 0
+    slo_tpot_ns: int = 0
 
     def validate(self) -> None:
         """Checks every field against its range (:mod:`loadgen.defaults`' limits: nothing
@@ -200,6 +211,7 @@ class EngineSettings:
                                  f"({defaults.MAX_TIME_S:g} s); got {bound!r}")
         if self.record_requests:
             record_format(self.record_requests)
+        self._validate_burst_and_slos()
         bounded = (
             self.duration_s is not None or self.query_count is not None
             or self.min_duration_s > 0 or self.min_query_count > 0
@@ -207,6 +219,19 @@ class EngineSettings:
         )
         if not bounded:
             raise ValueError("the run needs a bound: set duration_s or query_count (both are unset)")
+
+    def _validate_burst_and_slos(self) -> None:
+        b = self.burstiness
+        if not (_is_number(b) and defaults.MIN_BURSTINESS <= b <= defaults.MAX_BURSTINESS):
+            raise ValueError(f"burstiness must be a number in {defaults.MIN_BURSTINESS:g}.."
+                             f"{defaults.MAX_BURSTINESS:g}; got {b!r}")
+        if b != 1.0 and not (self.mode == "poisson" or (self.mode == "stages" and self.stages_poisson)):
+            raise ValueError(f"burstiness applies to Poisson arrivals (mode 'poisson', or 'stages' with "
+                             f"stages_poisson), not mode {self.mode!r}; got {b!r}")
+        for name in ("slo_latency_ns", "slo_ttft_ns", "slo_tpot_ns"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and 0 <= v <= _MAX_NS):
+                raise ValueError(f"{name} must be an integer in 0..{_MAX_NS} ns (0: none); got {v!r}")
 
     def _validate_stages(self) -> None:
         if not self.stages:
@@ -256,6 +281,7 @@ class EngineSettings:
         if self.mode == "stages":
             s.stages = [_core.Stage(_ns(d), float(a), float(b)) for d, a, b in self.stages]
             s.stages_poisson = bool(self.stages_poisson)
+        s.burstiness = float(self.burstiness)
         if self.mode == "trace":
             s.trace_offsets_ns = load_trace(self.trace_offsets_ns).tolist()
         s.max_in_flight = self.max_in_flight
@@ -276,6 +302,7 @@ class EngineSettings:
         s.interval_ns = _ns(self.interval_s)
         s.significant_figures = self.significant_figures
         s.latency_bounds_ns = [int(b) for b in self.latency_bounds_ns]
+        s.slo_latency_ns, s.slo_ttft_ns, s.slo_tpot_ns = self.slo_latency_ns, self.slo_ttft_ns, self.slo_tpot_ns
         if self.inline_dispatch and sut_form not in ("function", "batched"):
             raise ValueError(
                 f"inline_dispatch needs a function or batched Python SUT, not a {sut_form} SUT"

@@ -19,6 +19,7 @@ from loadgen._version import __version__
 from loadgen.engine import RunResult
 from loadgen.engine.settings import allowed_cpus
 from loadgen.options import RunOptions, parse_labels
+from loadgen.results.goodput import goodput_section
 from loadgen.results.thresholds import evaluate_thresholds
 from loadgen.scenarios import Scenario
 from loadgen.scenarios.base import common_invalid_reasons, require
@@ -125,6 +126,10 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
     """
     c = dict(result.counts)
     warmup = {key[len("warmup_"):]: c.pop(key) for key in _WARMUP_COUNTS if key in c}
+    # The engine's per-query SLO and stream-rate sums (merge adds them up), only where used.
+    for prefix, used in (("slo_", bool(o.slo)), ("stream_rate_", bool(c.get("stream_rate_count")))):
+        for key in [key for key in c if key.startswith(prefix) and not used]:
+            del c[key]
     c["samples_completed"] = c["completed"] * require(o.samples_per_query, "--samples-per-query")
     reasons = common_invalid_reasons(scenario, result, o, interrupted)
     reasons += [r for r in scenario.invalid_reasons(result, o) if r not in reasons]
@@ -151,6 +156,9 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
             for bound, over in zip(result.settings.latency_bounds_ns, result.over_bound)
         ],
     }
+    goodput = goodput_section(c, o.slo, result.duration_s)
+    if goodput is not None:
+        doc["goodput"] = goodput
     index = _add_engine_histograms(doc, result)
     if isinstance(sut, ReportingSUT):
         index.update(_add_sut_histograms(doc, sut.histograms()))
@@ -182,11 +190,17 @@ def _settings_section(o: RunOptions, result: RunResult, given: Dict[str, Any]) -
 
 def _throughput_section(o: RunOptions, result: RunResult) -> Dict[str, Any]:
     issued = result.counts["issued"]
+    tokens = int(result.counts.get("tokens", 0))
+    streams = int(result.counts.get("stream_rate_count", 0))
     return {
         "completed_qps": result.completed_qps,
         "samples_per_s": result.samples_per_s,
         "target_qps": o.target_qps,
         "scheduled_qps": issued / result.issue_duration_s if result.issue_duration_s > 0 else 0.0,
+        **({"output_tokens_per_s": tokens / result.duration_s} if tokens > 0 and result.duration_s > 0 else {}),
+        # the mean over requests of tokens / (completed - first token)
+        **({"output_tokens_per_s_per_stream": result.counts["stream_rate_milli_sum"] / streams / 1000.0}
+           if streams else {}),
     }
 
 

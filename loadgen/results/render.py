@@ -137,7 +137,21 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         lines.append("unrecorded   " + ", ".join(unrecorded) + " (impossible times from the SUT)")
     for bound in doc.get("latency_bounds", []):
         lines.append(f"over bound   {bound['over']:,} latencies over {format_ns(bound['bound_ns'])} (exact)")
-    return lines
+    if tp.get("output_tokens_per_s"):
+        per_stream = tp.get("output_tokens_per_s_per_stream")
+        each = f", {per_stream:,.1f} per stream (mean of tokens / (completed - first token))" if per_stream else ""
+        lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all{each}")
+    return lines + _goodput_lines(doc)
+
+
+def _goodput_lines(doc: Dict[str, Any]) -> List[str]:
+    """Goodput against --slo: requests/s meeting every SLO, then each SLO's share."""
+    g = doc.get("goodput")
+    if not g:
+        return []
+    each = ", ".join(f"{name}<={format_ns(s['bound_ns'])} {s['fraction']:.1%}" for name, s in g["per_slo"].items())
+    return [f"goodput      {g['requests_per_s']:,.1f} requests/s met every SLO: {g['met']:,} of {g['of']:,} "
+            f"({g['fraction']:.1%}); {each}"]
 
 
 def _worker_lines(doc: Dict[str, Any]) -> List[str]:
@@ -284,6 +298,10 @@ CSV_COLUMNS = (
     "throughput.completed_qps", "throughput.samples_per_s", "throughput.target_qps",
     "latency_ns.p50", "latency_ns.p90", "latency_ns.p99", "latency_ns.p99.9", "latency_ns.max",
     "issue_delay_ns.p99", "invalid_reasons",
+    # LLM targets and --slo (empty otherwise)
+    "ttft_ns.p50", "ttft_ns.p99", "tpot_ns.p50", "tpot_ns.p99", "throughput.output_tokens_per_s",
+    "throughput.output_tokens_per_s_per_stream",
+    "goodput.requests_per_s", "goodput.fraction",
 )
 
 

@@ -27,7 +27,9 @@ _OPS: Dict[str, Callable[[float, float], bool]] = {
 }
 THRESHOLD_METRICS = _LATENCY_METRICS + (
     "issue_delay_p99", "service_p99", "qps", "samples_per_s", "error_rate", "failed", "timed_out",
+    "goodput", "goodput_fraction",
 )
+_FRACTIONS = ("error_rate", "goodput_fraction")  # also given in % (error_rate>1%)
 
 
 def _metric_value(doc: Dict[str, Any], metric: str) -> float:
@@ -42,6 +44,11 @@ def _metric_value(doc: Dict[str, Any], metric: str) -> float:
         return float(doc["throughput"]["completed_qps"])
     if metric == "samples_per_s":
         return float(doc["throughput"]["samples_per_s"])
+    if metric in ("goodput", "goodput_fraction"):
+        goodput = doc.get("goodput")
+        if not goodput:  # no --slo (refused before a run): nothing met
+            return 0.0
+        return float(goodput["requests_per_s" if metric == "goodput" else "fraction"])
     if metric == "error_rate":
         return (counts["failed"] + counts["timed_out"]) / counts["issued"] if counts["issued"] else 0.0
     return float(counts[metric])
@@ -64,10 +71,10 @@ def parse_threshold(expr: str) -> Tuple[str, str, float]:
         if unit is None or unit == "%":
             raise ThresholdError(f"{expr!r}: {metric} is a latency; give a unit (ns, us, ms, s)")
         value = to_ns(value, unit)
-    elif unit == "%" and metric == "error_rate":
+    elif unit == "%" and metric in _FRACTIONS:
         value /= 100.0
     elif unit is not None:
-        raise ThresholdError(f"{expr!r}: {metric} takes no unit{' but %' if metric == 'error_rate' else ''}")
+        raise ThresholdError(f"{expr!r}: {metric} takes no unit{' but %' if metric in _FRACTIONS else ''}")
     return metric, op, value
 
 

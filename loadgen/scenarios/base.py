@@ -113,6 +113,7 @@ class Scenario:
         raise NotImplementedError
 
     def _base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
+        kw.update(slo_settings(o))
         return EngineSettings(
             samples_per_query=require(o.samples_per_query, "--samples-per-query"),
             sample_count=o.sample_count,
@@ -149,7 +150,7 @@ class Scenario:
 
 #: The options only some scenarios read (:attr:`Scenario.uses`); every other option
 #: applies to every scenario.
-SCENARIO_OPTIONS = ("target_qps", "concurrency", "max_in_flight", "stages", "ramp", "poisson_arrivals",
+SCENARIO_OPTIONS = ("target_qps", "concurrency", "max_in_flight", "stages", "ramp", "poisson_arrivals", "burstiness",
                     "trace", "trace_unit", "min_duration_s", "min_query_count")
 
 
@@ -157,6 +158,13 @@ def latency_bounds_ns(o: RunOptions) -> Tuple[int, ...]:
     """The latency bounds the engine counts exactly for these options: ``--latency-bound-ms``
     when set (``RunResult.over_bound[0]``), else none."""
     return (ms_to_ns(o.latency_bound_ms),) if o.latency_bound_ms is not None else ()
+
+
+def slo_settings(o: RunOptions) -> Dict[str, Any]:
+    """The engine's SLO fields (slo_latency_ns, slo_ttft_ns, slo_tpot_ns) for ``--slo``."""
+    from loadgen.results.goodput import parse_slos
+
+    return {f"slo_{name}_ns": ns for name, ns in parse_slos(o.slo).items()}
 
 
 def percentile_over_bound(count: int, over: int, percentile: float) -> bool:

@@ -4,7 +4,7 @@ optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class Constant(_Timed):
     summary = ("open loop at a constant --target-qps (vegeta/wrk2 style), optional "
                "--max-in-flight; metric: completed QPS, with latency percentiles")
     mode = "constant"
-    uses = ("target_qps", "max_in_flight")
+    uses: Tuple[str, ...] = ("target_qps", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
@@ -59,6 +59,12 @@ class Poisson(Constant):
     summary = ("Poisson arrivals at --target-qps, as server but without MLPerf's validity "
                "rules; optional --max-in-flight; metric: completed QPS")
     mode = "poisson"
+    uses = Constant.uses + ("burstiness",)
+
+    def engine_settings(self, o: RunOptions) -> EngineSettings:
+        s = super().engine_settings(o)
+        s.burstiness = o.burstiness
+        return s
 
 
 class Concurrency(_Timed):
@@ -78,7 +84,7 @@ class Ramp(Scenario):
     name = "ramp"
     summary = ("stages of rate over time (--stages 10s:100,30s:1000), stepped or linear "
                "(--ramp); metric: completed QPS, with the time series per interval")
-    uses = ("stages", "ramp", "poisson_arrivals", "max_in_flight")
+    uses = ("stages", "ramp", "poisson_arrivals", "burstiness", "max_in_flight")
 
     def effective(self, opts: RunOptions) -> RunOptions:
         o = super().effective(opts)
@@ -88,6 +94,9 @@ class Ramp(Scenario):
             parse_stages(o.stages, o.ramp)
         except ValueError as e:
             raise ValueError(f"--stages: {e}") from None
+        if o.burstiness != 1.0 and not o.poisson_arrivals:
+            raise ValueError("--burstiness shapes Poisson arrivals: add --poisson-arrivals to use it in the "
+                             "ramp scenario")
         return o
 
     def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
@@ -97,6 +106,7 @@ class Ramp(Scenario):
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         return self._base_settings(
             o, mode="stages", stages=parse_stages(o.stages, o.ramp), stages_poisson=o.poisson_arrivals,
+            burstiness=o.burstiness,
             max_in_flight=o.max_in_flight, duration_s=o.duration_s, query_count=o.query_count,
         )
 
