@@ -124,3 +124,20 @@ def test_example_script_round_trips_its_log(tmp_path):
     assert "recorded 20,000 latencies" in proc.stdout
     entries = loadgen.read_log(out)
     assert len(entries) == 2 and sum(e.histogram.total_count for e in entries) == 20_000
+
+
+def test_every_command_prints_its_help(capsys):
+    # In process, every command the CLI registers: a '%' in any option's text (argparse
+    # formats help with %) or a bad default would make --help raise.
+    from loadgen.cli import main
+
+    parser_commands = ["run", "sweep", "find-peak", "report", "hlog", "merge", "compare", "env"]
+    for command in parser_commands:
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0, command
+        out = capsys.readouterr().out
+        assert out.startswith("usage: ") and f" {command}" in out.splitlines()[0], command
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "group i % G's prefix" in " ".join(capsys.readouterr().out.split())  # shown as written

@@ -477,6 +477,7 @@ def test_two_workers_sweep_together_and_merge_point_by_point(tmp_path):
         env = {**clean_env(), "LOADGEN_WORKERS": "2", "JOB_COMPLETION_INDEX": str(i)}
         cmd = [sys.executable, "-m", "loadgen", "sweep", "--scenario", "poisson", "--duration-s", "0.4",
                "--vary", "target-qps=200,400", "--start-at", str(start), "--point-gap-s", "0.5",
+               "--max-issue-delay-ms", "50",  # lockstep and merging are checked here, not issue precision
                "--output", str(tmp_path / f"w{i}"), "--quiet"]
         procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
     for p in procs:

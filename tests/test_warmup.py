@@ -63,7 +63,9 @@ def test_a_slow_start_is_kept_out_of_the_latencies_by_the_warmup():
     cold = _run(EngineSettings(**settings), make_sut())
     warm = _run(EngineSettings(**settings, warmup_s=0.5), make_sut())
     assert cold.latency.max > 50_000_000  # the slow start queued up: tens of ms
-    assert warm.latency.max < 20_000_000
+    # Kept out: the warm run's tail is a fraction of the cold one's (not a fixed bound: a
+    # busy shared machine adds its own hiccups of tens of ms).
+    assert warm.latency.max < cold.latency.max / 3
     assert warm.counts["warmup_completed"] > 50
 
 

@@ -182,8 +182,10 @@ def test_wait_until_sleeps_to_the_time_and_can_be_stopped():
 
 def test_a_run_starts_at_start_at_and_records_the_worker():
     start_at = time.time() + 0.4
+    # The issue-delay rule is relaxed: this checks the start and the worker section, and a
+    # busy shared machine may delay a few issues past 1 ms.
     doc = run_benchmark(options(scenario="poisson", target_qps=1000, duration_s=0.2, workers=2, worker_index=1,
-                                start_at=start_at))
+                                start_at=start_at, max_issue_delay_ms=50.0))
     w = doc["worker"]
     assert (w["index"], w["count"], w["start_at"]) == (1, 2, start_at)
     # On time to a few ms; generous: the test machine's two cores are shared.

@@ -61,7 +61,8 @@ def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()
     for spec in OPTION_SPECS:
         if spec.name in skip:
             continue
-        kwargs: Dict[str, Any] = {"dest": spec.name, "help": spec.help + f" [env {spec.env}]"}
+        # argparse formats help with %: a literal one in an option's text is doubled
+        kwargs: Dict[str, Any] = {"dest": spec.name, "help": spec.help.replace("%", "%%") + f" [env {spec.env}]"}
         if spec.convert.__name__ == "_bool":
             kwargs["action"] = "store_const"
             kwargs["const"] = True
