@@ -34,10 +34,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from loadgen.placement import keep_off
 from loadgen.telemetry.gpu_backend import (
-    THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, reason_bits, reason_name,
+    THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, one_line, reason_bits, reason_name,
 )
 from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
-from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries, StreamStats
+from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries, StreamStats, bin_mean
 
 __all__ = ["DEFAULT_SAMPLE_MS", "GpuSampler", "MARKS", "MIN_SAMPLE_MS", "MAX_SAMPLE_MS", "THROTTLE_REASONS"]
 
@@ -49,7 +49,6 @@ MAX_SAMPLE_MS = 60_000.0
 DRAIN_S = 1.0
 #: The phase boundaries :meth:`GpuSampler.mark` knows.
 MARKS = ("start", "issue_end", "end")
-#: Names of the clock-event (throttle) reason bits (NVML's ``nvmlClocksEventReason*``).
 _MIG_UTILIZATION = {"supported": False, "why": "MIG device"}
 # Tops of the percentile histograms (min, max and mean are exact beyond them).
 _SMALL_TOP = 1 << 12  # percent, degrees C
@@ -177,7 +176,7 @@ class GpuSampler:
         try:
             self.backend.init()
         except Exception as e:  # GpuUnavailable, or a broken library: never the run's end
-            self._unavailable = _one_line(str(e) if isinstance(e, GpuError) else f"{type(e).__name__}: {e}")
+            self._unavailable = one_line(str(e) if isinstance(e, GpuError) else f"{type(e).__name__}: {e}")
             self._state = "closed"
             return
         try:
@@ -187,7 +186,7 @@ class GpuSampler:
             self._close_backend()
             raise
         except Exception as e:  # a GpuError, or a broken library
-            self._unavailable = _one_line(f"GPU discovery failed: {type(e).__name__}: {e}")
+            self._unavailable = one_line(f"GPU discovery failed: {type(e).__name__}: {e}")
         if not self._unavailable and not self._gpus:
             self._unavailable = f"no GPU matches {self.selection.describe()}"
         if self._unavailable:
@@ -230,7 +229,7 @@ class GpuSampler:
             self._close_backend()
 
     def _fail(self, message: str) -> None:
-        line = _one_line(message)
+        line = one_line(message)
         if line not in self._failures:
             self._failures.append(line)
 
@@ -289,7 +288,7 @@ class GpuSampler:
             handle = b.handle_by_index(index)
             gpu = _Gpu(index, b.uuid(handle), b.name(handle), handle, mig=b.is_mig(handle))
         except GpuError as e:
-            gpu = _Gpu(index, f"index-{index}", "unknown", None, lost=(self._clock(), _one_line(str(e))))
+            gpu = _Gpu(index, f"index-{index}", "unknown", None, lost=(self._clock(), one_line(str(e))))
             return gpu, []
         for series in ("power_read_series", "power_drained_series", "utilization_series"):
             setattr(gpu, series, BinnedSeries(self._max_points))
@@ -300,12 +299,12 @@ class GpuSampler:
         except GpuNotSupported:
             pass
         except GpuError as e:
-            gpu.lost = (self._clock(), _one_line(str(e)))
+            gpu.lost = (self._clock(), one_line(str(e)))
         try:
             if gpu.mig:
                 migs = [(b.uuid(h), b.name(h), h) for h in b.mig_devices(handle)]
         except GpuError as e:
-            gpu.lost = (self._clock(), _one_line(str(e)))
+            gpu.lost = (self._clock(), one_line(str(e)))
         return gpu, migs
 
     # -------------------------------------------------------------- sampling
@@ -365,7 +364,7 @@ class GpuSampler:
         try:
             return fn(gpu.handle)
         except GpuNotSupported as e:
-            gpu.unsupported[metric] = _one_line(str(e)) or "not supported"
+            gpu.unsupported[metric] = one_line(str(e)) or "not supported"
             return None
 
     def _read_gpu(self, gpu: _Gpu, now: int) -> None:
@@ -425,13 +424,13 @@ class GpuSampler:
         try:
             used, total = self.backend.memory(unit.handle)
         except GpuNotSupported as e:
-            unit.unsupported = _one_line(str(e)) or "not supported"
+            unit.unsupported = one_line(str(e)) or "not supported"
             return
         except GpuError as e:
             if unit.slot is None:
                 self._lose(unit.gpu, now, e)
             else:
-                unit.lost = (now, _one_line(str(e)))
+                unit.lost = (now, one_line(str(e)))
             return
         unit.memory.add(used)
         unit.memory_series.add(now, used)
@@ -449,7 +448,7 @@ class GpuSampler:
                 try:
                     points, gpu.cursors[kind] = self.backend.samples(gpu.handle, kind, gpu.cursors[kind])
                 except GpuNotSupported as e:
-                    gpu.unsupported[kind] = _one_line(str(e)) or "not supported"
+                    gpu.unsupported[kind] = one_line(str(e)) or "not supported"
                     continue
                 except GpuError as e:
                     self._lose(gpu, now, e)
@@ -464,7 +463,7 @@ class GpuSampler:
                             gpu.latest["utilization_pct"] = value
 
     def _lose(self, gpu: _Gpu, now: int, error: Exception) -> None:
-        gpu.lost = (now, _one_line(str(error)) or type(error).__name__)
+        gpu.lost = (now, one_line(str(error)) or type(error).__name__)
         for unit in gpu.units:
             unit.lost = unit.lost or gpu.lost
 
@@ -597,15 +596,15 @@ class GpuSampler:
         power_stats, power_source, _ = _power_of(gpu)
         entry.update({
             "utilization_pct": (dict(_MIG_UTILIZATION) if unit.slot is not None
-                                else _stats(gpu.utilization, gpu.unsupported.get("utilization"))),
-            "memory_used_bytes": _stats(unit.memory, unit.unsupported),
+                                else gpu.utilization.section(gpu.unsupported.get("utilization"))),
+            "memory_used_bytes": unit.memory.section(unit.unsupported),
             "memory_total_bytes": unit.memory_total,
-            "power_w": _stats(power_stats, None if power_source else "not supported"),
+            "power_w": power_stats.section(None if power_source else "not supported"),
             "power_source": power_source,
             "power_limit_w": gpu.power_limit_w,
-            "sm_clock_mhz": _stats(gpu.sm_clock, gpu.unsupported.get("clocks")),
-            "mem_clock_mhz": _stats(gpu.mem_clock, gpu.unsupported.get("clocks")),
-            "temperature_c": _stats(gpu.temperature, gpu.unsupported.get("temperature")),
+            "sm_clock_mhz": gpu.sm_clock.section(gpu.unsupported.get("clocks")),
+            "mem_clock_mhz": gpu.mem_clock.section(gpu.unsupported.get("clocks")),
+            "temperature_c": gpu.temperature.section(gpu.unsupported.get("temperature")),
             "energy_j": _phase_energy(gpu),
             "energy_source": _energy_source(gpu),
             "throttle_reasons": [reason_name(bit) for bit in sorted(gpu.throttle_ticks)],
@@ -648,15 +647,13 @@ class GpuSampler:
                     memory = unit.memory_series.bins(measure_start_ns, interval_ns, n_intervals)
                     for i in range(n_intervals):
                         out[i][unit.uuid] = {
-                            "utilization_pct": None if unit.slot is not None else _mean(util[i]),
-                            "power_w": _mean(power[i]),
+                            "utilization_pct": None if unit.slot is not None else bin_mean(util[i]),
+                            "power_w": bin_mean(power[i]),
                             "memory_used_bytes": int(memory[i][2]) if memory[i][0] else None,
                             "energy_j": energy[i],
                         }
         return out
 
-
-# ------------------------------------------------------------------- helpers
 
 def _power_of(gpu: _Gpu) -> Tuple[StreamStats, Optional[str], BinnedSeries]:
     """The power figures to report: the driver's samples when it gave any, else the
@@ -667,12 +664,6 @@ def _power_of(gpu: _Gpu) -> Tuple[StreamStats, Optional[str], BinnedSeries]:
         source = "average" if "power_instant" in gpu.unsupported else "instant"
         return gpu.power_read, source, gpu.power_read_series
     return gpu.power_read, None, gpu.power_read_series
-
-
-def _stats(stats: StreamStats, unsupported: Optional[str]) -> Dict[str, Any]:
-    if unsupported:
-        return {"supported": False, "why": unsupported}
-    return dict(stats.summary())
 
 
 def _phase_energy(gpu: _Gpu) -> Dict[str, Optional[float]]:
@@ -702,16 +693,7 @@ def _joules(mj: Optional[float]) -> Optional[float]:
     return None if mj is None else mj / 1000.0
 
 
-def _mean(b: Tuple[int, float, float]) -> Optional[float]:
-    return b[1] / b[0] if b[0] else None
-
-
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     if a is None or not b:
         return None
     return a / b
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:300]
-

@@ -21,12 +21,18 @@ __all__ = [
     "GpuUnavailable",
     "NvmlBackend",
     "SAMPLE_KINDS",
+    "one_line",
 ]
 
 #: The kinds of the driver's own sample buffer that :meth:`GpuBackend.samples` drains.
 SAMPLE_KINDS = ("utilization", "power")
 
 Handle = Any
+
+
+def one_line(text: str) -> str:
+    """A backend's message as the result shows it: one line, at most 300 characters."""
+    return " ".join(text.split())[:300]
 
 
 class GpuError(Exception):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from loadgen.stats.histogram import Histogram
 
-__all__ = ["BinnedSeries", "CounterSeries", "StreamStats", "DEFAULT_MAX_POINTS"]
+__all__ = ["BinnedSeries", "CounterSeries", "StreamStats", "DEFAULT_MAX_POINTS", "bin_mean"]
 
 #: Points a series keeps before it halves its resolution: 100 ms sampling keeps every
 #: reading for 54 minutes, then 200 ms points for the next 54, and so on.
@@ -76,6 +76,13 @@ class StreamStats:
             "p99": self._percentile(99.0),
             "n": self.n,
         }
+
+    def section(self, unsupported: Optional[str]) -> Dict[str, Any]:
+        """:meth:`summary` as a result section, or ``{"supported": False, "why": ...}``
+        when the metric is not supported (``unsupported`` says why)."""
+        if unsupported:
+            return {"supported": False, "why": unsupported}
+        return dict(self.summary())
 
     def _percentile(self, p: float) -> float:
         value = self._hist.value_at_percentile(p) / self.scale
@@ -222,3 +229,8 @@ class CounterSeries:
         va, vb = self.at(lo), self.at(hi)
         assert va is not None and vb is not None
         return vb - va
+
+
+def bin_mean(b: Tuple[int, float, float]) -> Optional[float]:
+    """The mean of a :class:`BinnedSeries` bin ``(count, sum, max)``; None when empty."""
+    return b[1] / b[0] if b[0] else None
