@@ -384,3 +384,24 @@ def test_newer_interval_keys_are_drawn_when_present(pages):
     assert errors["series"][0]["y"] == list(range(len(doc["timeseries"])))
     page = render_html([("a", doc)])
     assert PAYLOAD not in page and "<script>window.__pwned" not in page
+
+
+def test_token_stream_figures_and_goodput_are_headline_figures(pages):
+    from loadgen.results.html_sections import _headline, _headline_rows
+
+    doc = load_result(pages["plain"].parent / "result.json")
+    assert not {"TTFT", "goodput", "prompt tokens"} & {k for k, _ in _headline_rows(doc)}  # none without them
+    doc["ttft_ns"] = {"count": 3, "p50": 20_500_000, "p90": 20_900_000, "p99": 21_000_000, "max": 21_000_000}
+    doc["throughput"].update(output_tokens_per_s=1234.5, output_tokens_per_s_per_stream=61.25)
+    doc["goodput"] = {"slos": ["ttft<=25000000ns"], "requests_per_s": 9.5, "met": 19, "of": 20, "fraction": 0.95,
+                      "per_slo": {"ttft": {"bound_ns": 25_000_000, "met": 19, "fraction": 0.95}}}
+    doc["llm"] = {"input_tokens_exact": False,
+                  "prompts": {"input_tokens": {"count": 8, "mean": 512.0, "p50": 510, "p90": 600, "max": 700}},
+                  "requests": {"output_tokens": {"count": 20, "mean": 64.0, "p50": 64, "p90": 64, "max": 64}}}
+    rows = dict(_headline_rows(doc))
+    assert rows["TTFT"] == "p50 20.5 ms, p90 20.9 ms, p99 21 ms, max 21 ms"
+    assert rows["output tokens/s"] == "1234 in all, 61.25 per stream"
+    assert rows["goodput"] == "9.5 requests/s met every SLO: 19 of 20 (ttft 95%)"
+    assert rows["prompt tokens"] == "mean 512, p50 510, p90 600, max 700 (approximate)"
+    assert rows["output tokens"] == "mean 64, p50 64, p90 64, max 64"  # counted from usage: not approximate
+    assert "19 of 20 (ttft 95%)" in _headline([("a", doc)])

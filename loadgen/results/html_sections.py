@@ -112,9 +112,39 @@ def _headline_rows(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
         rows.append(("GPU energy", f"{_fmt(gpu.get('energy_j_total'))} J, {_fmt(gpu['energy_per_query_j'])} J/query"))
     if counts.get("tokens"):
         rows.append(("tokens", _fmt(counts["tokens"])))
+    rows.extend(_llm_rows(doc))
     early = doc.get("early_stopping") or {}
     if early.get("message"):
         rows.append(("early stopping", str(early["message"])))
+    return rows
+
+
+def _llm_rows(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """Token streams' headline figures: TTFT, TPOT, token rates, goodput against the
+    SLOs, and the prompts' and answers' lengths (each only when the run has it)."""
+    rows: List[Tuple[str, str]] = []
+    for key, name in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT")):
+        summary = doc.get(key) or {}
+        if summary.get("count"):
+            rows.append((name, ", ".join(f"{p} {_ms(summary.get(p))}" for p in ("p50", "p90", "p99", "max"))))
+    tput = doc.get("throughput") or {}
+    if tput.get("output_tokens_per_s"):
+        per_stream = tput.get("output_tokens_per_s_per_stream")
+        rows.append(("output tokens/s", f"{_fmt(tput['output_tokens_per_s'])} in all"
+                     + (f", {_fmt(per_stream)} per stream" if per_stream else "")))
+    goodput = doc.get("goodput") or {}
+    if goodput.get("slos"):
+        each = ", ".join(f"{name} {_fmt(100 * (v.get('fraction') or 0))}%"
+                         for name, v in (goodput.get("per_slo") or {}).items())
+        rows.append(("goodput", f"{_fmt(goodput.get('requests_per_s'))} requests/s met every SLO: "
+                                f"{_fmt(goodput.get('met'))} of {_fmt(goodput.get('of'))} ({each})"))
+    llm = doc.get("llm") or {}
+    for label, stats in (("prompt tokens", (llm.get("prompts") or {}).get("input_tokens")),
+                         ("output tokens", (llm.get("requests") or {}).get("output_tokens"))):
+        if isinstance(stats, dict) and stats.get("count"):
+            exact = "" if label == "output tokens" or llm.get("input_tokens_exact", True) else " (approximate)"
+            rows.append((label, f"mean {_fmt(stats.get('mean'))}, p50 {_fmt(stats.get('p50'))}, "
+                                f"p90 {_fmt(stats.get('p90'))}, max {_fmt(stats.get('max'))}{exact}"))
     return rows
 
 
