@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests.servers.procs import REPO
+from tests.servers.procs import REPO, ServerProcess
 
 __all__ = ["Browser", "PageLoad", "find_chromium"]
 
@@ -76,7 +75,6 @@ class Browser:
         self.width = width
         self.timeout_s = timeout_s
         self._profile = tempfile.mkdtemp(prefix="loadgen-chromium-")
-        self._log = open(os.path.join(self._profile, "chromium.log"), "wb")
         argv = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -84,8 +82,8 @@ class Browser:
                 "--host-resolver-rules=MAP * ~NOTFOUND", "--remote-debugging-port=0",
                 "--hide-scrollbars", "--force-color-profile=srgb", "--force-device-scale-factor=1",
                 f"--user-data-dir={self._profile}", f"--window-size={width},900", "about:blank"]
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.pid = self.proc.pid
+        # Its own session, its output in the profile, stopped with its whole group.
+        self.process = ServerProcess(argv, os.path.join(self._profile, "chromium.log"))
         self._id = 0
         self._events: List[Dict[str, Any]] = []
         try:
@@ -106,8 +104,8 @@ class Browser:
         path = os.path.join(self._profile, "DevToolsActivePort")
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self.proc.returncode}: {self.log_tail()}")
+            if not self.process.alive():
+                raise RuntimeError(f"chromium exited with {self.process.proc.returncode}: {self.log_tail()}")
             try:
                 with open(path, encoding="ascii") as f:
                     first = f.readline().strip()
@@ -131,13 +129,7 @@ class Browser:
 
     def log_tail(self, n_bytes: int = 3000) -> str:
         """The end of the browser's own output."""
-        try:
-            with open(self._log.name, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - n_bytes))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return self.process.log_tail(n_bytes)
 
     # ------------------------------------------------------------------ protocol
 
@@ -219,21 +211,7 @@ class Browser:
                 ws.close()
             except OSError:
                 pass
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-                self.proc.wait(5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        self._log.close()
+        self.process.stop(grace_s=5.0)
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def __enter__(self) -> "Browser":
