@@ -374,6 +374,18 @@ void bind_engine(py::module_& m) {
            py::arg("id"), py::arg("kind"), py::arg("message"),
            "Fails query id; kind and message are cleaned and bounded (see Engine::fail).")
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
+      .def("follow_up", &Engine::follow_up, py::arg("tag"), py::arg("at_ns"),
+           "Multi-turn: one more query due at at_ns, handed out with sample index tag; call "
+           "it before completing the query it follows. False once issuing has ended.")
+      .def("follow_ups",
+           [](const Engine& e) {
+             py::dict d;
+             d["pending"] = e.follow_ups_pending();
+             d["issued"] = e.follow_ups_issued();
+             d["dropped"] = e.follow_ups_dropped();
+             return d;
+           },
+           "Follow-ups pending, issued and dropped (issuing ended first).")
       .def("counts",
            [](const Engine& e) {
              // Atomic loads only: cheap, and safe from any thread during a run.

@@ -326,11 +326,32 @@ void Engine::issue_loop() {
 }
 
 void Engine::wait_for_inline_issuing() {
-  // Consumers generate the queries; this thread only runs the end of the run.
+  // Consumers generate the queries; this thread runs the end of the run, and is the
+  // timer of multi-turn follow-ups: it wakes the consumers when the earliest falls due.
+  const int64_t t0 = start_ns_.load();
+  const int64_t run_end = s_.max_duration_ns > 0 ? t0 + s_.warmup_ns + s_.max_duration_ns : INT64_MAX;
+  int64_t woken_due = INT64_MIN, woken_pushes = -1;
   while (!issuing_done_.load(std::memory_order_acquire) && !stop_.load()) {
     Notifier::Ticket e(done_);
     if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
-    e.wait(10'000'000);
+    const int64_t now = now_ns();
+    // Every user may be thinking when the time is up: end issuing here, then.
+    if (now >= run_end && follow_pending_.load() > 0) break;
+    const int64_t due = follow_due_.load(std::memory_order_acquire);
+    const int64_t pushes = follow_pushes_.load(std::memory_order_acquire);
+    if (due == INT64_MAX || (due == woken_due && pushes == woken_pushes)) {
+      e.wait(run_end > now ? std::min<int64_t>(run_end - now, 10'000'000) : 10'000'000);
+      continue;
+    }
+    if (due > now + s_.spin_ns) {  // sleep, waking for an earlier follow-up or the end
+      e.wait(std::min<int64_t>(due - now - s_.spin_ns, 10'000'000));
+      continue;
+    }
+    wait_until_ns(due, s_.spin_ns, &stop_);
+    woken_due = due;
+    woken_pushes = pushes;
+    room_.notify();  // synchronous consumers sleep on room_, the event loop on the eventfd
+    queued_.notify_eventfd();
   }
   // Under the consumers' lock, so that no query is generated after this point.
   std::lock_guard<std::mutex> lock(consumer_mutex_);
@@ -437,6 +458,7 @@ void Engine::finish_issuing() noexcept {
   int64_t zero = 0;
   issue_end_ns_.compare_exchange_strong(zero, now_ns());
   issuing_done_.store(true, std::memory_order_release);
+  drop_follow_ups();
   queued_.notify();
   native_.finish();
   done_.notify();

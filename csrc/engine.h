@@ -162,6 +162,23 @@ class Engine : private CompletionSink {
   /// need no hand-off between threads, so the loop's own overhead is what it measures.
   bool inline_issue() const noexcept { return inline_issue_; }
 
+  // --- multi-turn: follow-up queries (closed loop with the queue SUT) ---
+
+  /// Schedules one more query, due at `at_ns` (now_ns() clock) and handed out with `tag`
+  /// as its sample index; its latency counts from `at_ns`. Until it is issued it holds a
+  /// place among the closed loop's `concurrency` queries, so a conversation waiting out
+  /// its think time keeps its user's place: call it before completing the query it
+  /// follows. The issue thread wakes the consumers (eventfd, room) when it falls due.
+  /// Returns false, scheduling nothing, once issuing has ended (the run's bounds count
+  /// follow-ups like any query). Throws std::logic_error unless the run is a closed loop
+  /// with the queue SUT and one sample per query. Any thread.
+  bool follow_up(int64_t tag, int64_t at_ns);
+  /// Follow-ups scheduled and not yet issued, issued, and dropped (refused or left
+  /// pending because issuing ended first).
+  int64_t follow_ups_pending() const noexcept { return follow_pending_.load(std::memory_order_acquire); }
+  int64_t follow_ups_issued() const noexcept { return follow_issued_.load(std::memory_order_relaxed); }
+  int64_t follow_ups_dropped() const noexcept { return follow_dropped_.load(std::memory_order_relaxed); }
+
   // --- completion, from any thread ---
 
   /// Completes query `id` at `completed_ns` (0: now). `n_tokens` >= 0 records output
@@ -278,9 +295,18 @@ class Engine : private CompletionSink {
   // The next arrival for inline open loop; false (and issuing finished) at the end.
   bool inline_next_arrival(int64_t t0, int64_t* scheduled_ns);
   // Claims a free slot for query `seq` and fills it as issued now (consumer thread).
+  // `tag` >= 0: the query's one sample index (a follow-up), else the selector's.
   int64_t issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
-                       int64_t* samples_out);
+                       int64_t* samples_out, int64_t tag = -1);
   void finish_issuing() noexcept;
+  // Pops the earliest follow-up if due by `now`: its due time and tag.
+  bool pop_due_follow_up(int64_t now, int64_t* due, int64_t* tag);
+  // Drops every pending follow-up (issuing has ended), counting them.
+  void drop_follow_ups() noexcept;
+  // Closed loop: queries in flight plus follow-ups waiting to be issued.
+  int64_t occupancy() const noexcept {
+    return in_flight() + follow_pending_.load(std::memory_order_acquire);
+  }
   // Appends the record of query `id` (claimed, not yet released) resolved at `t`, when
   // records are kept.
   void log_resolution(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens = -1,
@@ -339,6 +365,16 @@ class Engine : private CompletionSink {
   // Timeouts: ids in issue order (= deadline order, as deadlines are scheduled + timeout).
   std::mutex timeout_mutex_;
   std::deque<int64_t> timeout_queue_;
+
+  // Multi-turn follow-ups: a min-heap of (due, tag) under follow_mutex_; the pending
+  // count and the earliest due time (INT64_MAX: none) are readable without the lock.
+  std::mutex follow_mutex_;
+  std::vector<std::pair<int64_t, int64_t>> follow_heap_;
+  std::atomic<int64_t> follow_pending_{0};
+  std::atomic<int64_t> follow_due_{INT64_MAX};
+  std::atomic<int64_t> follow_pushes_{0};
+  std::atomic<int64_t> follow_issued_{0};
+  std::atomic<int64_t> follow_dropped_{0};
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> abort_{false};

@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -32,12 +33,16 @@ void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
 }
 
 int64_t Engine::issue_inline(int64_t seq, int64_t slot_index, int64_t scheduled, int64_t now,
-                             int64_t* samples_out) {
+                             int64_t* samples_out, int64_t tag) {
   const int64_t spq = s_.samples_per_query;
   const int64_t id = table_.make_id(seq, static_cast<uint64_t>(slot_index));
   table_.fill(id, scheduled, now);
   int64_t* dst = table_.samples(id);
-  for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
+  if (tag >= 0) {
+    dst[0] = tag;  // a follow-up: one sample per query (follow_up() checks)
+  } else {
+    for (int64_t k = 0; k < spq; ++k) dst[k] = selector_.next();
+  }
   std::copy(dst, dst + spq, samples_out);
   table_.set(id, InFlightTable::kIssued);
   note_issued(seq, scheduled);
@@ -79,16 +84,30 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
     }
     const int64_t now = now_ns();
     int64_t scheduled;
+    int64_t tag = -1;
     if (closed) {
-      if (in_flight() >= s_.concurrency) break;
+      // A follow-up that is due goes first: it already holds its place in the loop.
+      int64_t due = 0;
+      const bool follow = follow_due_.load(std::memory_order_acquire) <= now &&
+                          pop_due_follow_up(now, &due, &tag);
+      if (!follow && occupancy() >= s_.concurrency) break;
       if (should_stop_issuing(inline_count_, now - t0, now - t0)) {
+        if (follow) follow_dropped_.fetch_add(1, std::memory_order_relaxed);
         finish_issuing();
         break;
       }
-      // Due when the slot freed up (the last completion), not when this thread got here.
-      scheduled = inline_count_ < s_.concurrency
-                      ? t0
-                      : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
+      if (follow) {
+        if (table_.find_free_slot() < 0) {  // cannot happen below the table's capacity; never lose it
+          follow_dropped_.fetch_add(1, std::memory_order_relaxed);
+          break;
+        }
+        scheduled = due;
+      } else {
+        // Due when the slot freed up (the last completion), not when this thread got here.
+        scheduled = inline_count_ < s_.concurrency
+                        ? t0
+                        : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
+      }
     } else {
       if (!inline_next_arrival(t0, &scheduled)) break;
       if (scheduled > now) {  // not due yet: the caller waits for it
@@ -117,9 +136,13 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
       }
       break;
     }
-    ids[n] = issue_inline(inline_count_ + 1, slot_index, scheduled, now, samples + n * spq);
+    ids[n] = issue_inline(inline_count_ + 1, slot_index, scheduled, now, samples + n * spq, tag);
     scheduled_ns[n] = scheduled;
-    inline_prev_scheduled_ = scheduled;
+    if (tag >= 0) {
+      follow_issued_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      inline_prev_scheduled_ = scheduled;
+    }
     if (!closed) {
       inline_last_offset_ = inline_pending_offset_;
       inline_pending_ = false;
@@ -198,6 +221,54 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   }
 }
 
+bool Engine::follow_up(int64_t tag, int64_t at_ns) {
+  if (!inline_issue_ || s_.load_mode != LoadMode::kClosedLoop || s_.samples_per_query != 1) {
+    throw std::logic_error("follow_up needs a closed loop with the queue SUT and one sample per query");
+  }
+  if (tag < 0) throw std::invalid_argument("follow_up: tag must be >= 0");
+  {
+    std::lock_guard<std::mutex> lock(follow_mutex_);
+    // Under the lock that drop_follow_ups() takes after issuing ends: a follow-up is
+    // either refused here or dropped there, never left behind.
+    if (issuing_done_.load(std::memory_order_acquire) || stop_.load(std::memory_order_relaxed)) {
+      follow_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    follow_heap_.emplace_back(at_ns, tag);
+    std::push_heap(follow_heap_.begin(), follow_heap_.end(), std::greater<>());
+    follow_pending_.fetch_add(1, std::memory_order_release);
+    follow_due_.store(follow_heap_.front().first, std::memory_order_release);
+    follow_pushes_.fetch_add(1, std::memory_order_release);
+  }
+  done_.notify();  // the issue thread keeps the timer for the earliest one
+  return true;
+}
+
+bool Engine::pop_due_follow_up(int64_t now, int64_t* due, int64_t* tag) {
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(follow_mutex_);
+    if (follow_heap_.empty() || follow_heap_.front().first > now) return false;
+    std::pop_heap(follow_heap_.begin(), follow_heap_.end(), std::greater<>());
+    *due = follow_heap_.back().first;
+    *tag = follow_heap_.back().second;
+    follow_heap_.pop_back();
+    more = !follow_heap_.empty();
+    follow_due_.store(more ? follow_heap_.front().first : INT64_MAX, std::memory_order_release);
+    follow_pending_.fetch_sub(1, std::memory_order_release);
+  }
+  if (more) done_.notify();  // the timer now waits for the next one
+  return true;
+}
+
+void Engine::drop_follow_ups() noexcept {
+  std::lock_guard<std::mutex> lock(follow_mutex_);
+  follow_dropped_.fetch_add(static_cast<int64_t>(follow_heap_.size()), std::memory_order_relaxed);
+  follow_heap_.clear();
+  follow_due_.store(INT64_MAX, std::memory_order_release);
+  follow_pending_.store(0, std::memory_order_release);
+}
+
 int Engine::eventfd() { return queued_.eventfd(); }
 
 void Engine::arm_eventfd() noexcept {
@@ -206,7 +277,8 @@ void Engine::arm_eventfd() noexcept {
   // Anything queued (or the end) after the last take_batch must not be missed; inline,
   // neither may the start of the run or room for the next query.
   const bool inline_ready = inline_issue_ && start_ns_.load() != 0 &&
-                            in_flight() < (s_.load_mode == LoadMode::kClosedLoop ? s_.concurrency : 1);
+                            (occupancy() < (s_.load_mode == LoadMode::kClosedLoop ? s_.concurrency : 1) ||
+                             follow_due_.load() <= now_ns());
   if (ring_head_.load() != ring_tail_.load() || issuing_done_.load() || inline_ready) {
     queued_.notify();
   }

@@ -117,6 +117,14 @@ def _dist(v: Any) -> str:
     return str(v)
 
 
+def _think_dist(v: Any) -> str:
+    """A think-time distribution in whole milliseconds, 0 allowed (loadgen.llm.dist)."""
+    from loadgen.llm.dist import parse_dist
+
+    parse_dist(str(v), limit=3_600_000, low=0, unit="ms")
+    return str(v)
+
+
 def _json_object(v: Any) -> str:
     """JSON text of an object (a TOML table is written back as JSON)."""
     import json
@@ -411,6 +419,12 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
     OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
                "for exact output lengths"),
+    OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (synthetic prompts; with "
+               "a ShareGPT dataset, up to N of each conversation's human turns); each turn goes after the "
+               "previous reply plus --think-time-ms, with the history; needs --scenario concurrency "
+               "(default 1)", "N"),
+    OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
+               "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
     OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT"),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
@@ -519,6 +533,8 @@ class RunOptions:
     prefix_groups: int = 1
     tokenizer: Optional[str] = None
     ignore_eos: bool = False
+    turns: int = 1
+    think_time_ms: Optional[str] = None
     extra_body: Optional[str] = None
     no_stream: bool = False
     server_metrics_url: Optional[str] = None

@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -474,6 +474,15 @@ class _LoopDriver(_AsyncDriver):
     def first_token(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` produced its first token at ``t_ns``."""
         self.core.first_token(qid, t_ns)
+
+    def follow_up(self, tag: int, at_ns: int) -> bool:
+        """Multi-turn: one more query due at ``at_ns``, handed to the SUT with sample index
+        ``tag``; called before completing the query it follows. False once issuing ended."""
+        return bool(self.core.follow_up(tag, at_ns))
+
+    def follow_ups(self) -> Dict[str, int]:
+        """The engine's follow-ups: pending, issued, dropped."""
+        return dict(self.core.follow_ups())
 
     def fail(self, qid: int, kind: str, message: str) -> None:
         """Query ``qid`` failed; ``kind`` is its error class."""

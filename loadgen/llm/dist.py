@@ -79,18 +79,19 @@ def _number(key: str, value: str, text: str) -> float:
     return x
 
 
-def _length(value: str, text: str, limit: int) -> int:
+def _length(value: str, text: str, limit: int, low: int = 1, unit: str = "tokens") -> int:
     try:
         x = int(value)
     except ValueError:
-        raise ValueError(f"{text!r}: {value!r} is not a whole number of tokens") from None
-    if not 1 <= x <= limit:
-        raise ValueError(f"{text!r}: {x} is not in 1..{limit}")
+        raise ValueError(f"{text!r}: {value!r} is not a whole number of {unit}") from None
+    if not low <= x <= limit:
+        raise ValueError(f"{text!r}: {x} is not in {low}..{limit}")
     return x
 
 
-def parse_dist(text: str, limit: int = MAX_TOKENS_LIMIT) -> LengthDist:
-    """The :class:`LengthDist` of ``text`` (module doc for the grammar).
+def parse_dist(text: str, limit: int = MAX_TOKENS_LIMIT, low: int = 1, unit: str = "tokens") -> LengthDist:
+    """The :class:`LengthDist` of ``text`` (module doc for the grammar), over whole
+    ``unit`` from ``low`` to ``limit`` (tokens from 1 by default; think times in ms from 0).
 
     Raises:
         ValueError: the text is not a distribution; the message shows the forms.
@@ -104,12 +105,12 @@ def parse_dist(text: str, limit: int = MAX_TOKENS_LIMIT) -> LengthDist:
         kind, _, s = s.partition(":")
     elif "=" not in s:
         if ":" in s:
-            low, _, high = s.partition(":")
-            lo, hi = _length(low, text, limit), _length(high, text, limit)
+            low_s, _, high = s.partition(":")
+            lo, hi = _length(low_s, text, limit, low, unit), _length(high, text, limit, low, unit)
             if lo > hi:
                 raise ValueError(f"{text!r}: the uniform range's low end {lo} is above its high end {hi}")
             return LengthDist("uniform", lo, hi, lo, hi, str(text))
-        n = _length(s, text, limit)
+        n = _length(s, text, limit, low, unit)
         return LengthDist("fixed", n, n, n, n, str(text))
     params: Dict[str, float] = {}
     for part in s.split(","):
@@ -122,8 +123,8 @@ def parse_dist(text: str, limit: int = MAX_TOKENS_LIMIT) -> LengthDist:
     mean, sd = params["mean"], params["sd"]
     if mean <= 0 or sd < 0:
         raise ValueError(f"{text!r}: mean must be > 0 and sd >= 0")
-    lo = _length(str(int(params.get("min", 1))), text, limit)
-    hi = _length(str(int(params.get("max", limit))), text, limit)
+    lo = _length(str(int(params.get("min", low))), text, limit, low, unit)
+    hi = _length(str(int(params.get("max", limit))), text, limit, low, unit)
     if lo > hi:
         raise ValueError(f"{text!r}: min {lo} is above max {hi}")
     return LengthDist(kind, mean, sd, lo, hi, str(text))

@@ -49,6 +49,8 @@ class LlmOptions:
     ignore_eos: bool = False
     extra_body: Optional[str] = None
     stream: bool = True
+    turns: int = 1
+    think_time_ms: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -142,6 +144,32 @@ def _body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, where: 
     return {**body, **extra}
 
 
+@dataclasses.dataclass
+class _Setup:
+    """What every workload builder starts from: ``--extra-body``, the tokenizer (and the
+    length counter: tokens with one, else words), the seeded generator, the number of
+    distinct prompts, and the result's ``llm`` description so far."""
+
+    extra: Dict[str, Any]
+    tok: Optional[Tokenizer]
+    count_fn: Callable[[str], int]
+    rng: np.random.Generator
+    count: int
+    info: Dict[str, Any]
+
+
+def _setup(o: LlmOptions, endpoint: str) -> _Setup:
+    extra: Dict[str, Any] = json.loads(o.extra_body) if o.extra_body else {}
+    if not isinstance(extra, dict):
+        raise ValueError("--extra-body must be a JSON object")
+    tok = load_tokenizer(o.tokenizer) if o.tokenizer else None
+    count_fn: Callable[[str], int] = tok.count if tok is not None else (lambda s: len(s.split()))
+    info: Dict[str, Any] = {"endpoint": endpoint, "tokenizer": o.tokenizer, "input_tokens_exact": tok is not None,
+                            "stream": o.stream and endpoint != "embeddings", "ignore_eos": o.ignore_eos,
+                            "extra_body": extra}
+    return _Setup(extra, tok, count_fn, np.random.default_rng(o.seed), min(o.sample_count, MAX_PROMPTS), info)
+
+
 def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Workload:
     """The bodies for ``endpoint`` ("completions", "chat" or "embeddings") and ``model``.
 
@@ -149,16 +177,8 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
         ValueError: a bad dataset, distribution, tokenizer or ``--extra-body``; the message
             names the option (and the file and line).
     """
-    extra: Dict[str, Any] = json.loads(o.extra_body) if o.extra_body else {}
-    if not isinstance(extra, dict):
-        raise ValueError("--extra-body must be a JSON object")
-    tok = load_tokenizer(o.tokenizer) if o.tokenizer else None
-    count_fn: Callable[[str], int] = tok.count if tok is not None else (lambda s: len(s.split()))
-    rng = np.random.default_rng(o.seed)
-    count = min(o.sample_count, MAX_PROMPTS)
-    info: Dict[str, Any] = {"endpoint": endpoint, "tokenizer": o.tokenizer, "input_tokens_exact": tok is not None,
-                            "stream": o.stream and endpoint != "embeddings", "ignore_eos": o.ignore_eos,
-                            "extra_body": extra}
+    st = _setup(o, endpoint)
+    extra, tok, count_fn, rng, count, info = st.extra, st.tok, st.count_fn, st.rng, st.count, st.info
     if o.dataset:
         prompts, layout, read = read_dataset(o.dataset, count_fn, tok is not None, o.dataset_min_input_tokens,
                                              o.dataset_max_input_tokens, count)

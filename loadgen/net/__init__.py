@@ -67,7 +67,8 @@ def _llm_options(o: Any):
         dataset=o.dataset, dataset_min_input_tokens=o.dataset_min_input_tokens,
         dataset_max_input_tokens=o.dataset_max_input_tokens, input_tokens=o.input_tokens,
         output_tokens=o.output_tokens, shared_prefix_tokens=o.shared_prefix_tokens, prefix_groups=o.prefix_groups,
-        tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream)
+        tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream,
+        turns=o.turns, think_time_ms=o.think_time_ms)
 
 
 def pool_size_for(settings: Any) -> int:
@@ -90,6 +91,9 @@ def open_from_options(o: Any, settings: Any):
         raise ValueError(f"--sut {o.sut}: a network target sends one sample per request; "
                          f"samples_per_query must be 1 (got {settings.samples_per_query})")
     net = net_options(o)
+    if getattr(o, "turns", 1) > 1 and settings.mode != "closed":
+        raise ValueError(f"--turns {o.turns}: multi-turn conversations run in a closed loop (--scenario "
+                         "concurrency: each of N users holds one conversation at a time)")
     try:
         return open_target(o.sut, net, pool_size=pool_size_for(settings),
                            significant_figures=o.significant_figures)
@@ -125,9 +129,14 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
 
         sut = TemplateHttpSUT(target, net, pool_size)
     elif target.kind == "openai":
-        from loadgen.net.openai_stream import OpenAISUT
+        if net.llm is not None and net.llm.turns > 1:
+            from loadgen.net.openai_turns import ConversationSUT
 
-        sut = OpenAISUT(target, net, pool_size, significant_figures)
+            sut = ConversationSUT(target, net, pool_size, significant_figures)
+        else:
+            from loadgen.net.openai_stream import OpenAISUT
+
+            sut = OpenAISUT(target, net, pool_size, significant_figures)
     else:
         from loadgen.net.kserve_grpc import KServeGrpcSUT
 

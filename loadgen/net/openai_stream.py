@@ -40,7 +40,7 @@ class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
-                 "done", "error", "gaps")
+                 "done", "error", "gaps", "texts", "prompt_tokens")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -54,6 +54,10 @@ class TokenStream:
         self.done = False
         self.error: Optional[str] = None
         self.gaps: List[int] = []
+        # The answer's text pieces, kept only when a conversation needs the reply
+        # (multi-turn): then every event is parsed in full.
+        self.texts: Optional[List[str]] = None
+        self.prompt_tokens = -1  # usage.prompt_tokens, when the server sends it
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
         held = len(self.buf)
@@ -90,7 +94,8 @@ class TokenStream:
             return
         # Fast path: a plain token chunk (no usage, no error) is recognised without
         # building its JSON; anything else is parsed in full.
-        if data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data:
+        if (data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data
+                and self.texts is None):
             if _TOKEN_FIELD.search(data):
                 self._token(t)
             return
@@ -108,12 +113,16 @@ class TokenStream:
         usage = doc.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta")
             text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
             if text:
+                if self.texts is not None and isinstance(text, str):
+                    self.texts.append(text)
                 self._token(t)
 
     def _token(self, t: int) -> None:
@@ -187,7 +196,7 @@ class WholeResponse:
         elif not isinstance(n, int) or n < 0:
             n = sum(len(str((c.get("message") or {}).get("content") or c.get("text") or "").split())
                     for c in doc.get("choices") or () if isinstance(c, dict))
-        sut.record_whole(self, t, n)
+        sut.record_whole(self, t, n, doc)
 
     def on_error(self, req: Request, kind: str, message: str) -> None:
         self.sut.fail_query(self.query_id, kind, message)
@@ -313,9 +322,9 @@ class OpenAISUT(HttpSUT):
             self.input_tokens_sent += self._input_lens[i]
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
-    def record_whole(self, w: "WholeResponse", t: int, n: int) -> None:
-        """A non-streamed answer: ``n`` output tokens (from ``usage``; -1 for none, as
-        for embeddings), completed at ``t``."""
+    def record_whole(self, w: "WholeResponse", t: int, n: int, doc: Dict[str, Any]) -> None:
+        """A non-streamed answer ``doc``: ``n`` output tokens (from ``usage``; -1 for
+        none, as for embeddings), completed at ``t``."""
         if n < 0:
             self.embeddings += 1
             self.sink.complete(w.query_id, t)

@@ -374,8 +374,11 @@ class ScriptedServer:
             p = words([m.get("content") for m in body.get("messages", [])] if chat else body.get("prompt", ""))
             usage = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
             streamed = bool(body.get("stream"))
-            self.completion_log.append({"prompt_words": p, "completion_tokens": n, "stream": streamed,
-                                        **{k: v for k, v in body.items() if k not in ("prompt", "messages")}})
+            entry = {"prompt_words": p, "completion_tokens": n, "stream": streamed, "recv_ns": req.recv_ns,
+                     **{k: v for k, v in body.items() if k not in ("prompt", "messages")}}
+            if a.log_messages and chat:
+                entry["messages"] = body.get("messages")
+            self.completion_log.append(entry)
             include_usage = a.usage or bool((body.get("stream_options") or {}).get("include_usage"))
         except (ValueError, TypeError, AttributeError) as e:
             self.send_json(writer, req, 400, {"error": f"bad completion request: {e!r}"})
@@ -549,6 +552,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--itl-ms", type=float, default=10.0, help="between tokens; default %(default)s")
     g.add_argument("--tokens", type=positive, default=32,
                    help="per answer (a smaller max_tokens wins); default %(default)s")
+    g.add_argument("--log-messages", action="store_true",
+                   help="keep each chat request's messages in /stats' completion_log")
     g.add_argument("--tokens-per-chunk", type=positive, default=1, help="tokens per stream event; default 1")
     g.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True,
                    help="usage chunk in every stream, not only on stream_options.include_usage; default on")

@@ -1,0 +1,179 @@
+"""Multi-turn chat (``--turns N``): conversations whose turns go out one after another.
+
+Each of the closed loop's N users holds one conversation at a time. A conversation's
+first turn is a query the engine issues like any other (its sample index picks the
+conversation; its bytes are prepared). When a turn's answer is complete, the answer's
+text joins the history and the next turn is handed to the engine as a follow-up
+(``Engine::follow_up``) due at the answer's completion time plus a think time drawn from
+``--think-time-ms``: the engine issues it at that time, in the user's place, and its
+latency, TTFT and issue delay count from that due time like any scheduled query's. The
+follow-up is scheduled before the turn is completed, so the user's place is never free
+in between. After the last turn (or a failed one) the place frees, and the closed loop
+starts the next conversation. Follow-ups are handed out with sample index
+``FOLLOW_TAG | session id``, which the per-request records show.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from loadgen.llm.conversation import Conversations, build_conversations
+from loadgen.net.http1 import Request
+from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse
+
+__all__ = ["ConversationSUT", "FOLLOW_TAG"]
+
+#: Sample indices at or above this are follow-up turns (the session id in the low bits).
+FOLLOW_TAG = 1 << 62
+_THINK_DRAWS = 4096  # think times drawn at a time
+
+
+class _Session:
+    """One conversation under way: which one, the next turn, the history so far."""
+
+    __slots__ = ("sid", "conv", "turn", "messages", "history_tokens")
+
+    def __init__(self, sid: int, conv: int) -> None:
+        self.sid = sid
+        self.conv = conv
+        self.turn = 0
+        self.messages: List[Dict[str, Any]] = []
+        self.history_tokens = 0
+
+
+def _reply_of(doc: Dict[str, Any]) -> str:
+    """The assistant text of a non-streamed chat answer."""
+    for c in doc.get("choices") or ():
+        if isinstance(c, dict):
+            msg = c.get("message")
+            if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+                return str(msg["content"])
+    return ""
+
+
+class ConversationSUT(OpenAISUT):
+    """The OpenAI chat target with ``--turns``: see the module doc."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conversations: Optional[Conversations] = None
+        self._by_query: Dict[int, _Session] = {}
+        self._waiting: Dict[int, _Session] = {}
+        self._next_sid = 0
+        self._think_ns = np.zeros(0, dtype=np.int64)
+        self._think_at = 0
+        self._rng = np.random.default_rng()
+        self.started = 0
+        self.finished = 0
+        self.cut_by_failure = 0
+        self.turns_completed: List[int] = []
+        self.history_messages_max = 0
+
+    def _bodies(self) -> Tuple[List[dict], str]:
+        if self.net.payload:
+            raise ValueError("--turns builds its own conversations: it does not take --payload")
+        llm = self._llm()
+        convs = build_conversations(llm, self.target.endpoint, self.model)
+        self.conversations = convs
+        self._rng = np.random.default_rng(llm.seed + 7)
+        self.turns_completed = [0] * max(len(c) for c in convs.bodies)
+        self._input_lens = [t[0] for t in convs.turn_tokens]
+        return [c[0] for c in convs.bodies], convs.source
+
+    def _think(self) -> int:
+        if self._think_at >= len(self._think_ns):
+            assert self.conversations is not None
+            self._think_ns = self.conversations.think.draw(self._rng, _THINK_DRAWS) * 1_000_000
+            self._think_at = 0
+        v = int(self._think_ns[self._think_at])
+        self._think_at += 1
+        return v
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        convs = self.conversations
+        pool = self.pool
+        if pool is None or convs is None:
+            raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
+        if sample_index >= FOLLOW_TAG:
+            session = self._waiting.pop(sample_index - FOLLOW_TAG)
+            body = dict(convs.bodies[session.conv][session.turn])
+            body["messages"] = session.messages + body["messages"]
+            self.history_messages_max = max(self.history_messages_max, len(body["messages"]))
+            data = self._serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
+        else:
+            conv = sample_index % len(convs.bodies)
+            session = _Session(self._next_sid, conv)
+            self._next_sid += 1
+            self.started += 1
+            data = self.requests[conv]
+        self._by_query[query_id] = session
+        self.input_tokens_sent += session.history_tokens + convs.turn_tokens[session.conv][session.turn]
+        handler: Any
+        if self._stream:
+            handler = TokenStream(self, query_id, scheduled_ns)
+            handler.texts = []
+        else:
+            handler = WholeResponse(self, query_id, scheduled_ns)
+        pool.submit(Request(data, handler, query_id, self._stream), scheduled_ns + self.timeout_ns
+                    if self.timeout_ns else 0)
+
+    def _advance(self, qid: int, reply: str, n_tokens: int, t: int) -> None:
+        """Turn ``qid`` answered with ``reply`` at ``t``: the next turn as a follow-up
+        (before the caller completes this one), or the conversation's end."""
+        session = self._by_query.pop(qid, None)
+        convs = self.conversations
+        if session is None or convs is None:
+            return
+        turns = convs.bodies[session.conv]
+        self.turns_completed[session.turn] += 1
+        session.messages = session.messages + [turns[session.turn]["messages"][-1],
+                                               {"role": "assistant", "content": reply}]
+        session.history_tokens += convs.turn_tokens[session.conv][session.turn] + max(n_tokens, 0)
+        session.turn += 1
+        if session.turn >= len(turns):
+            self.finished += 1
+            return
+        self._waiting[session.sid] = session
+        if not self.sink.follow_up(FOLLOW_TAG | session.sid, t + self._think()):
+            del self._waiting[session.sid]  # issuing has ended: the engine counts it dropped
+
+    def record_stream(self, s: TokenStream, t: int) -> None:
+        n = s.usage_tokens if s.usage_tokens >= 0 else s.chunks
+        self._advance(s.query_id, "".join(s.texts or ()), n, t)
+        super().record_stream(s, t)
+
+    def record_whole(self, w: WholeResponse, t: int, n: int, doc: Dict[str, Any]) -> None:
+        self._advance(w.query_id, _reply_of(doc), n, t)
+        super().record_whole(w, t, n, doc)
+
+    def fail_query(self, qid: int, kind: str, message: str) -> None:
+        if self._by_query.pop(qid, None) is not None:
+            self.cut_by_failure += 1
+        super().fail_query(qid, kind, message)
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        out["llm"] = self.llm_section()
+        return out
+
+    def llm_section(self) -> Dict[str, Any]:
+        """The ``llm`` section, with ``conversations``: started, finished, cut short (by a
+        failed turn, or by the run's end: follow-ups dropped and turns left unanswered),
+        completed turns by turn index, the engine's follow-up counts, and the longest
+        history sent (messages)."""
+        out = super().llm_section()
+        if self.conversations is not None:
+            out.update({k: v for k, v in self.conversations.info.items()})
+        engine = getattr(self.sink, "follow_ups", None)
+        follow = engine() if callable(engine) else {}
+        conv = dict(out.get("conversations") or {})
+        conv.update(started=self.started, finished=self.finished,
+                    cut_short={"failed_turn": self.cut_by_failure,
+                               "run_ended": int(follow.get("dropped", 0)) + len(self._by_query)},
+                    turns_completed=self.turns_completed, follow_ups=follow,
+                    history_messages_max=self.history_messages_max)
+        out["conversations"] = conv
+        return out
