@@ -346,7 +346,7 @@ void bind_engine(py::module_& m) {
       .def("eventfd", &Engine::eventfd)
       .def("arm_eventfd", &Engine::arm_eventfd)
       .def("complete", &Engine::complete, py::arg("id"), py::arg("completed_ns") = 0,
-           py::arg("n_tokens") = -1)
+           py::arg("n_tokens") = -1, py::arg("n_input") = -1)
       .def("complete_many",
            [](Engine& e, const Int64Array& ids, const py::object& completed_ns) {
              const int64_t n = static_cast<int64_t>(ids.size());

@@ -471,7 +471,7 @@ void Engine::track_timeout(int64_t id) {
 }
 
 bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
-                               bool count_unknown) noexcept {
+                               bool count_unknown, int64_t n_input) noexcept {
   if (!table_.claim_issued(id)) {
     if (count_unknown) unknown_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -486,13 +486,13 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
                        sl.first_token_ns.load(std::memory_order_relaxed));
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
-  log_resolution(id, RecordStatus::kOk, t, n_tokens);
+  log_resolution(id, RecordStatus::kOk, t, n_tokens, 0, n_input);
   release(id, t);
   return true;
 }
 
 void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens,
-                           uint16_t kind) noexcept {
+                           uint16_t kind, int64_t n_input) noexcept {
   const InFlightTable::Slot& sl = table_.slot(id);
   RequestRecord r;
   r.query = table_.seq_of(id);
@@ -502,6 +502,7 @@ void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n
   r.first_token_ns = sl.first_token_ns.load(std::memory_order_relaxed);
   r.sample_index = table_.samples(id)[0];
   r.output_tokens = static_cast<int32_t>(std::clamp<int64_t>(n_tokens, -1, INT32_MAX));
+  r.input_tokens = static_cast<int32_t>(std::clamp<int64_t>(n_input, -1, INT32_MAX));
   r.samples = static_cast<int32_t>(std::min<int64_t>(s_.samples_per_query, INT32_MAX));
   r.error_kind = kind;
   r.status = static_cast<uint8_t>(status);

@@ -186,8 +186,9 @@ class Engine : private CompletionSink {
   /// not in flight (late, duplicate or unknown); that is counted, never fatal. A time
   /// before the query was scheduled or issued, or a latency above highest_trackable_ns,
   /// completes the query but is counted as out of range instead of recorded.
-  bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1) noexcept {
-    return complete_internal(id, completed_ns, n_tokens, true);
+  /// `n_input` >= 0: the request's input tokens, for its per-request record.
+  bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1, int64_t n_input = -1) noexcept {
+    return complete_internal(id, completed_ns, n_tokens, true, n_input);
   }
   /// complete() for n ids; `completed_ns` may be null (now) or hold one time per id.
   int64_t complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept;
@@ -244,7 +245,7 @@ class Engine : private CompletionSink {
   // Completes issued query `id` (see complete()); counts an id not in flight as unknown
   // when `count_unknown`.
   bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
-                         bool count_unknown) noexcept;
+                         bool count_unknown, int64_t n_input = -1) noexcept;
   // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
   void release(int64_t id, int64_t t = 0) noexcept;
   // Whether a query scheduled at `scheduled_ns` belongs to the warm-up (never before
@@ -310,10 +311,11 @@ class Engine : private CompletionSink {
   // Appends the record of query `id` (claimed, not yet released) resolved at `t`, when
   // records are kept.
   void log_resolution(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens = -1,
-                      uint16_t kind = 0) noexcept {
-    if (records_) append_record(id, status, t, n_tokens, kind);
+                      uint16_t kind = 0, int64_t n_input = -1) noexcept {
+    if (records_) append_record(id, status, t, n_tokens, kind, n_input);
   }
-  void append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens, uint16_t kind) noexcept;
+  void append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens, uint16_t kind,
+                     int64_t n_input) noexcept;
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
   }

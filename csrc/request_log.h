@@ -30,8 +30,8 @@ struct RequestRecord {
   int64_t first_token_ns = 0;  ///< 0: none
   int64_t sample_index = 0;    ///< the query's first sample
   int32_t output_tokens = -1;  ///< -1: not reported
-  /// -1: not known. The engine does not see prompts; a workload that counts input
-  /// tokens fills this in (the file format already has the field).
+  /// -1: not known. The engine does not see prompts: the SUT passes the count with
+  /// the completion (Engine::complete's n_input), as the OpenAI target does.
   int32_t input_tokens = -1;
   int32_t samples = 1;
   uint16_t error_kind = 0;     ///< RequestLog::kinds() index; 0 when none

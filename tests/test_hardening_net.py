@@ -586,7 +586,7 @@ class _Sink:
     def first_token(self, qid, t):
         pass
 
-    def complete_tokens(self, qid, t, n):
+    def complete_tokens(self, qid, t, n, n_input=-1):
         pass
 
     def fail(self, qid, kind, message):

@@ -146,7 +146,7 @@ def test_synthetic_run_counts_and_lengths_equal_the_servers(tmp_path, word_token
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--query-count", "300",
                    "--sample-count", "300", "--sample-order", "sequential", "--sample-seed", "3", "--tokenizer", word_tokenizer,
                    "--input-tokens", "mean=120,sd=30", "--output-tokens", "lognormal:mean=40,sd=15,max=200",
-                   "--shared-prefix-tokens", "8", "--prefix-groups", "4")
+                   "--shared-prefix-tokens", "8", "--prefix-groups", "4", "--record-requests", "r.jsonl")
         requests, log = _log(srv)
     c, llm = doc["counts"], doc["llm"]
     assert c["completed"] == requests["completions"] == len(log) == 300 and c["failed"] == 0
@@ -163,6 +163,14 @@ def test_synthetic_run_counts_and_lengths_equal_the_servers(tmp_path, word_token
     assert llm["requests"]["input_tokens_sent"] == sum(e["prompt_words"] for e in log)
     assert llm["source"] == "synthetic" and llm["input_tokens_exact"] is True and llm["prefix_groups"] == 4
     assert llm["input_tokens"]["kind"] == "normal" and llm["output_tokens"]["kind"] == "lognormal"
+    # Each request's input and output tokens: in its record, and in the length histograms.
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sorted(r["input_tokens"] for r in records) == sorted(e["prompt_words"] for e in log)
+    assert sorted(r["output_tokens"] for r in records) == sorted(served)
+    for key, values in (("input_length_tokens", [e["prompt_words"] for e in log]), ("output_length_tokens", served)):
+        h = doc[key]
+        assert h["count"] == 300 and h["min"] == min(values) and h["max"] == max(values)
+        assert abs(h["mean"] - np.mean(values)) < 0.01 * np.mean(values)
 
 
 def test_dataset_chat_no_stream_ignore_eos_and_extra_body(tmp_path):

@@ -91,6 +91,11 @@ def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stre
     ends = {r["completed_ns"] + think_ms * 1_000_000 for r in records if r["status"] == "ok"}
     assert all(r["scheduled_ns"] in ends for r in follow)
     assert all(r["latency_ns"] == r["completed_ns"] - r["scheduled_ns"] for r in follow if r["status"] == "ok")
+    # Each turn's input tokens: the history's (user turns and replies) and its own; the
+    # server counts the same words (no tokenizer: words stand for tokens).
+    if c["cancelled"] == 0:
+        assert sorted(r["input_tokens"] for r in records) == sorted(e["prompt_words"] for e in log)
+    assert doc["input_length_tokens"]["max"] == max(r["input_tokens"] for r in records if r["status"] == "ok")
     delays = np.array([r["issued_ns"] - r["scheduled_ns"] for r in follow])
     assert np.median(delays) < 2_000_000
     # While a user thinks, no new conversation takes its place: at most 3 sessions at once.

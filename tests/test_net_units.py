@@ -161,7 +161,7 @@ class _Sink:
     def first_token(self, qid, t):
         self.first.append((qid, t))
 
-    def complete_tokens(self, qid, t, n):
+    def complete_tokens(self, qid, t, n, n_input=-1):
         self.done.append((qid, t, n))
 
     def fail(self, qid, kind, message):

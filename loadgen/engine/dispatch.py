@@ -465,9 +465,10 @@ class _LoopDriver(_AsyncDriver):
             self.flush_scheduled = True
             self.loop.call_soon(self._flush)
 
-    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
-        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
-        self.core.complete(qid, t_ns, n_tokens)
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int, n_input: int = -1) -> None:
+        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens (and
+        ``n_input`` input tokens, when known, for its per-request record)."""
+        self.core.complete(qid, t_ns, n_tokens, n_input)
         if self.closed_loop and not self.exhausted.is_set():
             self._issue_next()
 

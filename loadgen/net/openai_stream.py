@@ -40,7 +40,7 @@ class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
-                 "done", "error", "gaps", "texts", "prompt_tokens")
+                 "done", "error", "gaps", "texts", "prompt_tokens", "n_input")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -58,6 +58,7 @@ class TokenStream:
         # (multi-turn): then every event is parsed in full.
         self.texts: Optional[List[str]] = None
         self.prompt_tokens = -1  # usage.prompt_tokens, when the server sends it
+        self.n_input = -1  # the request's input tokens, when the workload knows them
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
         held = len(self.buf)
@@ -163,12 +164,13 @@ class WholeResponse:
     """One answer not streamed (``--no-stream``, or ``/v1/embeddings``): the whole JSON
     body, its output tokens from ``usage.completion_tokens``; no time to first token."""
 
-    __slots__ = ("sut", "query_id", "scheduled_ns")
+    __slots__ = ("sut", "query_id", "scheduled_ns", "n_input")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
         self.query_id = query_id
         self.scheduled_ns = scheduled_ns
+        self.n_input = -1
 
     def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
         sut = self.sut
@@ -234,6 +236,10 @@ class OpenAISUT(HttpSUT):
         self.model = net.model
         self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
+        # Lengths of the requests answered: input tokens (when the workload knows them)
+        # and output tokens.
+        self.input_lengths = Histogram(significant_figures=significant_figures)
+        self.output_length_hist = Histogram(significant_figures=significant_figures)
         self._gaps: List[int] = []  # inter-token gaps not yet in the histogram
         self._gaps_lock = threading.Lock()  # live metrics flush them from another thread
         self.tokens_from_usage = 0
@@ -319,7 +325,8 @@ class OpenAISUT(HttpSUT):
         if pool is None:
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
         if self._input_lens:
-            self.input_tokens_sent += self._input_lens[i]
+            handler.n_input = n_in = self._input_lens[i]
+            self.input_tokens_sent += n_in
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
     def record_whole(self, w: "WholeResponse", t: int, n: int, doc: Dict[str, Any]) -> None:
@@ -335,7 +342,8 @@ class OpenAISUT(HttpSUT):
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
-        self.sink.complete_tokens(w.query_id, t, n)
+        self._lengths(w.n_input, n)
+        self.sink.complete_tokens(w.query_id, t, n, w.n_input)
 
     def record_stream(self, s: TokenStream, t: int) -> None:
         if s.usage_tokens >= 0:
@@ -354,7 +362,14 @@ class OpenAISUT(HttpSUT):
         elapsed = t - s.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
-        self.sink.complete_tokens(s.query_id, t, n)
+        self._lengths(s.n_input, n)
+        self.sink.complete_tokens(s.query_id, t, n, s.n_input)
+
+    def _lengths(self, n_input: int, n_output: int) -> None:
+        if n_input > 0:
+            self.input_lengths.record(n_input)
+        if n_output > 0:
+            self.output_length_hist.record(n_output)
 
     def _flush_gaps(self) -> None:
         """Records the gaps kept so far; the caller holds ``_gaps_lock``."""
@@ -375,12 +390,15 @@ class OpenAISUT(HttpSUT):
         return {"itl_ns": NamedHistogram(self.itl, "ns")}
 
     def histograms(self) -> Dict[str, NamedHistogram]:
-        """Each inter-token gap (ns), and the output tokens per second of each request
-        (recorded as milli-tokens/s)."""
+        """Each inter-token gap (ns), the output tokens per second of each request
+        (recorded as milli-tokens/s), and the input and output lengths of the requests
+        answered (tokens; input lengths when the workload knows them)."""
         return {
             "itl_ns": NamedHistogram(self.itl, "ns"),
             "output_tokens_per_s": NamedHistogram(self.tokens_per_s, "tokens/s", scale=1000.0,
                                                   recorded_unit="milli-tokens/s"),
+            "input_length_tokens": NamedHistogram(self.input_lengths, "tokens"),
+            "output_length_tokens": NamedHistogram(self.output_length_hist, "tokens"),
         }
 
     def report(self) -> Dict[str, Any]:

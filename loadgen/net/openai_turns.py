@@ -110,13 +110,15 @@ class ConversationSUT(OpenAISUT):
             self.started += 1
             data = self.requests[conv]
         self._by_query[query_id] = session
-        self.input_tokens_sent += session.history_tokens + convs.turn_tokens[session.conv][session.turn]
+        n_input = session.history_tokens + convs.turn_tokens[session.conv][session.turn]
+        self.input_tokens_sent += n_input
         handler: Any
         if self._stream:
             handler = TokenStream(self, query_id, scheduled_ns)
             handler.texts = []
         else:
             handler = WholeResponse(self, query_id, scheduled_ns)
+        handler.n_input = n_input
         pool.submit(Request(data, handler, query_id, self._stream), scheduled_ns + self.timeout_ns
                     if self.timeout_ns else 0)
 

@@ -193,6 +193,11 @@ def _histogram_lines(doc: Dict[str, Any]) -> List[str]:
     if tps and tps.get("count"):
         lines.append(f"tokens/s     p50 {tps['p50']:,.1f}, p10 of requests below "
                      f"{_low_percentile(tps):,.1f} (output tokens per second, per request)")
+    lengths = [f"{name} p50 {h['p50']:,}, p99 {h['p99']:,}, max {h['max']:,}"
+               for name, h in (("input", doc.get("input_length_tokens")), ("output", doc.get("output_length_tokens")))
+               if h and h.get("count")]
+    if lengths:
+        lines.append(f"lengths      {'; '.join(lengths)} (tokens per request)")
     return lines
 
 

@@ -137,8 +137,9 @@ class QuerySink(Protocol):
     def complete(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` completed at ``t_ns``."""
 
-    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int) -> None:
-        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens."""
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int, n_input: int = -1) -> None:
+        """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens; ``n_input``
+        (-1: not known) is the request's input tokens, for its per-request record."""
 
     def first_token(self, qid: int, t_ns: int) -> None:
         """Query ``qid`` produced its first token at ``t_ns``."""
