@@ -198,6 +198,12 @@ def _histogram_lines(doc: Dict[str, Any]) -> List[str]:
                if h and h.get("count")]
     if lengths:
         lines.append(f"lengths      {'; '.join(lengths)} (tokens per request)")
+    conv = (doc.get("llm") or {}).get("conversations")
+    if conv and "started" in conv:
+        cut = conv.get("cut_short") or {}
+        lines.append(f"turns        {conv['started']:,} conversations started, {conv['finished']:,} finished, "
+                     f"{cut.get('run_ended', 0):,} cut short by the run's end, {cut.get('failed_turn', 0):,} by a "
+                     f"failed turn; turns completed by index {'/'.join(map(str, conv['turns_completed']))}")
     return lines
 
 
