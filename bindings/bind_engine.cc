@@ -261,6 +261,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("highest_trackable_ns", &EngineSettings::highest_trackable_ns)
       .def_readwrite("table_capacity", &EngineSettings::table_capacity)
       .def_readwrite("inline_dispatch", &EngineSettings::inline_dispatch)
+      .def_readwrite("follow_ups", &EngineSettings::follow_ups)
       .def_property(
           "sut", py::cpp_function([](EngineSettings& s) -> NativeSutSettings& { return s.sut; },
                                   py::return_value_policy::reference_internal),

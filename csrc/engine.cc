@@ -75,6 +75,7 @@ EngineSettings validated(EngineSettings s) {
           "the run needs a bound: a duration or a query count (both are zero)");
   require(s.table_capacity == 0 || (s.table_capacity & (s.table_capacity - 1)) == 0,
           "table_capacity must be a power of 2, got " + std::to_string(s.table_capacity));
+  require(!(s.follow_ups && s.inline_dispatch), "follow_ups needs the issue thread: not with inline_dispatch");
   require(!s.inline_dispatch || s.sut.kind == SutKind::kQueue,
           "inline_dispatch needs a Python (queue) SUT; native SUTs are issued from the issue thread");
   return s;
@@ -318,6 +319,8 @@ void Engine::issue_loop() {
   queued_.notify();  // inline consumers wait for it too
   if (inline_issue_) {
     wait_for_inline_issuing();
+  } else if (s_.follow_ups && s_.load_mode == LoadMode::kOpenLoop) {
+    issue_open_with_follow_ups(t0);
   } else {
     issue_scheduled(t0);
   }
@@ -406,6 +409,77 @@ void Engine::issue_scheduled(int64_t t0) {
     int64_t* samples = table_.samples(id);
     for (int64_t k = 0; k < spq; ++k) samples[k] = selector_.next();
     prev_scheduled = scheduled;
+    ++count;
+    dispatch(id, seq, scheduled);
+  }
+}
+
+void Engine::wait_for_arrival_or_follow_up(int64_t t) noexcept {
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const int64_t due = follow_due_.load(std::memory_order_acquire);
+    const int64_t until = std::min(t, due);
+    const int64_t now = now_ns();
+    if (now >= until) return;
+    if (until - now > s_.spin_ns) {  // sleep, waking for an earlier follow-up
+      Notifier::Ticket e(done_);
+      if (follow_due_.load(std::memory_order_acquire) != due) continue;
+      e.wait(std::min<int64_t>(until - now - s_.spin_ns, 10'000'000));
+      continue;
+    }
+    wait_until_ns(until, s_.spin_ns, &stop_);
+  }
+}
+
+void Engine::issue_open_with_follow_ups(int64_t t0) {
+  int64_t count = 0;
+  int64_t last_offset = -1;
+  int64_t offset = 0;
+  bool have_arrival = false;
+  const int64_t run_deadline = s_.max_duration_ns > 0 ? t0 + s_.warmup_ns + s_.max_duration_ns : INT64_MAX;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (!have_arrival) {
+      if (!schedule_->next(&offset)) break;  // the schedule's end ends issuing
+      have_arrival = true;
+    }
+    const int64_t arrival = t0 + offset;
+    wait_for_arrival_or_follow_up(arrival);
+    if (stop_.load(std::memory_order_relaxed)) break;
+    const int64_t now = now_ns();
+    int64_t scheduled = 0;
+    int64_t tag = -1;
+    int64_t due = 0;
+    if (follow_due_.load(std::memory_order_acquire) <= now && pop_due_follow_up(now, &due, &tag)) {
+      if (should_stop_issuing(count, due - t0, last_offset)) {
+        follow_dropped_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      scheduled = due;
+    } else {
+      if (now < arrival) continue;  // woken with nothing due yet
+      if (should_stop_issuing(count, offset, last_offset)) break;
+      last_offset = offset;
+      have_arrival = false;
+      scheduled = arrival;
+    }
+    bool waited = false;
+    if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
+      waited = true;
+      cap_waits_.fetch_add(1, std::memory_order_relaxed);
+      if (!wait_for_room(s_.max_in_flight, run_deadline)) {
+        if (tag >= 0) follow_dropped_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+    const int64_t slot_index = wait_for_free_slot(waited, run_deadline);
+    if (slot_index < 0) {
+      if (tag >= 0) follow_dropped_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    const int64_t seq = count + 1;
+    const int64_t id = table_.make_id(seq, static_cast<uint64_t>(slot_index));
+    table_.fill(id, scheduled, 0);
+    table_.samples(id)[0] = tag >= 0 ? tag : selector_.next();
+    if (tag >= 0) follow_issued_.fetch_add(1, std::memory_order_relaxed);
     ++count;
     dispatch(id, seq, scheduled);
   }

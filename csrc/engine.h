@@ -77,6 +77,11 @@ struct EngineSettings {
   /// two, and no cross-thread wake-up in the latency). Closed loop with the queue SUT
   /// always works this way.
   bool inline_dispatch = false;
+  /// Open loop with the queue SUT: the SUT schedules follow-up queries (multi-turn
+  /// conversations, Engine::follow_up()); the issue thread then waits for the next
+  /// arrival and the earliest follow-up alike. Closed loops with the queue SUT take
+  /// follow-ups without it.
+  bool follow_ups = false;
 
   /// Where queries go, and the native SUTs' parameters.
   NativeSutSettings sut;
@@ -170,8 +175,10 @@ class Engine : private CompletionSink {
   /// its think time keeps its user's place: call it before completing the query it
   /// follows. The issue thread wakes the consumers (eventfd, room) when it falls due.
   /// Returns false, scheduling nothing, once issuing has ended (the run's bounds count
-  /// follow-ups like any query). Throws std::logic_error unless the run is a closed loop
-  /// with the queue SUT and one sample per query. Any thread.
+  /// follow-ups like any query). Throws std::logic_error unless the run uses the queue
+  /// SUT with one sample per query, in a closed loop or in an open loop with
+  /// settings().follow_ups (not inline_dispatch). In an open loop a follow-up holds no
+  /// place: the in-flight cap applies to it when it is issued. Any thread.
   bool follow_up(int64_t tag, int64_t at_ns);
   /// Follow-ups scheduled and not yet issued, issued, and dropped (refused or left
   /// pending because issuing ended first).
@@ -285,6 +292,11 @@ class Engine : private CompletionSink {
   // Walks the schedule (or the closed loop) from start time t0, issuing until a bound,
   // a stop request or the end of the schedule.
   void issue_scheduled(int64_t t0);
+  // issue_scheduled() for an open loop with follow-ups (settings().follow_ups).
+  void issue_open_with_follow_ups(int64_t t0);
+  // Open loop with follow-ups: sleeps, then spins, until `t` or until a follow-up falls
+  // due before it (woken by follow_up() for an earlier one), or stop.
+  void wait_for_arrival_or_follow_up(int64_t t) noexcept;
   // A free in-flight slot, waiting (and counting a cap wait unless `waited` already
   // did) while the table is full; -1 on stop or at run_deadline.
   int64_t wait_for_free_slot(bool waited, int64_t run_deadline) noexcept;

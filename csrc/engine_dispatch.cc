@@ -222,8 +222,12 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
 }
 
 bool Engine::follow_up(int64_t tag, int64_t at_ns) {
-  if (!inline_issue_ || s_.load_mode != LoadMode::kClosedLoop || s_.samples_per_query != 1) {
-    throw std::logic_error("follow_up needs a closed loop with the queue SUT and one sample per query");
+  const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop;
+  const bool open = !inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && s_.follow_ups &&
+                    s_.sut.kind == SutKind::kQueue;
+  if (!(closed || open) || s_.samples_per_query != 1) {
+    throw std::logic_error("follow_up needs the queue SUT with one sample per query, in a closed loop or an "
+                           "open loop with follow_ups set (not inline_dispatch)");
   }
   if (tag < 0) throw std::invalid_argument("follow_up: tag must be >= 0");
   {

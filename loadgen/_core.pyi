@@ -199,6 +199,7 @@ class EngineSettings:
     highest_trackable_ns: int
     table_capacity: int
     inline_dispatch: bool
+    follow_ups: bool
     # A NativeSutSettings; assigning a bare SutKind sets its kind.
     sut: NativeSutSettings
     # Latency bounds in ns (0..8, each >= 1); Engine.over_bound() counts latencies over each.

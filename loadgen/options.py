@@ -421,8 +421,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "for exact output lengths"),
     OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (synthetic prompts; with "
                "a ShareGPT dataset, up to N of each conversation's human turns); each turn goes after the "
-               "previous reply plus --think-time-ms, with the history; needs --scenario concurrency "
-               "(default 1)", "N"),
+               "previous reply plus --think-time-ms, with the history; conversations start in the closed "
+               "loop or at an open loop's arrivals (default 1)", "N"),
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),

@@ -103,6 +103,32 @@ def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stre
     assert len(sessions) <= conv["started"]
 
 
+@pytest.mark.parametrize("scenario", [("--scenario", "poisson", "--target-qps", "40"),
+                                      ("--scenario", "constant", "--target-qps", "40", "--max-in-flight", "8")])
+def test_open_loop_conversations_start_at_the_arrivals(tmp_path, scenario):
+    think_ms = 15
+    rec = tmp_path / "requests.jsonl"
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", *scenario, "--duration-s", "1.5",
+                   "--turns", "3", "--think-time-ms", str(think_ms), "--record-requests", str(rec))
+        st = srv.stats()
+    log = st["completion_log"]
+    c, conv = doc["counts"], doc["llm"]["conversations"]
+    assert c["failed"] == c["timed_out"] == 0 and st["requests"]["chat_completions"] == len(log) == c["completed"]
+    sizes = _check_histories(log)
+    records = _records(rec)
+    firsts = [r for r in records if r["sample_index"] < FOLLOW_TAG]
+    follow = [r for r in records if r["sample_index"] >= FOLLOW_TAG]
+    # The first turns are the schedule's arrivals (about 40/s for 1.5 s); each follow-up is
+    # due exactly think_ms after the turn before it ended, whatever the arrivals did.
+    assert len(firsts) == conv["started"] == sizes.count(1) and 40 <= len(firsts) <= 80
+    ends = {r["completed_ns"] + think_ms * 1_000_000 for r in records}
+    assert follow and all(r["scheduled_ns"] in ends for r in follow)
+    assert conv["follow_ups"]["issued"] == len(follow) == sizes.count(3) + sizes.count(5)
+    cut = conv["cut_short"]
+    assert conv["started"] == conv["finished"] + cut["failed_turn"] + cut["run_ended"]
+
+
 def test_think_time_distribution_and_zero_think_time(tmp_path):
     rec = tmp_path / "r.jsonl"
     with start_scripted(tmp_path, *SERVER) as srv:
@@ -151,7 +177,7 @@ def test_json_lines_turns(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--scenario", "poisson", "--target-qps", "10"), "closed loop"),
+    (("--scenario", "offline"), "conversations start in a closed loop"),
     (("--think-time-ms", "soon"), "--think-time-ms"),
     (("--think-time-ms", "-5"), "--think-time-ms"),
     (("--turns", "0"), "--turns"),
@@ -163,7 +189,7 @@ def test_bad_multi_turn_input_exits_2_naming_it(tmp_path, args, says):
     msgs.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
     args = tuple(str(msgs) if a == "MSGS" else a for a in args)
     with start_scripted(tmp_path, *SERVER) as srv:
-        users = () if "poisson" in args else ("--concurrency", "2")
+        users = () if "offline" in args else ("--concurrency", "2")
         proc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", *users,
                     "--query-count", "4", "--turns", "2", *args, expect=2)
     assert says in proc.stderr, proc.stderr

@@ -318,6 +318,8 @@ class EngineSettings:
             s.sut.cpus = [int(c) for c in self.sut_cpus]
         else:
             s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
+            # A SUT that schedules follow-up queries (multi-turn conversations) says so.
+            s.follow_ups = bool(getattr(sut, "follow_ups", False))
         return s
 
 

@@ -91,9 +91,11 @@ def open_from_options(o: Any, settings: Any):
         raise ValueError(f"--sut {o.sut}: a network target sends one sample per request; "
                          f"samples_per_query must be 1 (got {settings.samples_per_query})")
     net = net_options(o)
-    if getattr(o, "turns", 1) > 1 and settings.mode != "closed":
-        raise ValueError(f"--turns {o.turns}: multi-turn conversations run in a closed loop (--scenario "
-                         "concurrency: each of N users holds one conversation at a time)")
+    if getattr(o, "turns", 1) > 1 and (settings.mode not in ("closed", "poisson", "constant", "stages", "trace")
+                                       or settings.inline_dispatch):
+        raise ValueError(f"--turns {o.turns}: conversations start in a closed loop (--scenario concurrency) or at "
+                         "the arrivals of constant, poisson, ramp or trace; not with --scenario "
+                         f"{o.scenario}" + (" and --inline-dispatch" if settings.inline_dispatch else ""))
     try:
         return open_target(o.sut, net, pool_size=pool_size_for(settings),
                            significant_figures=o.significant_figures)

@@ -1,16 +1,17 @@
 """Multi-turn chat (``--turns N``): conversations whose turns go out one after another.
 
-Each of the closed loop's N users holds one conversation at a time. A conversation's
-first turn is a query the engine issues like any other (its sample index picks the
-conversation; its bytes are prepared). When a turn's answer is complete, the answer's
-text joins the history and the next turn is handed to the engine as a follow-up
+A conversation's first turn is a query the engine issues like any other (its sample
+index picks the conversation; its bytes are prepared): in a closed loop each of the N
+users holds one conversation at a time; in an open loop (constant, poisson, ramp, trace)
+conversations start at the schedule's arrivals. When a turn's answer is complete, the
+answer's text joins the history and the next turn is handed to the engine as a follow-up
 (``Engine::follow_up``) due at the answer's completion time plus a think time drawn from
-``--think-time-ms``: the engine issues it at that time, in the user's place, and its
-latency, TTFT and issue delay count from that due time like any scheduled query's. The
-follow-up is scheduled before the turn is completed, so the user's place is never free
-in between. After the last turn (or a failed one) the place frees, and the closed loop
-starts the next conversation. Follow-ups are handed out with sample index
-``FOLLOW_TAG | session id``, which the per-request records show.
+``--think-time-ms``: the engine issues it at that time and its latency, TTFT and issue
+delay count from that due time like any scheduled query's. The follow-up is scheduled
+before the turn is completed, so in a closed loop the user's place is never free in
+between; after the last turn (or a failed one) the place frees, and the loop starts the
+next conversation. Follow-ups are handed out with sample index ``FOLLOW_TAG | session
+id``, which the per-request records show.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _reply_of(doc: Dict[str, Any]) -> str:
 
 class ConversationSUT(OpenAISUT):
     """The OpenAI chat target with ``--turns``: see the module doc."""
+
+    follow_ups = True  # the engine takes follow-up queries from it (EngineSettings.follow_ups)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
