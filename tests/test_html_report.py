@@ -405,3 +405,11 @@ def test_token_stream_figures_and_goodput_are_headline_figures(pages):
     assert rows["prompt tokens"] == "mean 512, p50 510, p90 600, max 700 (approximate)"
     assert rows["output tokens"] == "mean 64, p50 64, p90 64, max 64"  # counted from usage: not approximate
     assert "19 of 20 (ttft 95%)" in _headline([("a", doc)])
+    # Multi-turn: the input tokens each request carried and the conversations' fates.
+    doc["input_length_tokens"] = {"count": 20, "p50": 300, "p99": 900, "max": 950}
+    doc["llm"]["conversations"] = {"started": 9, "finished": 6, "cut_short": {"run_ended": 3, "failed_turn": 0},
+                                   "turns_completed": [9, 7, 6]}
+    rows = dict(_headline_rows(doc))
+    assert rows["input tokens sent"] == "p50 300, p99 900, max 950 per request"
+    assert rows["conversations"] == ("9 started, 6 finished, 3 cut by the run's end, 0 by a failed turn; "
+                                     "turns completed 9/7/6")

@@ -145,6 +145,17 @@ def _llm_rows(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
             exact = "" if label == "output tokens" or llm.get("input_tokens_exact", True) else " (approximate)"
             rows.append((label, f"mean {_fmt(stats.get('mean'))}, p50 {_fmt(stats.get('p50'))}, "
                                 f"p90 {_fmt(stats.get('p90'))}, max {_fmt(stats.get('max'))}{exact}"))
+    sent = doc.get("input_length_tokens") or {}
+    if sent.get("count"):
+        rows.append(("input tokens sent", f"p50 {_fmt(sent.get('p50'))}, p99 {_fmt(sent.get('p99'))}, "
+                                          f"max {_fmt(sent.get('max'))} per request"))
+    conv = llm.get("conversations") or {}
+    if "started" in conv:
+        cut = conv.get("cut_short") or {}
+        rows.append(("conversations", f"{_fmt(conv['started'])} started, {_fmt(conv.get('finished'))} finished, "
+                                      f"{_fmt(cut.get('run_ended'))} cut by the run's end, "
+                                      f"{_fmt(cut.get('failed_turn'))} by a failed turn; turns completed "
+                                      + "/".join(str(n) for n in conv.get("turns_completed") or ())))
     return rows
 
 
