@@ -137,3 +137,16 @@ def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tm
     assert doc["llm"]["requests"]["input_tokens_sent"] == 20 * n
     assert not doc.get("ttft_ns", {}).get("count")  # not streamed: no first token
     assert doc["output_tokens_per_s"]["count"] == n
+
+
+def test_streams_that_end_at_once_complete_with_0_tokens(server, tmp_path):
+    # A logit bias of +100 on EOS (token 2) makes it the first token of every answer: the
+    # server streams a role chunk, a finish chunk and [DONE], with no text and no usage.
+    n = 8
+    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--concurrency", "2", "--query-count", str(n),
+                               "--output-tokens", "4:8", "--extra-body", '{"logit_bias": {"2": 100}}')
+    _check_counts(doc, n, answered, runs)
+    assert runs == [1] * n  # llama.cpp's floor of 1 (no token was decoded)
+    assert doc["counts"]["tokens"] == doc["network"]["tokens"]["output_tokens"] == 0
+    assert doc["llm"]["requests"]["output_tokens"]["max"] == 0
+    assert not doc.get("ttft_ns", {}).get("count") and not doc.get("tpot_ns", {}).get("count")

@@ -19,7 +19,8 @@ What it did is read back from its own log (it runs with ``--verbose``, the defau
 - one block of llama.cpp timings per generation, whose ``eval time = ... / N runs`` is the
   number of tokens decoded after the prompt: every generated token but the last one
   (which ends the request at ``max_tokens`` without being decoded), or every generated
-  token when the request ended at EOS (the EOS token is not output and not decoded).
+  token when the request ended at EOS (the EOS token is not output and not decoded); but
+  never less than 1 (llama.cpp prints at least 1 run, also for an answer of 0 tokens).
 """
 
 from __future__ import annotations
