@@ -6,8 +6,9 @@ requests it counts are the ones the server answered, its output token counts are
 tokens the server generated (from the server's own log), and the chunked TTFT, TPOT and
 inter-token gaps it derives hang together.
 
-Skipped where the server is not installed, unless LOADGEN_TEST_REAL_LLM=1: then the
-fixture builds it (several minutes) and a failed install fails.
+Skipped where the server is not installed, unless LOADGEN_REQUIRE_SERVERS=1 (CI) or
+LOADGEN_TEST_REAL_LLM=1: then the fixture builds it (about 5 minutes) and a failed install
+fails.
 """
 
 from __future__ import annotations

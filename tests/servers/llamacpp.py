@@ -4,9 +4,10 @@
 It lives in a virtual environment of its own, ``<repo>/.servers/llamacpp``, made by
 ``tests/servers/install_llamacpp.sh`` together with the model (``tiny-llama.gguf``, written
 by ``tiny_llama_gguf.py``; see there for what makes its lengths exact). The install compiles
-llama.cpp (several minutes on 2 cores), so the tests build it only when asked to:
-``LOADGEN_TEST_REAL_LLM=1`` (and it is then required: an install that fails fails the
-test); otherwise they use an install that is already there, or are skipped.
+llama.cpp (about 5 minutes on 2 busy cores), so the tests build it only when servers are
+required (``LOADGEN_REQUIRE_SERVERS=1``, as in CI) or asked for (``LOADGEN_TEST_REAL_LLM=1``),
+and an install that fails then fails the test; otherwise they use an install that is
+already there, or are skipped.
 
 The server is started with ``--interrupt_requests False``: by default it ends a stream
 early (with ``[DONE]``) as soon as another request waits for the model, which would cut
@@ -30,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-from .procs import REPO, ServerProcess, ServerUnavailable, free_port, install_server
+from .procs import REPO, ServerProcess, ServerUnavailable, free_port, install_server, require_servers
 
 __all__ = ["INSTALL_HINT", "MODEL_NAME", "OPT_IN_ENV", "VENV_ENV", "LlamaCppServer", "find_llamacpp",
            "running_llamacpp", "start_llamacpp"]
@@ -41,14 +42,16 @@ MODEL_FILE = "tiny-llama.gguf"
 MODEL_NAME = "tiny-llama"
 """The model's name in /v1/models (the server's --model_alias)."""
 INSTALL_HINT = (f"build it with `bash tests/servers/install_llamacpp.sh .servers/llamacpp` or set {OPT_IN_ENV}=1 "
-                "(compiles llama.cpp: several minutes); a failed install says why in .servers/llamacpp.install.log")
+                "(compiles llama.cpp: about 5 minutes); a failed install says why in .servers/llamacpp.install.log")
 
 _ACCESS = re.compile(r'"POST (\S+) HTTP/1\.1" (\d{3})')
 _EVAL_RUNS = re.compile(r"^llama_perf_context_print:\s+eval time =.*/\s*(\d+) runs", re.M)
 
 
 def _opted_in() -> bool:
-    return os.environ.get(OPT_IN_ENV, "") not in ("", "0")
+    """Whether a missing server is built (and must build): LOADGEN_TEST_REAL_LLM or
+    LOADGEN_REQUIRE_SERVERS is set."""
+    return os.environ.get(OPT_IN_ENV, "") not in ("", "0") or require_servers()
 
 
 def _installed(dest: str) -> bool:
@@ -57,9 +60,9 @@ def _installed(dest: str) -> bool:
 
 def find_llamacpp() -> Optional[str]:
     """The server's virtual environment (holding the model): $LOADGEN_TEST_LLAMACPP_VENV,
-    else ``<repo>/.servers/llamacpp`` when it is installed or ``LOADGEN_TEST_REAL_LLM`` is
-    set (the install script runs then: it returns at once when nothing changed); None
-    otherwise, or when installing failed."""
+    else ``<repo>/.servers/llamacpp`` when it is installed or LOADGEN_TEST_REAL_LLM or
+    LOADGEN_REQUIRE_SERVERS is set (the install script runs then: it returns at once when
+    nothing changed); None otherwise, or when installing failed."""
     venv = os.environ.get(VENV_ENV)
     if venv:
         return venv
@@ -133,16 +136,15 @@ def start_llamacpp(workdir: str, *, timeout_s: float = 60.0) -> LlamaCppServer:
 
 def running_llamacpp(workdir: str) -> Iterator[LlamaCppServer]:
     """A pytest fixture's body: the server started in ``workdir``, stopped afterwards. The
-    test is skipped when the server is not installed and LOADGEN_TEST_REAL_LLM is not
-    set; with it set, an install that fails fails the test. Use as
-    ``yield from running_llamacpp(...)``."""
+    test is skipped when the server is not installed and neither LOADGEN_TEST_REAL_LLM nor
+    LOADGEN_REQUIRE_SERVERS is set; with either, an install that fails fails the test. Use
+    as ``yield from running_llamacpp(...)``."""
     import pytest
 
     if find_llamacpp() is None:
         if _opted_in():
             pytest.fail(f"llama-cpp-python could not be installed: {INSTALL_HINT}")
-        # Not even with LOADGEN_REQUIRE_SERVERS: the build is too long for every CI run.
-        pytest.skip(f"llama-cpp-python is not installed ({OPT_IN_ENV} is not set): {INSTALL_HINT}")
+        pytest.skip(f"llama-cpp-python is not installed: {INSTALL_HINT}")
     server = start_llamacpp(workdir)
     try:
         yield server
