@@ -128,6 +128,7 @@ def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path):
 
 def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tmp_path):
     n = 12
+    prompts_before = len(server.prompt_lengths())
     doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--concurrency", "4", "--query-count", str(n),
                                "--tokenizer", word_tokenizer, "--input-tokens", "20", "--output-tokens", "6:12",
                                "--ignore-eos", "--no-stream")
@@ -136,6 +137,10 @@ def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tm
     assert net["source"] == "usage" and net["queries_counted_from_usage"] == n
     assert net["output_tokens"] == doc["llm"]["requests"]["output_tokens"]["sum"] == sum(runs) + n
     assert doc["llm"]["requests"]["input_tokens_sent"] == 20 * n
+    # loadgen's prompts of exactly 20 tokens (with the word tokenizer) are 20 tokens to the
+    # server's own tokenizer too: 21 with its BOS.
+    lengths = server.prompt_lengths()[prompts_before:]
+    assert len(lengths) >= n - 1 and set(lengths) == {21}, lengths
     assert not doc.get("ttft_ns", {}).get("count")  # not streamed: no first token
     assert doc["output_tokens_per_s"]["count"] == n
 

@@ -21,7 +21,9 @@ What it did is read back from its own log (it runs with ``--verbose``, the defau
   number of tokens decoded after the prompt: every generated token but the last one
   (which ends the request at ``max_tokens`` without being decoded), or every generated
   token when the request ended at EOS (the EOS token is not output and not decoded); but
-  never less than 1 (llama.cpp prints at least 1 run, also for an answer of 0 tokens).
+  never less than 1 (llama.cpp prints at least 1 run, also for an answer of 0 tokens);
+- for each generation but the server's first, ``Llama.generate: P prefix-match hit,
+  remaining R prompt tokens to eval``: the prompt is P + R tokens, BOS included.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ INSTALL_HINT = (f"build it with `bash tests/servers/install_llamacpp.sh .servers
 
 _ACCESS = re.compile(r'"POST (\S+) HTTP/1\.1" (\d{3})')
 _EVAL_RUNS = re.compile(r"^llama_perf_context_print:\s+eval time =.*/\s*(\d+) runs", re.M)
+_PROMPT = re.compile(r"^Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt tokens to eval", re.M)
 
 
 def _opted_in() -> bool:
@@ -91,6 +94,12 @@ class LlamaCppServer:
     def eval_runs(self) -> List[int]:
         """Tokens decoded after the prompt, one entry per generation so far, in order."""
         return [int(n) for n in _EVAL_RUNS.findall(self.log())]
+
+    def prompt_lengths(self) -> List[int]:
+        """The prompt's tokens (BOS included) of each generation so far that reused a part
+        of the one before (all but the server's first, unless a prompt came twice in a
+        row), in order."""
+        return [int(p) + int(r) for p, r in _PROMPT.findall(self.log())]
 
     def stop(self) -> None:
         self.process.stop()
