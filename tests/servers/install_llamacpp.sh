@@ -43,9 +43,10 @@ if [ -x "$dest/bin/python" ] && [ "$(installed_version)" = "$LLAMA_CPP_PYTHON_VE
     exit 0
 fi
 
-for tool in cmake c++ cc; do
+# cmake and ninja come from PyPI into pip's build environment when they are missing here.
+for tool in c++ cc; do
     if ! command -v "$tool" >/dev/null; then
-        echo "$tool is not available: llama-cpp-python builds llama.cpp from source (apt-get install cmake g++)" >&2
+        echo "$tool is not available: llama-cpp-python compiles llama.cpp from source (apt-get install g++)" >&2
         exit 1
     fi
 done
