@@ -115,9 +115,9 @@ def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path):
     _check_counts(doc, n, answered, runs)
     tokens = doc["network"]["tokens"]["output_tokens"]
     # A generation that ended at EOS output as many tokens as it decoded; one that ended at
-    # max_tokens one more. Some did end at EOS (deterministic here: the server's sampling
-    # seed is fixed and so are loadgen's prompts; 16 requests of 24-48 tokens have all
-    # but surely hit an EOS).
+    # max_tokens one more. Some did end at EOS, and some before 24 tokens: each request has
+    # at least 22 draws where EOS (about 1 in 25) may come, so that none comes in 16
+    # requests has a chance below 1e-6.
     at_length = tokens - sum(runs)
     assert 0 <= at_length < n, (tokens, runs)
     assert doc["llm"]["requests"]["output_tokens"]["min"] >= 2
