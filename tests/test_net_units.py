@@ -232,6 +232,39 @@ def test_bad_streams_are_invalid_responses(events, problem):
     assert sut.sink.failed[0][1] == "invalid_response" and problem in sut.sink.failed[0][2]
 
 
+# As llama-cpp-python streams an answer whose first token was the model's end (a role
+# chunk, a finish chunk, no usage), and as a server with usage says 0 tokens.
+_ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}\n\n'
+
+
+@pytest.mark.parametrize("events", [
+    [_ROLE, b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n', b"data: [DONE]\n\n"],
+    [b'data: {"choices":[{"index":0,"text":"","finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"],
+    [_ROLE, b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":0}}\n\n', b"data: [DONE]\n\n"],
+])
+def test_a_stream_that_finished_with_no_tokens_completes_with_0(events):
+    sut = _openai_sut()
+    s = TokenStream(sut, 4, 0)
+    for e in events:
+        s.on_data(None, e, 10)
+    s.on_response(None, 200, b"", 20)
+    assert sut.sink.failed == [] and sut.sink.first == []
+    assert sut.sink.done == [(4, 20, 0)] and sut.output_lengths[0] == 1
+
+
+@pytest.mark.parametrize("events, problem", [
+    ([_ROLE, b"data: [DONE]\n\n"], "no tokens (and no finish_reason)"),  # finish_reason null is no end
+    ([b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'], "without data: [DONE]"),
+])
+def test_a_stream_with_no_tokens_and_no_end_is_still_invalid(events, problem):
+    sut = _openai_sut()
+    s = TokenStream(sut, 1, 0)
+    for e in events:
+        s.on_data(None, e, 10)
+    s.on_response(None, 200, b"", 20)
+    assert sut.sink.done == [] and problem in sut.sink.failed[0][2]
+
+
 # ---------------------------------------------------------------------- KServe tensors
 
 def test_input_specs_parse_and_reject_with_reasons():

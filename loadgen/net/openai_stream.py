@@ -26,6 +26,8 @@ __all__ = ["OpenAISUT", "TokenStream", "WholeResponse"]
 
 # A non-empty "text" (completions) or "content" (chat delta) string value.
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+# A choice's finish_reason given (a string, not null).
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
 def _loads_json(text: str) -> Any:
@@ -40,7 +42,7 @@ class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
-                 "done", "error", "gaps", "texts", "prompt_tokens", "n_input")
+                 "done", "finished", "error", "gaps", "texts", "prompt_tokens", "n_input")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -52,6 +54,7 @@ class TokenStream:
         self.chunks = 0
         self.usage_tokens = -1
         self.done = False
+        self.finished = False  # a choice's finish_reason came (an answer of 0 tokens is one then)
         self.error: Optional[str] = None
         self.gaps: List[int] = []
         # The answer's text pieces, kept only when a conversation needs the reply
@@ -99,6 +102,8 @@ class TokenStream:
                 and self.texts is None):
             if _TOKEN_FIELD.search(data):
                 self._token(t)
+            elif not self.finished and _FINISH_REASON.search(data):
+                self.finished = True
             return
         try:
             doc = _loads_json(data.decode("utf-8", "replace"))
@@ -125,6 +130,8 @@ class TokenStream:
                 if self.texts is not None and isinstance(text, str):
                     self.texts.append(text)
                 self._token(t)
+            if choice.get("finish_reason"):
+                self.finished = True
 
     def _token(self, t: int) -> None:
         if self.first_ns == 0:
@@ -147,8 +154,10 @@ class TokenStream:
         problem = self.error
         if problem is None and sut.check:
             sut.checked += 1
-            if self.chunks == 0:
-                problem = "the stream had no tokens"
+            # A stream may end at once (the model's first token was its end): 0 tokens,
+            # when the server said the choice finished or its usage says 0.
+            if self.chunks == 0 and not (self.finished or self.usage_tokens == 0):
+                problem = "the stream had no tokens (and no finish_reason)"
             elif not self.done:
                 problem = "the stream ended without data: [DONE]"
         if problem is not None:
