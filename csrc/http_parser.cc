@@ -333,12 +333,11 @@ HttpResponseParser::Result HttpResponseParser::run(const char* p, size_t len, si
         }
         *at = pos;
         if (remaining_ > 2) return Result::kNeedMore;
-        if (static_cast<int64_t>(len - pos) < remaining_) return Result::kNeedMore;
-        const char* crlf = "\r\n" + (2 - remaining_);
-        if (std::memcmp(p + pos, crlf, static_cast<size_t>(remaining_)) != 0) {
-          return invalid("chunk not followed by CRLF");
-        }
-        pos += static_cast<size_t>(remaining_);
+        // remaining_ is 2 now (the data never takes the CRLF's share): both bytes are
+        // needed before either is judged.
+        if (len - pos < 2) return Result::kNeedMore;
+        if (p[pos] != '\r' || p[pos + 1] != '\n') return invalid("chunk not followed by CRLF");
+        pos += 2;
         remaining_ = 0;
         state_ = State::kChunkLine;
         scan_ = 0;
