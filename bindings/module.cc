@@ -5,6 +5,7 @@ namespace py = pybind11;
 
 void bind_engine(py::module_& m);
 void bind_histogram(py::module_& m);
+void bind_http(py::module_& m);
 void bind_mlperf(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
@@ -12,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   bind_histogram(m);
   bind_engine(m);
   bind_mlperf(m);
+  bind_http(m);
 }

@@ -8,9 +8,10 @@
 #
 # Targets (tests/fuzz/targets.py, run by tests/fuzz/fuzz_run.py under atheris with
 # loadgen's modules instrumented): hdr_decode, hdrlog, http1, sse, kserve_json,
-# options_config, options_env, prometheus, trace. And hdr_codec: the C++ decoders of
-# csrc/hdr_codec.cc under libFuzzer with ASan and UBSan (tests/fuzz/hdr_codec_fuzzer.cc),
-# built with clang++ when it is installed (else skipped, saying so).
+# options_config, options_env, prometheus, trace. And under libFuzzer with ASan and UBSan,
+# built with clang++ when it is installed (else skipped, saying so): hdr_codec, the C++
+# decoders of csrc/hdr_codec.cc (tests/fuzz/hdr_codec_fuzzer.cc), and http_parser, the
+# native HTTP/1.1 response parser of csrc/http_parser.cc (tests/fuzz/http_parser_fuzzer.cc).
 #
 # Seed corpora are tests/fuzz/corpus/<target>/ (read only); what the fuzzer adds goes
 # to build/fuzz/<target>/corpus/ and is reused by the next run. A crash found becomes a
@@ -37,7 +38,7 @@ if [[ $# -gt 0 ]]; then
   targets=("$@")
 else
   mapfile -t targets < <("$PYTHON" "$root/tests/fuzz/fuzz_run.py" --list)
-  targets+=(hdr_codec)
+  targets+=(hdr_codec http_parser)
 fi
 
 libfuzzer_args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
@@ -47,17 +48,23 @@ for t in "${targets[@]}"; do
   dir="$out/$t"
   mkdir -p "$dir/corpus"
   rm -f "$dir"/crash-* "$dir"/timeout-* "$dir"/oom-* "$dir"/leak-*
-  if [[ "$t" == hdr_codec ]]; then
+  native=()  # a libFuzzer target: its sources, then the headers it depends on
+  case "$t" in
+    hdr_codec) native=(csrc/hdr_codec.cc csrc/hdr_histogram.cc csrc/hdr_codec.h csrc/hdr_histogram.h) ;;
+    http_parser) native=(csrc/http_parser.cc csrc/http_parser.h) ;;
+  esac
+  if [[ ${#native[@]} -gt 0 ]]; then
     if ! command -v "$CLANGXX" >/dev/null; then
-      echo "fuzz.sh: hdr_codec skipped: $CLANGXX is not installed (the C++ decoders are fuzzed through Python by hdr_decode)"
+      echo "fuzz.sh: $t skipped: $CLANGXX is not installed"
       continue
     fi
-    bin="$out/hdr_codec_fuzzer"
-    if [[ ! -x "$bin" || -n "$(find "$root/csrc/hdr_codec.cc" "$root/csrc/hdr_codec.h" "$root/csrc/hdr_histogram.cc" \
-          "$root/csrc/hdr_histogram.h" "$root/tests/fuzz/hdr_codec_fuzzer.cc" -newer "$bin")" ]]; then
+    bin="$out/${t}_fuzzer"
+    deps=("$root/tests/fuzz/${t}_fuzzer.cc" "${native[@]/#/$root/}")
+    if [[ ! -x "$bin" || -n "$(find "${deps[@]}" -newer "$bin")" ]]; then
+      srcs=()
+      for f in "${deps[@]}"; do [[ "$f" == *.cc ]] && srcs+=("$f"); done
       "$CLANGXX" -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-        -I"$root/csrc" "$root/tests/fuzz/hdr_codec_fuzzer.cc" "$root/csrc/hdr_codec.cc" \
-        "$root/csrc/hdr_histogram.cc" -lz -o "$bin"
+        -I"$root/csrc" "${srcs[@]}" -lz -o "$bin"
     fi
     cmd=("$bin")
   else

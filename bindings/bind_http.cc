@@ -1,0 +1,91 @@
+// Bindings for the native HTTP/1.1 response parser and its microbenchmark. The parser is
+// driven with the GIL held: its body callback calls back into Python, and one feed of a
+// typical response costs less than releasing and taking the GIL again.
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "http_parser.h"
+
+namespace py = pybind11;
+using loadgen::HttpParserLimits;
+using loadgen::HttpResponseParser;
+
+namespace {
+
+std::string_view view_of(const py::bytes& b) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(b.ptr(), &data, &size) != 0) throw py::error_already_set();
+  return {data, static_cast<size_t>(size)};
+}
+
+const char* result_name(HttpResponseParser::Result r) {
+  switch (r) {
+    case HttpResponseParser::Result::kNeedMore:
+      return "need_more";
+    case HttpResponseParser::Result::kComplete:
+      return "complete";
+    case HttpResponseParser::Result::kError:
+      break;
+  }
+  return "error";
+}
+
+}  // namespace
+
+void bind_http(py::module_& m) {
+  py::class_<HttpResponseParser>(m, "HttpResponseParser")
+      .def(py::init([](int64_t max_head_bytes, int64_t max_body_bytes) {
+             HttpParserLimits limits;
+             limits.max_head_bytes = max_head_bytes;
+             limits.max_body_bytes = max_body_bytes;
+             return HttpResponseParser(limits);
+           }),
+           py::arg("max_head_bytes") = 64 * 1024, py::arg("max_body_bytes") = int64_t{64} << 20)
+      .def("start", &HttpResponseParser::start, py::arg("head_only") = false)
+      .def(
+          "feed",
+          [](HttpResponseParser& p, const py::bytes& data) {
+            const std::string_view v = view_of(data);
+            size_t consumed = 0;
+            const auto r = p.feed(v.data(), v.size(), &consumed);
+            return py::make_tuple(result_name(r), consumed);
+          },
+          py::arg("data"))
+      .def("eof_completes", &HttpResponseParser::eof_completes)
+      .def(
+          "set_body_callback",
+          [](HttpResponseParser& p, py::object cb) {
+            if (cb.is_none()) {
+              p.set_body_callback(nullptr);
+              return;
+            }
+            if (!PyCallable_Check(cb.ptr())) throw py::type_error("the body callback must be callable or None");
+            p.set_body_callback([cb = std::move(cb)](const char* data, size_t n) {
+              cb(py::bytes(data, n));
+            });
+          },
+          py::arg("callback"))
+      .def_property_readonly("status", &HttpResponseParser::status)
+      .def_property_readonly("keep_alive", &HttpResponseParser::keep_alive)
+      .def_property_readonly("got_bytes", &HttpResponseParser::got_bytes)
+      .def_property_readonly("body",
+                             [](const HttpResponseParser& p) {
+                               const std::string& b = p.body();
+                               return py::bytes(b.data(), b.size());
+                             })
+      .def_property_readonly("error_kind", &HttpResponseParser::error_kind)
+      .def_property_readonly("error_message", &HttpResponseParser::error_message);
+
+  m.def(
+      "time_http_parse_ns",
+      [](const py::bytes& response, int pieces, int64_t iterations) {
+        const std::string_view v = view_of(response);
+        py::gil_scoped_release release;
+        return loadgen::time_http_parse_ns(v.data(), v.size(), pieces, iterations);
+      },
+      py::arg("response"), py::arg("pieces") = 1, py::arg("iterations") = 1000000);
+}
