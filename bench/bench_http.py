@@ -384,7 +384,11 @@ class Bench:
         d = self.a.duration_s
         tools: dict[str, Callable[[int], tuple]] = {
             "loadgen": lambda n: (self.loadgen(
-                srv.url, "--request-template", tpl, "--scenario", "concurrency",
+                srv.url, "--request-template", tpl, "--scenario", "concurrency", "--http-engine", "native",
+                "--concurrency", str(n), "--connections", str(n), "--duration-s", str(d)),
+                parse_loadgen),
+            "loadgen-asyncio": lambda n: (self.loadgen(
+                srv.url, "--request-template", tpl, "--scenario", "concurrency", "--http-engine", "asyncio",
                 "--concurrency", str(n), "--connections", str(n), "--duration-s", str(d)),
                 parse_loadgen),
             "wrk": lambda n: (["wrk", "-t1", f"-c{n}", f"-d{d}s", "--latency", srv.url], parse_wrk),
@@ -397,7 +401,7 @@ class Bench:
             if name == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
                 print("   (aiohttp is not installed: skipped)")
                 del tools[name]
-            elif name not in ("loadgen", "aiohttp") and shutil.which(name) is None:
+            elif name not in ("loadgen", "loadgen-asyncio", "aiohttp") and shutil.which(name) is None:
                 print(f"   ({name} is not installed: skipped)")
                 del tools[name]
         return tools

@@ -135,7 +135,8 @@ void bind_engine(py::module_& m) {
       .value("null", loadgen::SutKind::kNull)
       .value("fixed_delay", loadgen::SutKind::kFixedDelay)
       .value("queue", loadgen::SutKind::kQueue)
-      .value("demo", loadgen::SutKind::kDemo);
+      .value("demo", loadgen::SutKind::kDemo)
+      .value("http", loadgen::SutKind::kHttp);
   py::enum_<loadgen::SampleOrder>(m, "SampleOrder")
       .value("sequential", loadgen::SampleOrder::kSequential)
       .value("shuffled", loadgen::SampleOrder::kShuffled)
@@ -179,6 +180,34 @@ void bind_engine(py::module_& m) {
            },
            py::arg("n"));
 
+  py::class_<loadgen::HttpClientSettings>(m, "HttpClientSettings",
+                                          "The native HTTP/1.1 client's settings (SutKind.http).")
+      .def(py::init<>())
+      .def_readwrite("host", &loadgen::HttpClientSettings::host)
+      .def_readwrite("port", &loadgen::HttpClientSettings::port)
+      .def_readwrite("connections", &loadgen::HttpClientSettings::connections)
+      .def_readwrite("warm_connections", &loadgen::HttpClientSettings::warm_connections)
+      .def_readwrite("io_threads", &loadgen::HttpClientSettings::io_threads)
+      .def_property(
+          "requests",
+          [](const loadgen::HttpClientSettings& h) {
+            py::list out;
+            for (const std::string& r : h.requests) out.append(py::bytes(r));
+            return out;
+          },
+          [](loadgen::HttpClientSettings& h, const std::vector<py::bytes>& reqs) {
+            h.requests.clear();
+            for (const py::bytes& r : reqs) h.requests.emplace_back(r);
+          },
+          "The prepared requests (bytes), by sample index.")
+      .def_readwrite("head_only", &loadgen::HttpClientSettings::head_only)
+      .def_readwrite("max_response_bytes", &loadgen::HttpClientSettings::max_response_bytes)
+      .def_readwrite("connect_timeout_ns", &loadgen::HttpClientSettings::connect_timeout_ns)
+      .def_readwrite("timeout_ns", &loadgen::HttpClientSettings::timeout_ns)
+      .def_readwrite("cache_entries", &loadgen::HttpClientSettings::cache_entries)
+      .def_readwrite("cache_body_bytes", &loadgen::HttpClientSettings::cache_body_bytes)
+      .def_readwrite("cpus", &loadgen::HttpClientSettings::cpus);
+
   py::class_<NativeSutSettings>(m, "NativeSutSettings",
                                 "Which SUT a run drives (kind) and the native SUTs' parameters.")
       .def(py::init([](SutKind kind, int64_t delay_ns, int64_t workers, int64_t max_batch,
@@ -205,7 +234,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("per_item_ns", &NativeSutSettings::per_item_ns)
       .def_readwrite("sigma", &NativeSutSettings::sigma)
       .def_readwrite("cpus", &NativeSutSettings::cpus)
-      .def_readwrite("seed", &NativeSutSettings::seed);
+      .def_readwrite("seed", &NativeSutSettings::seed)
+      .def_readwrite("http", &NativeSutSettings::http);
 
   PYBIND11_NUMPY_DTYPE(loadgen::RequestRecord, query, scheduled_ns, issued_ns, completed_ns, first_token_ns,
                        sample_index, output_tokens, input_tokens, samples, error_kind, status, warmup);
@@ -375,6 +405,68 @@ void bind_engine(py::module_& m) {
            py::arg("id"), py::arg("kind"), py::arg("message"),
            "Fails query id; kind and message are cleaned and bounded (see Engine::fail).")
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
+      .def("http_take_unchecked",
+           [](Engine& e, int64_t max, double timeout_s) -> py::object {
+             loadgen::HttpClient* h = e.native_http();
+             if (h == nullptr) throw py::value_error("the run's SUT is not the native HTTP client");
+             std::vector<loadgen::UncheckedResponse> got;
+             bool more;
+             {
+               py::gil_scoped_release release;
+               more = h->take_unchecked(&got, static_cast<size_t>(std::max<int64_t>(max, 1)),
+                                        static_cast<int64_t>(timeout_s * 1e9));
+             }
+             if (!more) return py::none();
+             py::list out;
+             for (auto& u : got) out.append(py::make_tuple(u.id, u.t_ns, u.status, py::bytes(u.body)));
+             return out;
+           },
+           py::arg("max") = 256, py::arg("timeout_s") = 0.05,
+           "Responses waiting for a verdict: [(id, t_ns, status, body)], waiting up to timeout_s; "
+           "None once the client is closed and none is left.")
+      .def("http_resolve",
+           [](Engine& e, const py::list& verdicts) {
+             loadgen::HttpClient* h = e.native_http();
+             if (h == nullptr) throw py::value_error("the run's SUT is not the native HTTP client");
+             std::vector<loadgen::ResponseVerdict> vs;
+             vs.reserve(verdicts.size());
+             for (const py::handle& item : verdicts) {
+               const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+               if (t.size() != 6) throw py::value_error("a verdict is (id, t_ns, status, body, kind or None, message)");
+               loadgen::ResponseVerdict v;
+               v.id = t[0].cast<int64_t>();
+               v.t_ns = t[1].cast<int64_t>();
+               v.status = t[2].cast<int>();
+               v.body = t[3].cast<std::string>();
+               v.ok = t[4].is_none();
+               if (!v.ok) {
+                 v.kind = utf8_text(t[4].cast<py::str>());
+                 v.message = utf8_text(t[5].cast<py::str>());
+               }
+               vs.push_back(std::move(v));
+             }
+             py::gil_scoped_release release;
+             h->resolve(vs);
+           },
+           py::arg("verdicts"),
+           "Completes (kind None) or fails each response's query, and caches the verdict by its bytes.")
+      .def("http_stats",
+           [](Engine& e) {
+             py::dict d;
+             loadgen::HttpClient* h = e.native_http();
+             if (h == nullptr) return d;
+             const loadgen::HttpClientStats st = h->stats();
+             d["connects"] = st.connects;
+             d["connect_failures"] = st.connect_failures;
+             d["connections_opened_before_run"] = st.connections_opened_before_run;
+             d["bytes_sent"] = st.bytes_sent;
+             d["responses"] = st.responses;
+             d["cache_hits"] = st.cache_hits;
+             d["checked_outside"] = st.checked_outside;
+             d["closed_by_timeout"] = st.closed_by_timeout;
+             return d;
+           },
+           "The native HTTP client's counters ({} for other SUTs).")
       .def("follow_up", &Engine::follow_up, py::arg("tag"), py::arg("at_ns"),
            "Multi-turn: one more query due at at_ns, handed out with sample index tag; call "
            "it before completing the query it follows. False once issuing has ended.")

@@ -247,6 +247,8 @@ class Engine : private CompletionSink {
   RequestLog* records() noexcept { return records_.get(); }
   const RequestLog* records() const noexcept { return records_.get(); }
   int64_t table_capacity() const noexcept { return static_cast<int64_t>(table_.capacity()); }
+  /// The native HTTP client, when the run's SUT is one (SutKind::kHttp), else null.
+  HttpClient* native_http() noexcept { return native_.http(); }
 
  private:
   // Completes issued query `id` (see complete()); counts an id not in flight as unknown
@@ -330,6 +332,12 @@ class Engine : private CompletionSink {
                      int64_t n_input) noexcept;
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
+  }
+  void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept override {
+    try {
+      fail(id, kind, message);
+    } catch (...) {  // out of memory for the message's bookkeeping: fail() resolved the query first
+    }
   }
   void monitor_loop();
   bool should_stop_issuing(int64_t count, int64_t elapsed_ns, int64_t last_elapsed_ns) const noexcept;

@@ -20,7 +20,7 @@ void Engine::dispatch(int64_t id, int64_t seq, int64_t scheduled_ns) {
     track_timeout(id);  // after the state store: the reaper must see this id in the slot
     note_issued(seq, scheduled_ns);
     if (!in_warmup(scheduled_ns)) recorder_.issue_delay(scheduled_ns, issued_at);
-    native_.submit(id, issued_at);
+    native_.submit(id, issued_at, table_.samples(id)[0], scheduled_ns);
     return;
   }
   table_.set(id, InFlightTable::kQueued);

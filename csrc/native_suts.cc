@@ -18,6 +18,7 @@ using detail::require;
 
 void validate(const NativeSutSettings& s) {
   require(s.delay_ns >= 0, "sut.delay_ns must be >= 0, got " + std::to_string(s.delay_ns));
+  if (s.kind == SutKind::kHttp) validate(s.http);
   if (s.kind != SutKind::kDemo) return;
   require(s.workers >= 1 && s.workers <= 4096,
           "sut.workers must be in 1..4096, got " + std::to_string(s.workers));
@@ -35,17 +36,23 @@ NativeSut::NativeSut(const NativeSutSettings& settings, uint64_t ring_capacity, 
     ring_.reset(new std::atomic<int64_t>[ring_capacity]());
     due_.reset(new std::atomic<int64_t>[ring_capacity]());
   }
+  if (s_.kind == SutKind::kHttp) http_ = std::make_unique<HttpClient>(s_.http);
 }
 
 NativeSut::~NativeSut() { close(); }
 
 void NativeSut::start(CompletionSink& sink) {
   sink_ = &sink;
+  if (http_) http_->start(sink);
   if (s_.kind == SutKind::kFixedDelay) thread_ = std::thread([this] { fixed_delay_loop(); });
   if (s_.kind == SutKind::kDemo) thread_ = std::thread([this] { demo_loop(); });
 }
 
-void NativeSut::submit(int64_t id, int64_t issued_ns) noexcept {
+void NativeSut::submit(int64_t id, int64_t issued_ns, int64_t sample, int64_t scheduled_ns) noexcept {
+  if (http_) {
+    http_->submit(id, sample, scheduled_ns);
+    return;
+  }
   if (!ring_) {  // the null SUT
     sink_->complete_native(id, now_ns());
     return;
@@ -58,11 +65,13 @@ void NativeSut::submit(int64_t id, int64_t issued_ns) noexcept {
 }
 
 void NativeSut::finish() noexcept {
+  if (http_) http_->finish();
   finished_.store(true, std::memory_order_release);
   submitted_.notify();
 }
 
 void NativeSut::close() noexcept {
+  if (http_) http_->close();
   closing_.store(true, std::memory_order_release);
   submitted_.notify();
   if (thread_.joinable()) thread_.join();

@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "http_client.h"
 #include "notifier.h"
 
 namespace loadgen {
@@ -19,6 +21,7 @@ enum class SutKind {
   kFixedDelay,  ///< completes each query `delay_ns` after issue, from a completion thread
   kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
   kDemo,        ///< a simulated batching inference server (see NativeSutSettings)
+  kHttp,        ///< the native HTTP/1.1 client (http_client.h) against a real server
 };
 
 /// Which SUT a run drives, and the native SUTs' parameters. Durations in ns.
@@ -38,6 +41,8 @@ struct NativeSutSettings {
   /// The fixed-delay and demo SUTs' thread runs on these CPUs (empty: not pinned), as
   /// --pin auto places an in-process SUT away from the issue thread and dispatcher.
   std::vector<int> cpus;
+  /// The native HTTP client's settings (kind kHttp).
+  HttpClientSettings http;
 };
 
 /// Throws std::invalid_argument naming the bad field (sut.delay_ns, sut.workers, ...).
@@ -50,6 +55,8 @@ class CompletionSink {
   /// Query `id` completed at `t_ns`. A query no longer in flight (timed out, cancelled)
   /// is ignored by the sink.
   virtual void complete_native(int64_t id, int64_t t_ns) noexcept = 0;
+  /// Query `id` failed with an error kind and message (see Engine::fail).
+  virtual void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept = 0;
 };
 
 /// A native SUT: the null SUT completes on the submitting thread; the fixed-delay and
@@ -68,8 +75,11 @@ class NativeSut {
   /// Starts the completion thread (fixed delay and demo), reporting to `sink`, which
   /// must outlive close().
   void start(CompletionSink& sink);
-  /// Hands over query `id`, issued at `issued_ns`.
-  void submit(int64_t id, int64_t issued_ns) noexcept;
+  /// Hands over query `id`, issued at `issued_ns` (its first sample and scheduled time
+  /// for the HTTP client).
+  void submit(int64_t id, int64_t issued_ns, int64_t sample = 0, int64_t scheduled_ns = 0) noexcept;
+  /// The native HTTP client (kind kHttp), else null.
+  HttpClient* http() noexcept { return http_.get(); }
   /// No more queries will be submitted: the thread ends once it completed them all.
   void finish() noexcept;
   /// Stops completing (outstanding queries are left to the caller) and joins. Idempotent.
@@ -93,6 +103,7 @@ class NativeSut {
   std::atomic<bool> closing_{false};
   Notifier submitted_;
   std::thread thread_;
+  std::unique_ptr<HttpClient> http_;
 };
 
 }  // namespace loadgen

@@ -397,6 +397,11 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                f"(default {D.MAX_RESPONSE_BYTES}, 64 MiB)", "BYTES"),
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)"),
+    OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (the "
+               "core's epoll client: KServe REST and --request-template over plain http://), asyncio, or auto "
+               "(default: native where it applies, else asyncio)", "ENGINE"),
+    OptionSpec("io_threads", _int(1, 256), "network, --http-engine native: epoll threads the connections are "
+               "spread over (default 1)", "N"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
@@ -521,6 +526,8 @@ class RunOptions:
     max_response_bytes: int = D.MAX_RESPONSE_BYTES
     no_response_check: bool = False
     grpc_contents: str = D.GRPC_CONTENTS
+    http_engine: str = "auto"
+    io_threads: int = 1
     model: Optional[str] = None
     max_tokens: int = D.MAX_TOKENS
     prompt_words: int = D.PROMPT_WORDS

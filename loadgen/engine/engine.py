@@ -99,6 +99,7 @@ class Engine:
         if settings.record_requests and records_sink(settings.record_requests) == _core.RecordSink.spool:
             self._parquet = ParquetConversion(settings.record_requests, settings.record_worker_index)
         self._dispatcher: Optional[Dispatcher] = None
+        self._checker: Any = None  # the native HTTP client's response checker
         self._stopped = False
 
     # ------------------------------------------------------------------ control
@@ -112,6 +113,11 @@ class Engine:
             # between threads (and their wait for the GIL) sits between the first
             # scheduled time and the first issue.
             self._core.start()
+        if self.sut_form == "native_http":
+            from loadgen.net.native_http import Checker
+
+            self._checker = Checker(self._core, self.sut)
+            self._checker.start()
         if self.sut_form in DISPATCHED_FORMS:
             self._dispatcher = Dispatcher(self._core, self.sut, self.sut_form, self.settings)
             self._dispatcher.start()
@@ -153,6 +159,10 @@ class Engine:
             self._dispatcher.join(1.0)
             if self._dispatcher.error is not None:
                 raise self._dispatcher.error
+        if self._checker is not None:
+            self._checker.join(5.0)  # it ends once the client has closed and every response is judged
+            if self._checker.error is not None:
+                raise self._checker.error
         error = self._core.run_error
         if error:
             raise ValueError(error)
@@ -165,6 +175,8 @@ class Engine:
         self._core.wait(None)
         if self._dispatcher is not None:
             self._dispatcher.join(1.0)  # see wait(): a stuck SUT call cannot be interrupted
+        if self._checker is not None:
+            self._checker.join(5.0)
         self.write_records()
 
     def write_records(self) -> None:

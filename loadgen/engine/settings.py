@@ -312,7 +312,7 @@ class EngineSettings:
             s.records_sink = records_sink(self.record_requests)
             s.records_path = engine_path(str(self.record_requests))
             s.records_worker_index = int(self.record_worker_index)
-        if sut_form in ("null", "fixed_delay", "demo"):
+        if sut_form in ("null", "fixed_delay", "demo", "native_http"):
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
             s.sut.cpus = [int(c) for c in self.sut_cpus]

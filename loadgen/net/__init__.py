@@ -4,13 +4,14 @@ same scenarios, schedules and measurement rule as in-process SUTs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from loadgen import defaults
 from loadgen.sut.spec import is_network_sut
 
 if TYPE_CHECKING:  # the clients are imported when a target is opened
     from loadgen.net.base import NetworkSUT
+    from loadgen.net.native_http import NativeHttpSUT
     from loadgen.net.options import NetOptions
 
 __all__ = ["is_network_sut", "net_options", "open_from_options", "open_target", "pool_size_for"]
@@ -38,6 +39,8 @@ def net_options(o: Any):
         secret_headers=tuple(o.secret_header),
         ca_file=o.ca_file,
         insecure=o.insecure,
+        http_engine=o.http_engine,
+        io_threads=o.io_threads,
         timeout_ms=o.timeout_ms,
         connections=o.connections,
         ready_timeout_s=o.ready_timeout_s,
@@ -103,7 +106,8 @@ def open_from_options(o: Any, settings: Any):
         raise ValueError(net.redactor().text(str(e))) from None
 
 
-def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figures: int = 3) -> "NetworkSUT":
+def open_target(url: str, net: "NetOptions", *, pool_size: int,
+                significant_figures: int = 3) -> "Union[NetworkSUT, NativeHttpSUT]":
     """The prepared network SUT for a ``--sut`` URL: ready server, serialized requests.
 
     Args:
@@ -143,5 +147,17 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
         from loadgen.net.kserve_grpc import KServeGrpcSUT
 
         sut = KServeGrpcSUT(target, net, pool_size)
+    if net.http_engine == "native":
+        refused = ("gRPC" if target.kind == "kserve_grpc" else "OpenAI" if target.kind == "openai"
+                   else "TLS (https://)" if target.tls else None)
+        if refused:
+            raise ValueError(f"--http-engine native: the native HTTP client runs KServe REST and --request-template "
+                             f"targets over plain http://, not {refused}; use --http-engine asyncio (or auto)")
     sut.prepare()
+    native = net.http_engine == "native" or (
+        net.http_engine == "auto" and target.kind in ("kserve_http", "template") and not target.tls)
+    if native:
+        from loadgen.net.native_http import NativeHttpSUT
+
+        return NativeHttpSUT(sut, net.io_threads)
     return sut

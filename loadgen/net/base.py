@@ -212,6 +212,18 @@ class HttpSUT(NetworkSUT):
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
+    def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
+        """None for a good response, else its error (kind, message). A function of the
+        response's bytes alone: the native client caches it by them."""
+        raise NotImplementedError
+
+    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+        bad = self.verdict(status, body)
+        if bad is not None:
+            self.fail_query(req.query_id, *bad)
+            return
+        self.sink.complete(req.query_id, t)
+
     def on_error(self, req: Request, kind: str, message: str) -> None:
         self.fail_query(req.query_id, kind, message)
 

@@ -4,10 +4,9 @@ every response's outputs checked against the model's metadata."""
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Tuple
 
 from loadgen.net.base import HttpSUT
-from loadgen.net.http1 import Request
 from loadgen.net.kserve_common import KServeInputs, check_json_response, json_request_body, parse_metadata
 from loadgen.net.payloads import payload_kind, raw_lines, read_jsonl
 from loadgen.net.targets import model_path
@@ -58,13 +57,14 @@ class KServeHttpSUT(KServeInputs, HttpSUT):
     def _check_json(self, body: bytes) -> Optional[str]:
         return check_json_response(body, self.expected)
 
-    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+    def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
+        """None for a good response, else its error (kind, message): a function of the
+        response's bytes alone, which the native client caches by them."""
         if status != 200:
-            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}")
-            return
+            return f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}"
         if self.check:
             problem = self._checked(body, self._check_json)
             if problem is not None:
-                self.fail_query(req.query_id, "invalid_response", problem)
-                return
-        self.sink.complete(req.query_id, t)
+                return "invalid_response", problem
+        return None
+

@@ -75,6 +75,8 @@ class NetOptions:
         secret_values: further strings to redact (a password in the URL).
         max_response_bytes: most bytes of a response body (of a stream: of each event);
             a request whose response is larger fails as ``response_too_large``.
+        http_engine: "native", "asyncio" or "auto" (see ``--http-engine``).
+        io_threads: the native HTTP client's epoll threads.
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
             defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and ``seed``).
     """
@@ -99,6 +101,8 @@ class NetOptions:
     secret_values: Sequence[str] = ()
     max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
     llm: Any = None
+    http_engine: str = "auto"
+    io_threads: int = 1
 
     def redactor(self) -> "Redactor":
         return Redactor(self.headers, self.secret_headers, self.secret_values)

@@ -12,7 +12,6 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from loadgen.net.base import HttpSUT
-from loadgen.net.http1 import Request
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
 from loadgen.net.tensors import load_samples, synthetic_samples, synthetic_source
 
@@ -116,24 +115,23 @@ class TemplateHttpSUT(HttpSUT):
             raise ValueError("--request-template uses {{sample}} but there is no --payload FILE or --input spec")
         return [None], "template only"
 
-    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+    def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
+        """None for a good response, else its error (kind, message): a function of the
+        response's bytes alone, which the native client caches by them."""
         ok = status in self.ok_status if self.ok_status is not None else 200 <= status < 300
         if not ok:
-            self.fail_query(req.query_id, f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}")
-            return
+            return f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}"
         if self.check and self.json_keys:
             self.checked += 1
             try:
                 doc = json.loads(body)
-            except (ValueError, UnicodeDecodeError):
-                self.fail_query(req.query_id, "invalid_response",
-                                f"the response is not JSON: {self.redactor.excerpt(body, 80)!r}")
-                return
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                return "invalid_response", f"the response is not JSON: {self.redactor.excerpt(body, 80)!r}"
             missing = [k for k in self.json_keys if not isinstance(doc, dict) or doc.get(k) in (None, [], {}, "")]
             if missing:
-                self.fail_query(req.query_id, "invalid_response", f"the response has no (or an empty) {missing[0]!r}")
-                return
-        self.sink.complete(req.query_id, t)
+                return "invalid_response", f"the response has no (or an empty) {missing[0]!r}"
+        return None
+
 
 
 def fill_template(node: Any, sample: Any, index: int) -> Any:

@@ -240,6 +240,8 @@ def classify_sut(sut: Any) -> SUTForm:
         return "fixed_delay"
     if isinstance(sut, DemoSUT):
         return "demo"
+    if getattr(sut, "native_http", False) is True and callable(getattr(sut, "native_settings", None)):
+        return "native_http"
     if callable(getattr(sut, "issue_query", None)) and callable(getattr(sut, "open_on_loop", None)):
         return "loop"
     issue = getattr(sut, "issue", None)

@@ -1,0 +1,629 @@
+#include "http_client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "affinity.h"
+#include "clock.h"
+#include "http_parser.h"
+#include "native_suts.h"
+#include "require.h"
+
+namespace loadgen {
+
+using detail::require;
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+// The error class of a failed connect, as the asyncio client names it.
+const char* connect_kind(int err) {
+  if (err == ECONNREFUSED) return "connect_refused";
+  if (err == ETIMEDOUT) return "connect_timeout";
+  return "connect_error";
+}
+
+bool parse_address(const std::string& host, int port, sockaddr_storage* addr, socklen_t* len) {
+  std::memset(addr, 0, sizeof(*addr));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(addr);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void validate(const HttpClientSettings& s) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  require(parse_address(s.host, s.port, &addr, &len), "http.host must be a numeric IPv4 or IPv6 address, got '" +
+                                                           s.host + "'");
+  require(s.port >= 1 && s.port <= 65535, "http.port must be in 1..65535, got " + std::to_string(s.port));
+  require(s.connections >= 1 && s.connections <= (1 << 16),
+          "http.connections must be in 1..65536, got " + std::to_string(s.connections));
+  require(s.io_threads >= 1 && s.io_threads <= 256,
+          "http.io_threads must be in 1..256, got " + std::to_string(s.io_threads));
+  require(!s.requests.empty(), "http.requests must hold at least one prepared request");
+  require(s.max_response_bytes >= 1, "http.max_response_bytes must be >= 1");
+  require(s.connect_timeout_ns >= 1, "http.connect_timeout_ns must be >= 1");
+  require(s.timeout_ns >= 0, "http.timeout_ns must be >= 0");
+  require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "http.cache_entries and cache_body_bytes must be >= 0");
+}
+
+struct HttpClient::Conn {
+  enum State { kClosed, kConnecting, kIdle, kBusy };
+  explicit Conn(const HttpParserLimits& limits) : parser(limits) {}
+  std::mutex mu;
+  int fd = -1;
+  Io* io = nullptr;
+  std::atomic<State> state{kClosed};  // written under mu; read without it to pick a closed one
+  int64_t query = -1;
+  int64_t deadline = 0;          // the query's timeout (0: none)
+  int64_t connect_deadline = 0;  // kConnecting
+  const std::string* req = nullptr;
+  size_t written = 0;
+  HttpResponseParser parser;
+};
+
+struct HttpClient::Io {
+  int epfd = -1;
+  int wake = -1;
+  std::vector<Conn*> conns;
+  std::thread thread;
+};
+
+HttpClient::HttpClient(HttpClientSettings settings) : s_(std::move(settings)) {
+  validate(s_);
+  HttpParserLimits limits;
+  limits.max_body_bytes = s_.max_response_bytes;
+  const int64_t nio = std::min<int64_t>(s_.io_threads, s_.connections);
+  for (int64_t i = 0; i < nio; ++i) {
+    auto io = std::make_unique<Io>();
+    io->epfd = epoll_create1(EPOLL_CLOEXEC);
+    io->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (io->epfd < 0 || io->wake < 0) throw std::runtime_error("http client: epoll/eventfd: " + errno_text(errno));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;
+    epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wake, &ev);
+    ios_.push_back(std::move(io));
+  }
+  for (int64_t i = 0; i < s_.connections; ++i) {
+    auto c = std::make_unique<Conn>(limits);
+    c->io = ios_[static_cast<size_t>(i) % ios_.size()].get();
+    c->io->conns.push_back(c.get());
+    conns_.push_back(std::move(c));
+  }
+}
+
+HttpClient::~HttpClient() {
+  close();
+  for (auto& io : ios_) {
+    if (io->epfd >= 0) ::close(io->epfd);
+    if (io->wake >= 0) ::close(io->wake);
+  }
+}
+
+bool HttpClient::open(Conn* c, std::string* error, int* err) {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  parse_address(s_.host, s_.port, &addr, &len);
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = errno;
+    *error = errno_text(errno);
+    return false;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno != EINPROGRESS) {
+    *err = errno;
+    *error = errno_text(errno);
+    ::close(fd);
+    return false;
+  }
+  c->fd = fd;
+  c->state = Conn::kConnecting;
+  c->connect_deadline = now_ns() + s_.connect_timeout_ns;
+  return true;
+}
+
+bool HttpClient::connect_blocking(Conn* c, int64_t timeout_ns) {
+  std::string error;
+  int err = 0;
+  if (!open(c, &error, &err)) return false;
+  pollfd p{c->fd, POLLOUT, 0};
+  const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_ns / 1'000'000)));
+  int so_error = 0;
+  socklen_t sl = sizeof(so_error);
+  if (rc != 1 || getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &sl) != 0 || so_error != 0) {
+    ::close(c->fd);
+    c->fd = -1;
+    c->state = Conn::kClosed;
+    return false;
+  }
+  c->state = Conn::kIdle;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = c;
+  epoll_ctl(c->io->epfd, EPOLL_CTL_ADD, c->fd, &ev);
+  return true;
+}
+
+void HttpClient::start(CompletionSink& sink) {
+  sink_ = &sink;
+  const int64_t warm = std::min(s_.warm_connections, s_.connections);
+  for (int64_t i = 0; i < warm; ++i) {
+    Conn* c = conns_[static_cast<size_t>(i)].get();
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (connect_blocking(c, s_.connect_timeout_ns)) {
+      open_.fetch_add(1);
+      warm_.fetch_add(1);
+      connects_.fetch_add(1);
+      std::lock_guard<std::mutex> pool(pool_mutex_);
+      idle_.push_back(c);
+    }
+  }
+  // The most recently used connection first: keep the warm ones in their order.
+  std::reverse(idle_.begin(), idle_.end());
+  for (auto& io : ios_) {
+    Io* p = io.get();
+    io->thread = std::thread([this, p] { io_loop(p); });
+  }
+}
+
+void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
+  const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0};
+  for (;;) {
+    Conn* c = nullptr;
+    {
+      std::lock_guard<std::mutex> pool(pool_mutex_);
+      if (pending_.empty() && !idle_.empty()) {
+        c = idle_.back();
+        idle_.pop_back();
+      } else {
+        pending_.push_back(p);
+      }
+    }
+    if (c == nullptr) {
+      want_connection();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->state == Conn::kIdle) {
+      send_locked(c, p);
+      return;
+    }
+    // Closed by its I/O thread since it was taken from the idle list: take another.
+  }
+}
+
+void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
+  c->state = Conn::kBusy;
+  c->query = p.id;
+  c->deadline = p.deadline;
+  c->req = &s_.requests[static_cast<size_t>(p.sample) % s_.requests.size()];
+  c->written = 0;
+  c->parser.start(s_.head_only);
+  const size_t before = c->written;
+  const int err = write_some(c);
+  bytes_sent_.fetch_add(static_cast<int64_t>(c->written - before), std::memory_order_relaxed);
+  if (err == EAGAIN) {  // the rest when the socket has room
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+    ev.data.ptr = c;
+    epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  } else if (err != 0) {
+    fail_write(c, err);
+  }
+}
+
+int HttpClient::write_some(Conn* c) noexcept {
+  const std::string& r = *c->req;
+  while (c->written < r.size()) {
+    const ssize_t n = ::send(c->fd, r.data() + c->written, r.size() - c->written, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c->written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return EAGAIN;
+    return n < 0 ? errno : EPIPE;
+  }
+  return 0;
+}
+
+void HttpClient::fail_write(Conn* c, int err) noexcept {
+  if (err == EPIPE || err == ECONNRESET) {
+    close_locked(c, "connection_reset", "connection closed by the server before any response");
+  } else {
+    close_locked(c, "connection_error", "sending the request: " + errno_text(err));
+  }
+}
+
+void HttpClient::on_writable(Conn* c) noexcept {
+  const size_t before = c->written;
+  const int err = write_some(c);
+  bytes_sent_.fetch_add(static_cast<int64_t>(c->written - before), std::memory_order_relaxed);
+  if (err == 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = c;
+    epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  } else if (err != EAGAIN) {
+    fail_write(c, err);
+  }
+}
+
+void HttpClient::close_locked(Conn* c, const char* kind, const std::string& message) noexcept {
+  const Conn::State was = c->state.load();
+  const int64_t query = c->query;
+  if (c->fd >= 0) {
+    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    ::close(c->fd);
+    c->fd = -1;
+  }
+  c->state = Conn::kClosed;
+  c->query = -1;
+  if (was == Conn::kClosed) return;
+  open_.fetch_sub(1);
+  if (was == Conn::kIdle) {
+    std::lock_guard<std::mutex> pool(pool_mutex_);
+    idle_.erase(std::remove(idle_.begin(), idle_.end(), c), idle_.end());
+  }
+  if (was == Conn::kBusy && query >= 0 && kind != nullptr && kind[0] != '\0') {
+    sink_->fail_native(query, kind, message);
+  }
+}
+
+void HttpClient::want_connection() noexcept {
+  // One connect per call while queries wait and the pool has room; a connect that fails
+  // at once fails one waiting query and the next is tried.
+  while (!closing_.load(std::memory_order_relaxed)) {
+    Conn* pick = nullptr;
+    {
+      std::lock_guard<std::mutex> pool(pool_mutex_);
+      if (pending_.empty() || open_.load() >= s_.connections) return;
+      for (auto& c : conns_) {
+        if (c->state.load(std::memory_order_acquire) == Conn::kClosed) {
+          pick = c.get();
+          break;
+        }
+      }
+      if (pick == nullptr) return;
+      open_.fetch_add(1);
+    }
+    std::lock_guard<std::mutex> lock(pick->mu);
+    if (pick->state.load() != Conn::kClosed) {  // taken by another caller meanwhile
+      open_.fetch_sub(1);
+      continue;
+    }
+    std::string error;
+    int err = 0;
+    if (!open(pick, &error, &err)) {
+      pick->state = Conn::kConnecting;  // connect_failed() counts it closed again
+      connect_failed(pick, err, error);
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLRDHUP;
+    ev.data.ptr = pick;
+    epoll_ctl(pick->io->epfd, EPOLL_CTL_ADD, pick->fd, &ev);
+    return;
+  }
+}
+
+void HttpClient::connect_failed(Conn* c, int err, const std::string& what) noexcept {
+  // c->mu is held. One waiting query fails per failed connect, as in the asyncio client,
+  // so that a dead server fails queries at the rate they arrive.
+  if (c->fd >= 0) {
+    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    ::close(c->fd);
+    c->fd = -1;
+  }
+  if (c->state.load() != Conn::kClosed) open_.fetch_sub(1);
+  c->state = Conn::kClosed;
+  connect_failures_.fetch_add(1);
+  std::optional<Pending> victim;
+  {
+    std::lock_guard<std::mutex> pool(pool_mutex_);
+    if (!pending_.empty()) {
+      victim = pending_.front();
+      pending_.pop_front();
+    }
+  }
+  if (victim) {
+    sink_->fail_native(victim->id, connect_kind(err),
+                       "connecting to " + s_.host + ":" + std::to_string(s_.port) + ": " + what);
+  }
+}
+
+void HttpClient::release(Conn* c) noexcept {
+  // Called by c's own I/O thread, with c idle and in no list: nobody else touches it.
+  std::optional<Pending> next;
+  {
+    std::lock_guard<std::mutex> pool(pool_mutex_);
+    const int64_t now = now_ns();
+    while (!pending_.empty()) {
+      const Pending p = pending_.front();
+      pending_.pop_front();
+      if (p.deadline == 0 || p.deadline > now) {  // one that timed out waiting is not sent
+        next = p;
+        break;
+      }
+    }
+    if (!next) {
+      idle_.push_back(c);
+      return;
+    }
+  }
+  std::lock_guard<std::mutex> lock(c->mu);
+  send_locked(c, *next);
+}
+
+void HttpClient::judge(int64_t id, int64_t t, int status, std::string&& body) noexcept {
+  {
+    std::shared_lock<std::shared_mutex> lock(cache_mutex_);
+    for (auto& [st, map] : cache_) {
+      if (st != status) continue;
+      auto it = map.find(body);
+      if (it == map.end()) break;
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      if (it->second.ok) {
+        sink_->complete_native(id, t);
+      } else {
+        sink_->fail_native(id, it->second.kind, it->second.message);
+      }
+      return;
+    }
+  }
+  checked_outside_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(unchecked_mutex_);
+    unchecked_.push_back(UncheckedResponse{id, t, status, std::move(body)});
+  }
+  unchecked_cv_.notify_one();
+}
+
+bool HttpClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns) {
+  std::unique_lock<std::mutex> lock(unchecked_mutex_);
+  unchecked_cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0)),
+                         [this] { return !unchecked_.empty() || closing_.load(); });
+  while (!unchecked_.empty() && out->size() < max) {
+    out->push_back(std::move(unchecked_.front()));
+    unchecked_.pop_front();
+  }
+  return !(out->empty() && closing_.load());
+}
+
+void HttpClient::resolve(std::vector<ResponseVerdict>& verdicts) {
+  for (ResponseVerdict& v : verdicts) {
+    if (v.ok) {
+      sink_->complete_native(v.id, v.t_ns);
+    } else {
+      sink_->fail_native(v.id, v.kind, v.message);
+    }
+  }
+  std::unique_lock<std::shared_mutex> lock(cache_mutex_);
+  for (ResponseVerdict& v : verdicts) {
+    if (cache_size_ >= static_cast<size_t>(s_.cache_entries) ||
+        v.body.size() > static_cast<size_t>(s_.cache_body_bytes)) {
+      continue;
+    }
+    VerdictMap* map = nullptr;
+    for (auto& [st, m] : cache_) {
+      if (st == v.status) map = &m;
+    }
+    if (map == nullptr) {
+      cache_.emplace_back(v.status, VerdictMap{});
+      map = &cache_.back().second;
+    }
+    if (map->emplace(std::move(v.body), Verdict{v.ok, v.kind, v.message}).second) ++cache_size_;
+  }
+}
+
+void HttpClient::expire(Io* io, int64_t now) noexcept {
+  for (Conn* c : io->conns) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->state == Conn::kBusy && c->deadline != 0 && now >= c->deadline) {
+      closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
+      close_locked(c, nullptr, "");  // the engine counts the timeout
+    } else if (c->state == Conn::kConnecting && now >= c->connect_deadline) {
+      connect_failed(c, ETIMEDOUT, "timed out");
+    }
+  }
+}
+
+void HttpClient::io_loop(Io* io) {
+  set_current_thread_name("lg-http");
+  if (!s_.cpus.empty()) {
+    try {
+      pin_current_thread(s_.cpus);
+    } catch (const std::exception&) {
+      // A cpuset that shrank since the settings were checked: run unpinned.
+    }
+  }
+  std::vector<epoll_event> events(256);
+  std::vector<char> buf(kReadChunk);
+  int64_t next_scan = 0;
+  while (!closing_.load(std::memory_order_acquire)) {
+    const int n = epoll_wait(io->epfd, events.data(), static_cast<int>(events.size()), 5);
+    for (int i = 0; i < n; ++i) {
+      Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
+      const uint32_t ev = events[static_cast<size_t>(i)].events;
+      if (c == nullptr) {  // the wake-up eventfd
+        uint64_t v;
+        while (::read(io->wake, &v, sizeof(v)) > 0) {
+        }
+        continue;
+      }
+      // A finished response's query is judged after the connection's lock is released
+      // and the connection is back in the pool (so that the query it makes room for can
+      // use it at once).
+      int64_t done_id = -1, done_t = 0;
+      int done_status = 0;
+      std::string done_body;
+      bool reuse = false;
+      {
+        std::unique_lock<std::mutex> lock(c->mu);
+        if (c->state == Conn::kConnecting) {
+          int so_error = 0;
+          socklen_t sl = sizeof(so_error);
+          getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &sl);
+          if (so_error != 0 || (ev & (EPOLLERR | EPOLLHUP))) {
+            const int err = so_error != 0 ? so_error : ECONNREFUSED;
+            connect_failed(c, err, errno_text(err));
+          } else if (ev & EPOLLOUT) {
+          connects_.fetch_add(1, std::memory_order_relaxed);
+          c->state = Conn::kIdle;
+          epoll_event mod{};
+          mod.events = EPOLLIN | EPOLLRDHUP;
+          mod.data.ptr = c;
+          epoll_ctl(io->epfd, EPOLL_CTL_MOD, c->fd, &mod);
+          reuse = true;
+          }
+        } else {
+          if ((ev & EPOLLOUT) && c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size()) {
+            on_writable(c);
+          }
+          if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+            // Read until the socket is drained (or the connection ends).
+            while (c->fd >= 0) {
+              const ssize_t r = ::read(c->fd, buf.data(), buf.size());
+              if (r < 0 && errno == EINTR) continue;
+              if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+              const int64_t t = now_ns();
+              if (r < 0) {
+                const int err = errno;
+                const bool any = c->parser.got_bytes();
+                if (err == ECONNRESET) {
+                  close_locked(c, "connection_reset",
+                               std::string("connection reset by peer ") +
+                                   (any ? "before the response was complete" : "before any response"));
+                } else {
+                  close_locked(c, "connection_error", "reading the response: " + errno_text(err));
+                }
+                break;
+              }
+              if (r == 0) {  // the server closed the connection
+                if (c->state == Conn::kBusy && c->parser.eof_completes()) {
+                  done_id = c->query;
+                  done_t = t;
+                  done_status = c->parser.status();
+                  done_body = c->parser.take_body();
+                  responses_.fetch_add(1, std::memory_order_relaxed);
+                  c->query = -1;
+                  close_locked(c, nullptr, "");
+                } else {
+                  const bool any = c->parser.got_bytes();
+                  close_locked(c, "connection_reset",
+                               std::string("connection closed by the server ") +
+                                   (any ? "before the response was complete" : "before any response"));
+                }
+                break;
+              }
+              if (c->state != Conn::kBusy) {  // bytes nobody asked for: the connection is unusable
+                close_locked(c, nullptr, "");
+                break;
+              }
+              size_t used = 0;
+              const auto res = c->parser.feed(buf.data(), static_cast<size_t>(r), &used);
+              if (res == HttpResponseParser::Result::kNeedMore) continue;
+              if (res == HttpResponseParser::Result::kError) {
+                close_locked(c, c->parser.error_kind().c_str(), c->parser.error_message());
+                break;
+              }
+              // A whole response. Bytes past it put the connection out of step.
+              done_id = c->query;
+              done_t = t;
+              done_status = c->parser.status();
+              done_body = c->parser.take_body();
+              responses_.fetch_add(1, std::memory_order_relaxed);
+              const bool keep = c->parser.keep_alive() && used == static_cast<size_t>(r);
+              c->query = -1;
+              if (keep) {
+                c->state = Conn::kIdle;
+                reuse = true;
+              } else {
+                close_locked(c, nullptr, "");
+              }
+              break;
+            }
+          }
+        }
+      }
+      if (reuse) release(c);
+      if (done_id >= 0) judge(done_id, done_t, done_status, std::move(done_body));
+      if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
+    }
+    const int64_t now = now_ns();
+    if (now >= next_scan) {
+      expire(io, now);
+      next_scan = now + 1'000'000;
+    }
+  }
+}
+
+void HttpClient::finish() noexcept { finished_.store(true, std::memory_order_release); }
+
+void HttpClient::close() noexcept {
+  if (closing_.exchange(true)) return;
+  for (auto& io : ios_) {
+    const uint64_t one = 1;
+    if (io->wake >= 0) (void)!::write(io->wake, &one, sizeof(one));
+  }
+  for (auto& io : ios_) {
+    if (io->thread.joinable()) io->thread.join();
+  }
+  for (auto& c : conns_) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->fd >= 0) {
+      ::close(c->fd);
+      c->fd = -1;
+    }
+    c->state = Conn::kClosed;
+  }
+  unchecked_cv_.notify_all();
+}
+
+HttpClientStats HttpClient::stats() const {
+  HttpClientStats st;
+  st.connects = connects_.load();
+  st.connect_failures = connect_failures_.load();
+  st.connections_opened_before_run = warm_.load();
+  st.bytes_sent = bytes_sent_.load();
+  st.responses = responses_.load();
+  st.cache_hits = cache_hits_.load();
+  st.checked_outside = checked_outside_.load();
+  st.closed_by_timeout = closed_by_timeout_.load();
+  return st;
+}
+
+}  // namespace loadgen

@@ -1,0 +1,176 @@
+#pragma once
+// The native HTTP/1.1 client: a native SUT (SutKind::kHttp) that sends prepared request
+// bytes over keep-alive connections and completes queries natively as their responses
+// arrive. The issue thread writes each request on a free connection itself, at the
+// query's scheduled time; I/O threads (epoll) read and parse the responses
+// (http_parser.h). A response is judged by its bytes: a verdict cache (status and body ->
+// verdict) answers most natively; the rest wait for the Python side's check, which
+// takes them in batches (take_unchecked) and hands back verdicts (resolve).
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace loadgen {
+
+class CompletionSink;
+
+/// The client's settings. Durations in ns.
+struct HttpClientSettings {
+  std::string host = "127.0.0.1";  ///< a numeric IPv4 or IPv6 address
+  int port = 0;
+  int64_t connections = 1;     ///< keep-alive connections, at most (>= 1)
+  int64_t warm_connections = 64;  ///< opened before the run (at most `connections`)
+  int64_t io_threads = 1;      ///< epoll threads the connections are spread over (>= 1)
+  std::vector<std::string> requests;  ///< the prepared requests, by sample index (mod size)
+  bool head_only = false;      ///< the requests are HEAD: responses have no body
+  int64_t max_response_bytes = 64LL << 20;
+  int64_t connect_timeout_ns = 10'000'000'000;
+  /// Per-query timeout from the scheduled time (0: none): a request still unanswered
+  /// then has its connection closed (its response could not be told from the next);
+  /// the engine counts the timeout.
+  int64_t timeout_ns = 0;
+  /// The verdict cache: at most this many distinct responses, each at most this long.
+  int64_t cache_entries = 4096;
+  int64_t cache_body_bytes = 64 * 1024;
+  std::vector<int> cpus;  ///< the I/O threads run on these CPUs (empty: not pinned)
+};
+
+/// Throws std::invalid_argument naming the bad field (http.port, http.connections, ...).
+void validate(const HttpClientSettings& s);
+
+/// A response waiting for the Python side's verdict.
+struct UncheckedResponse {
+  int64_t id = 0;
+  int64_t t_ns = 0;  ///< when its last bytes arrived (the completion time)
+  int status = 0;
+  std::string body;
+};
+
+/// The Python side's verdict on one response: ok, or failed with an error kind and message.
+struct ResponseVerdict {
+  int64_t id = 0;
+  int64_t t_ns = 0;
+  int status = 0;
+  std::string body;   ///< the response's body (for the cache)
+  bool ok = true;
+  std::string kind;
+  std::string message;
+};
+
+/// Counters of the client (any thread; approximate while running).
+struct HttpClientStats {
+  int64_t connects = 0;
+  int64_t connect_failures = 0;
+  int64_t connections_opened_before_run = 0;
+  int64_t bytes_sent = 0;
+  int64_t responses = 0;
+  int64_t cache_hits = 0;
+  int64_t checked_outside = 0;  ///< responses handed to the Python side's check
+  int64_t closed_by_timeout = 0;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(HttpClientSettings settings);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  /// Opens the warm connections and starts the I/O threads; completions go to `sink`.
+  void start(CompletionSink& sink);
+  /// Sends query `id` (its request is requests[sample % size]), scheduled at
+  /// `scheduled_ns`. Called by the issue thread.
+  void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept;
+  /// No more queries come.
+  void finish() noexcept;
+  /// Closes every connection and joins the threads. Idempotent.
+  void close() noexcept;
+
+  /// Up to `max` responses waiting for a verdict, waiting up to `timeout_ns` for one.
+  /// Returns false once the client is closed and none is left.
+  bool take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns);
+  /// Completes or fails each response's query by its verdict, and remembers the
+  /// verdict for those bytes.
+  void resolve(std::vector<ResponseVerdict>& verdicts);
+  HttpClientStats stats() const;
+
+ private:
+  struct Conn;
+  struct Io;
+  struct Pending {
+    int64_t id;
+    int64_t sample;
+    int64_t deadline;  // 0: none
+  };
+  struct CacheKeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  struct CacheKeyEq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  };
+  struct Verdict {
+    bool ok = true;
+    std::string kind;
+    std::string message;
+  };
+
+  void io_loop(Io* io);
+  // Opens `c` (non-blocking connect, finished by its I/O thread). False on an immediate failure.
+  bool open(Conn* c, std::string* error, int* err);
+  bool connect_blocking(Conn* c, int64_t timeout_ns);
+  // Sends pending work on `c`, now free, or returns it to the idle list.
+  void release(Conn* c) noexcept;
+  // Sends query `p` on `c` (whose lock the caller holds).
+  void send_locked(Conn* c, const Pending& p) noexcept;
+  // Closes `c` (lock held); fails its query with kind/message when it has one and kind is non-empty.
+  void close_locked(Conn* c, const char* kind, const std::string& message) noexcept;
+  void on_writable(Conn* c) noexcept;
+  // Writes what is left of c's request: 0 when all is written, EAGAIN when the socket is
+  // full, else the error.
+  int write_some(Conn* c) noexcept;
+  // Closes c after a failed write, failing its query as the asyncio client would.
+  void fail_write(Conn* c, int err) noexcept;
+  void judge(int64_t id, int64_t t, int status, std::string&& body) noexcept;
+  void want_connection() noexcept;
+  void connect_failed(Conn* c, int err, const std::string& what) noexcept;
+  void expire(Io* io, int64_t now) noexcept;
+
+  HttpClientSettings s_;
+  CompletionSink* sink_ = nullptr;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<std::unique_ptr<Io>> ios_;
+  // The idle connections and the queries waiting for one.
+  std::mutex pool_mutex_;
+  std::vector<Conn*> idle_;
+  std::deque<Pending> pending_;
+  std::atomic<int64_t> open_{0};  // connections open or opening
+  std::atomic<bool> closing_{false};
+  std::atomic<bool> finished_{false};
+
+  // The verdict cache: per status, body -> verdict (looked up by string_view, no copy).
+  using VerdictMap = std::unordered_map<std::string, Verdict, CacheKeyHash, CacheKeyEq>;
+  mutable std::shared_mutex cache_mutex_;
+  std::vector<std::pair<int, VerdictMap>> cache_;
+  size_t cache_size_ = 0;
+
+  std::mutex unchecked_mutex_;
+  std::condition_variable unchecked_cv_;
+  std::deque<UncheckedResponse> unchecked_;
+
+  std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
+      cache_hits_{0}, checked_outside_{0}, closed_by_timeout_{0};
+};
+
+}  // namespace loadgen

@@ -1,0 +1,87 @@
+"""The native HTTP/1.1 client (``--http-engine native``, csrc/http_client.cc) against the
+scripted server: counts equal the server's own, responses judged by the same check as
+the asyncio client (with the verdict cache in front), waiting queries when connections
+are fewer than queries in flight, several I/O threads, a server that dies mid-run, and
+the targets it refuses. The HTTP tests of tests/test_net_servers.py run on both clients."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.servers.scripted_proc import start_scripted
+from tests.test_cli_run import run_cli
+from tests.test_net_servers import _kill_mid_run
+
+NATIVE = ("--http-engine", "native")
+RELAXED = ("--interval-s", "0.5", "--max-issue-delay-ms", "50")
+
+
+def _run(*args, expect=0, timeout=90):
+    proc = run_cli("run", "--json", *RELAXED, *args, timeout=timeout)
+    assert proc.returncode == expect, (proc.returncode, proc.stderr[-2000:])
+    return json.loads(proc.stdout) if expect in (0, 1) else proc
+
+
+@pytest.mark.parametrize("load", [("--scenario", "concurrency", "--concurrency", "8", "--query-count", "3000"),
+                                  ("--scenario", "poisson", "--target-qps", "2000", "--duration-s", "1.5"),
+                                  ("--scenario", "constant", "--target-qps", "3000", "--duration-s", "1",
+                                   "--connections", "2")],
+                         ids=["closed", "poisson", "two-connections"])
+def test_counts_equal_the_servers_and_every_response_is_checked(tmp_path, load):
+    with start_scripted(tmp_path) as srv:
+        doc = _run("--sut", f"{srv.url}/v2/models/m/infer", *NATIVE, *load)
+        stats = srv.stats()
+    c, net = doc["counts"], doc["network"]
+    assert c["failed"] == c["timed_out"] == c["cancelled"] == 0 and c["completed"] > 1000
+    assert stats["infer_requests"] == stats["infer_ok"] == c["completed"] == c["issued"]
+    assert net["http_engine"] == "native" and net["protocol"] == "kserve_v2_http"
+    native = net["native"]
+    assert native["responses"] == c["completed"] == net["responses_checked"]
+    # The answers repeat (the server answers the same prepared requests alike): most are
+    # judged by the verdict cache, each distinct one once by the client's own check.
+    assert native["checked_in_python"] <= doc["settings"]["effective"]["sample_count"]
+    assert native["verdict_cache_hits"] + native["checked_in_python"] == c["completed"]
+    assert net["bytes_sent"] > 0 and net["connects"] >= 1
+
+
+def test_io_threads_spread_the_connections(tmp_path):
+    with start_scripted(tmp_path) as srv:
+        doc = _run("--sut", f"{srv.url}/v2/models/m/infer", *NATIVE, "--io-threads", "2", "--scenario",
+                   "concurrency", "--concurrency", "6", "--query-count", "1500")
+        stats = srv.stats()
+    assert doc["counts"]["completed"] == stats["infer_ok"] == 1500
+    assert doc["network"]["io_threads"] == 2
+
+
+def test_a_server_killed_mid_run_gives_counted_errors(tmp_path):
+    srv = start_scripted(tmp_path)
+    try:
+        doc = _kill_mid_run(srv, f"{srv.url}/v2/models/m/infer", tmp_path, extra=NATIVE)
+    finally:
+        srv.stop()
+    assert doc["network"]["http_engine"] == "native"
+    assert set(doc["errors"]["counts"]) <= {"connect_refused", "connection_reset"}
+    assert doc["errors"]["counts"].get("connect_refused", 0) > 0
+    assert any("connecting to 127.0.0.1:" in m for m in doc["errors"]["messages"])
+
+
+def test_a_response_too_large_fails_and_closes_its_connection(tmp_path):
+    with start_scripted(tmp_path) as srv:
+        doc = _run("--sut", f"{srv.url}/v2/models/m/infer", *NATIVE, "--scenario", "concurrency",
+                   "--query-count", "20", "--max-response-bytes", "64", "--max-error-rate", "1",
+                   "--input", "INPUT0:FP32:1x16")
+    assert doc["errors"]["counts"] == {"response_too_large": 20}
+    assert "over --max-response-bytes (64 bytes)" in doc["errors"]["messages"][0]
+    assert doc["network"]["connects"] >= 20  # each failure closed its connection
+
+
+@pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc"),
+                                       ("openai+http://127.0.0.1:{port}/v1/completions", "not openai"),
+                                       ("https://127.0.0.1:{port}/v2/models/m/infer", "not TLS")])
+def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
+    with start_scripted(tmp_path) as srv:
+        proc = _run("--sut", url.format(port=srv.port), *NATIVE, "--query-count", "5", "--ready-timeout-s", "2",
+                    expect=2)
+    assert "--http-engine native" in proc.stderr and says.lower() in proc.stderr.lower(), proc.stderr
