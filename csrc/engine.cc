@@ -209,8 +209,12 @@ Engine::Engine(EngineSettings settings)
       recorder_(recorder_settings(s_)),
       timeseries_(s_.highest_trackable_ns, s_.significant_figures) {
   if (s_.sut.kind == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[table_.capacity()]());
-  inline_issue_ = s_.sut.kind == SutKind::kQueue &&
-                  (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch);
+  // Inline issuing: the thread that resolves a query generates the next one. For the
+  // queue SUT that is its consumer; for the native HTTP client in a closed loop, the
+  // thread that read a response sends the next request (as wrk does), with no hand-off.
+  inline_issue_ = (s_.sut.kind == SutKind::kQueue &&
+                   (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch)) ||
+                  (s_.sut.kind == SutKind::kHttp && s_.load_mode == LoadMode::kClosedLoop);
   if (s_.records.sink != RecordSink::kNone) {
     records_ = std::make_unique<RequestLog>(s_.records, [this] { done_.notify(); });
   }
@@ -318,6 +322,7 @@ void Engine::issue_loop() {
   done_.notify();  // the monitor waits for the start time
   queued_.notify();  // inline consumers wait for it too
   if (inline_issue_) {
+    issue_ready();  // the native HTTP client's first queries (the queue SUT's consumer asks itself)
     wait_for_inline_issuing();
   } else if (s_.follow_ups && s_.load_mode == LoadMode::kOpenLoop) {
     issue_open_with_follow_ups(t0);
@@ -338,8 +343,9 @@ void Engine::wait_for_inline_issuing() {
     Notifier::Ticket e(done_);
     if (issuing_done_.load(std::memory_order_acquire) || stop_.load()) break;
     const int64_t now = now_ns();
-    // Every user may be thinking when the time is up: end issuing here, then.
-    if (now >= run_end && follow_pending_.load() > 0) break;
+    // The run's time is up, and nothing may have made room to notice it (every query
+    // in flight, or every user thinking): end issuing here.
+    if (now >= run_end) break;
     const int64_t due = follow_due_.load(std::memory_order_acquire);
     const int64_t pushes = follow_pushes_.load(std::memory_order_acquire);
     if (due == INT64_MAX || (due == woken_due && pushes == woken_pushes)) {

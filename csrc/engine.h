@@ -333,6 +333,9 @@ class Engine : private CompletionSink {
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
   }
+  // Closed loop with the native HTTP client: generates and sends the next queries on
+  // the calling thread (the one that resolved a query), while there is room.
+  void issue_ready() noexcept override;
   void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept override {
     try {
       fail(id, kind, message);

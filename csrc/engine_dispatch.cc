@@ -221,6 +221,23 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   }
 }
 
+void Engine::issue_ready() noexcept {
+  if (!inline_issue_ || s_.sut.kind != SutKind::kHttp) return;
+  constexpr int64_t kMax = 16;
+  int64_t ids[kMax], samples[kMax], scheduled[kMax];
+  for (;;) {
+    if (occupancy() >= s_.concurrency && follow_due_.load(std::memory_order_relaxed) > now_ns()) return;
+    int64_t n;
+    {
+      std::lock_guard<std::mutex> lock(consumer_mutex_);
+      n = generate_inline(ids, samples, scheduled, kMax);
+    }
+    if (n == 0) return;
+    // Sent outside the lock: a send that fails resolves its query, and the loop goes on.
+    for (int64_t i = 0; i < n; ++i) native_.submit(ids[i], 0, samples[i], scheduled[i]);
+  }
+}
+
 bool Engine::follow_up(int64_t tag, int64_t at_ns) {
   const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop;
   const bool open = !inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && s_.follow_ups &&

@@ -431,6 +431,7 @@ void HttpClient::resolve(std::vector<ResponseVerdict>& verdicts) {
       sink_->fail_native(v.id, v.kind, v.message);
     }
   }
+  sink_->issue_ready();
   std::unique_lock<std::shared_mutex> lock(cache_mutex_);
   for (ResponseVerdict& v : verdicts) {
     if (cache_size_ >= static_cast<size_t>(s_.cache_entries) ||
@@ -582,7 +583,9 @@ void HttpClient::io_loop(Io* io) {
       if (reuse) release(c);
       if (done_id >= 0) judge(done_id, done_t, done_status, std::move(done_body));
       if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
+      sink_->issue_ready();  // closed loop: the next request goes out from here
     }
+    if (n == 0) sink_->issue_ready();  // room made elsewhere (a timeout, the checker thread)
     const int64_t now = now_ns();
     if (now >= next_scan) {
       expire(io, now);

@@ -57,6 +57,9 @@ class CompletionSink {
   virtual void complete_native(int64_t id, int64_t t_ns) noexcept = 0;
   /// Query `id` failed with an error kind and message (see Engine::fail).
   virtual void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept = 0;
+  /// Queries were resolved on this thread: the sink may issue the next ones here
+  /// (closed loop with inline issuing). No lock of the SUT's may be held.
+  virtual void issue_ready() noexcept {}
 };
 
 /// A native SUT: the null SUT completes on the submitting thread; the fixed-delay and
