@@ -336,6 +336,9 @@ class Engine : private CompletionSink {
   // Closed loop with the native HTTP client: generates and sends the next queries on
   // the calling thread (the one that resolved a query), while there is room.
   void issue_ready() noexcept override;
+  // Open loop with the native HTTP client: when the next arrival is due (0: not known,
+  // or waiting for room rather than for time).
+  int64_t next_due_ns() const noexcept override;
   void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept override {
     try {
       fail(id, kind, message);

@@ -221,12 +221,24 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   }
 }
 
+int64_t Engine::next_due_ns() const noexcept {
+  if (!inline_issue_ || s_.sut.kind != SutKind::kHttp || s_.load_mode != LoadMode::kOpenLoop) return 0;
+  if (issuing_done_.load(std::memory_order_relaxed) || start_ns_.load(std::memory_order_relaxed) == 0) return 0;
+  return inline_next_due_ns_.load(std::memory_order_relaxed);
+}
+
 void Engine::issue_ready() noexcept {
   if (!inline_issue_ || s_.sut.kind != SutKind::kHttp) return;
   constexpr int64_t kMax = 16;
   int64_t ids[kMax], samples[kMax], scheduled[kMax];
+  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   for (;;) {
-    if (occupancy() >= s_.concurrency && follow_due_.load(std::memory_order_relaxed) > now_ns()) return;
+    if (issuing_done_.load(std::memory_order_relaxed)) return;
+    if (closed && occupancy() >= s_.concurrency && follow_due_.load(std::memory_order_relaxed) > now_ns()) return;
+    if (!closed) {  // open loop: nothing to do before the next arrival is due
+      const int64_t due = inline_next_due_ns_.load(std::memory_order_relaxed);
+      if (due > 0 && due > now_ns()) return;
+    }
     int64_t n;
     {
       std::lock_guard<std::mutex> lock(consumer_mutex_);

@@ -474,8 +474,22 @@ void HttpClient::io_loop(Io* io) {
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   int64_t next_scan = 0;
+  // The first I/O thread is the open loop's timer: it sleeps until the next arrival is
+  // due (to the nanosecond) and sends it; the others wake only for their sockets.
+  const bool timer = io == ios_.front().get();
+  if (timer) set_min_timer_slack();
   while (!closing_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(io->epfd, events.data(), static_cast<int>(events.size()), 5);
+    int64_t wait_ns = 5'000'000;
+    if (timer) {
+      const int64_t due = sink_->next_due_ns();
+      if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns(), 0, wait_ns);
+    }
+    timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+    int n = epoll_pwait2(io->epfd, events.data(), static_cast<int>(events.size()), &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) {  // a kernel before 5.11: whole milliseconds
+      n = epoll_wait(io->epfd, events.data(), static_cast<int>(events.size()),
+                     static_cast<int>((wait_ns + 999'999) / 1'000'000));
+    }
     for (int i = 0; i < n; ++i) {
       Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
       const uint32_t ev = events[static_cast<size_t>(i)].events;
@@ -585,7 +599,7 @@ void HttpClient::io_loop(Io* io) {
       if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
       sink_->issue_ready();  // closed loop: the next request goes out from here
     }
-    if (n == 0) sink_->issue_ready();  // room made elsewhere (a timeout, the checker thread)
+    if (n <= 0) sink_->issue_ready();  // an arrival due, or room made elsewhere (a timeout, the checker)
     const int64_t now = now_ns();
     if (now >= next_scan) {
       expire(io, now);
