@@ -342,6 +342,17 @@ def test_tokens_per_chunk(start, chat):
     assert all(0 <= w - d < 20 * MS for w, d in zip(record["token_write_ns"], due))
 
 
+def test_first_chunk_tokens(start):
+    s = start("--ttft-ms", 20, "--itl-ms", 5, "--tokens", 10, "--tokens-per-chunk", 4, "--first-chunk-tokens", 1,
+              "--selector", "epoll")
+    check_stream(*stream(s, "/v1/completions", {"model": "m", "prompt": "hi"}), False, True, [1, 4, 4, 1], 1)
+    (record,) = s.stats()["streams"]
+    assert (record["tokens_per_event"], record["first_event_tokens"], len(record["token_write_ns"])) == (4, 1, 4)
+    # Tokens 0, 4, 8 and 9 end the events; epoll's waits may make a write up to 1 ms late.
+    due = [record["recv_ns"] + 20 * MS + last * 5 * MS for last in (0, 4, 8, 9)]
+    assert all(0 <= w - d < 20 * MS for w, d in zip(record["token_write_ns"], due, strict=True))
+
+
 @pytest.mark.parametrize("max_tokens, n", [(3, 3), (100, 6)])
 def test_max_tokens_and_keep_alive(start, max_tokens, n):
     s = start(*FAST, "--tokens", 6)
