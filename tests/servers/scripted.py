@@ -253,9 +253,10 @@ class ScriptedServer:
         self.writers.add(conn)
         try:
             while (req := await conn.requests.get()) is not None:
-                if not await self.dispatch(req, conn) or not req.keep_alive:
+                keep = await self.dispatch(req, conn) and req.keep_alive
+                await conn.drain()  # a large answer (/stats) is sent whole before a close
+                if not keep:
                     break
-                await conn.drain()
         finally:
             self.writers.discard(conn)
             conn.close()
