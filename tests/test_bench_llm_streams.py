@@ -69,7 +69,7 @@ def test_one_level_with_loadgen_alone(tmp_path):
     if len(cpus) < 2:
         pytest.skip("the bench pins the client and the server to two different cores")
     out = tmp_path / "streams.json"
-    p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", "--levels", "16", "--duration-s", "2",
+    p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", "--levels", "16", "--duration-s", "2", "--rounds", "1",
                         "--tokens", "32", "--tokens-per-chunk", "4", "--client-cpu", str(cpus[0]),
                         "--server-cpu", str(cpus[1]), "--json", str(out)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
