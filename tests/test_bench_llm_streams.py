@@ -42,6 +42,8 @@ def test_server_figures(bench):
     assert fig["span_s"] == pytest.approx(0.140)  # first receipt 0, last write 140 ms
     assert fig["tokens_per_s"] == pytest.approx(15 / 0.140)
     assert fig["late_p50_ms"] == 0 and fig["late_p99_ms"] == 2
+    warm = bench.server_figures({"streams": [cut, done]}, ttft_ms=20, itl_ms=5, skip=1)  # the first received
+    assert (warm["streams"], warm["finished"], warm["events"]) == (1, 0, 6)
 
 
 def test_matched_truth_pairs_requests_by_the_servers_id(bench):
@@ -71,7 +73,7 @@ def test_one_level_with_loadgen_alone(tmp_path):
     out = tmp_path / "streams.json"
     p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", "--levels", "16", "--duration-s", "2", "--rounds", "1",
                         "--tokens", "32", "--tokens-per-chunk", "4", "--client-cpu", str(cpus[0]),
-                        "--server-cpu", str(cpus[1]), "--json", str(out)],
+                        "--server-cpu", str(cpus[1]), "--nice", "0", "--json", str(out)],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     doc = json.loads(out.read_text())
