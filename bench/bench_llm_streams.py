@@ -474,11 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     print("fixed cost (one request, CPU-s): " + ", ".join(f"{t} {_num(v, '.2f')}" for t, v in ladder.fixed_cpu_s.items()))
     for t, n in summary["sustained"].items():
         print(f"sustained (|TTFT p99 error| <= {TARGET_P99_TTFT_ERROR_MS:g} ms, no failures): {t} "
-              + (f"{n} streams" if n else "none of the levels run"))
+              + (f"{n} streams" if n else "no level run was within the target"))
     for t, r in summary["ratios"].items():
         cpu = ", ".join(f"{n}: {x:.1f}x" for n, x in r["cpu_per_1k_by_level"].items()) or "-"
-        print(f"loadgen vs {t}: sustained streams " + _num(r["sustained_streams"], ".1f") + "x"
-              f"; {t}'s CPU per 1000 requests over loadgen's, by level: {cpu}")
+        streams = (_num(r["sustained_streams"], ".1f") + "x" if r["sustained_streams"] else
+                   f"- (loadgen {_num(summary['sustained'].get('loadgen'), 'd')}, {t} "
+                   f"{_num(summary['sustained'][t], 'd')})")
+        print(f"loadgen vs {t}: sustained streams {streams}; {t}'s CPU per 1000 requests over loadgen's, "
+              f"by level: {cpu}")
     failed = [r for r in ladder.rows if "error" in r]
     if args.json:
         with open(args.json, "w") as f:
