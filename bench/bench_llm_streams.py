@@ -64,6 +64,7 @@ Usage:
     python bench/bench_llm_streams.py --quick                      # one level (250), 5 s runs
     python bench/bench_llm_streams.py --json /tmp/streams.json     # the ladder, ~12 min
     python bench/bench_llm_streams.py --tools loadgen --levels 500,1000,2000 --tokens-per-chunk 1
+    python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -81,7 +83,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path[:0] = [HERE, REPO]  # bench helpers, tests.servers
 from bench_engine import child_env, machine_context, med  # noqa: E402
-from bench_http import pin_tree, run_proc, tree_cpu_s  # noqa: E402
+from bench_http import _package_sources, pin_tree, run_proc, summarize_pyspy, tree_cpu_s  # noqa: E402
 from bench_stream import MAKE_TOKENIZER, TARGET_P99_TTFT_ERROR_MS, percentile  # noqa: E402
 from bench_stream import Bench as StreamBench  # noqa: E402
 from bench_stream import truth as stream_truth  # noqa: E402
@@ -218,6 +220,36 @@ class Ladder(StreamBench):
                              "--selector", "epoll", "--max-runtime-s", a.duration_s + 600)
         pin_tree(srv.pid, {a.server_cpu})
         return srv
+
+    def profile(self, level: int, rate: int = 250) -> dict[str, Any]:
+        """loadgen at `level` streams under ``py-spy record --nonblocking`` (py-spy on the
+        server core): each thread's active share and the functions with the most own time."""
+        a = self.args
+        a.concurrency = level
+        d = tempfile.mkdtemp(prefix=f"profile{level}_", dir=self.tmp)
+        raw = os.path.join(d, "pyspy.txt")
+        srv = self.start_server(d)
+        try:
+            argv, parse = self.tool_loadgen(srv.url, d, False)
+            out = os.path.join(d, "out")  # py-spy keeps the child's stdout: the result from its file
+            r = run_proc(["py-spy", "record", "--nonblocking", "--threads", "--full-filenames", "-r", str(rate),
+                          "--format", "raw", "-o", raw, "--"] + self.pin + argv + ["--output", out],
+                         a.duration_s + a.run_slack_s, cwd=d)
+        finally:
+            srv.stop()
+        result = os.path.join(out, "result.json")
+        if r["rc"] not in (0, 1) or not os.path.exists(raw) or not os.path.exists(result):
+            print(f"\nprofile: py-spy run failed (rc {r['rc']}): {(r['stdout'] + r['stderr'])[-500:]}")
+            return {"error": f"py-spy run failed (rc {r['rc']}): {(r['stdout'] + r['stderr'])[-500:]}"}
+        prof = summarize_pyspy(raw, rate, r["wall_s"], _package_sources())
+        with open(result) as f:
+            rep = parse({**r, "stdout": f.read()}, None)
+        print(f"\nprofile: loadgen at {level} streams under py-spy ({rate} Hz, non-blocking): TTFT p99 "
+              f"{rep['ttft_p99']:.2f} ms, issue delay p99 {rep['issue_delay_p99']:.2f} ms; {prof['samples']} samples; "
+              "active share of each thread: " + ", ".join(f"{t} {x:.0%}" for t, x in prof["thread_active_share"].items()))
+        for f in prof["top"]:
+            print(f"  {f['share']:6.1%}  {f['function']}  {f['line']}  {f['source']}")
+        return {"level": level, "reported": rep, "pyspy": prof}
 
     def measure_fixed(self, tool: str) -> None:
         """The tool's fixed CPU cost (start-up, imports, the report): one request."""
@@ -402,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="venv with aiperf 0.13.0 (default .servers/aiperf)")
     ap.add_argument("--guidellm-venv", default=os.path.join(REPO, ".servers", "guidellm"),
                     help="venv with guidellm (default .servers/guidellm)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the ladder, loadgen at N streams once more under py-spy (needs py-spy)")
     ap.add_argument("--json", metavar="FILE", help="also write every figure here")
     args = ap.parse_args(argv)
     args.levels = args.levels or ([250] if args.quick else [250, 500, 1000, 2000, 4000])
@@ -421,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         if tool in tools and not os.access(os.path.join(venv, "bin", tool), os.X_OK):
             ap.error(f"no {tool} in {venv}; install it with: python -m venv {venv} && {venv}/bin/pip install {pkg}"
                      f" (or leave it out: --tools)")
+    if args.profile and shutil.which("py-spy") is None:
+        ap.error("--profile needs py-spy (pip install py-spy)")
     if "guidellm" in tools and "aiperf" not in tools and not os.access(
             os.path.join(args.aiperf_venv, "bin", "python"), os.X_OK):
         ap.error(f"guidellm's tokenizer is written from AIPerf's corpus: it needs {args.aiperf_venv} too")
@@ -465,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                     gave_up.add(tool)
                     print(f"  {tool}: median TTFT p99 error {_num(err, '+.1f')} ms at {n} streams; "
                           f"not run at higher levels", flush=True)
+        profile = ladder.profile(args.profile) if args.profile else None
     summary = summarize(ladder.rows, tools, args.levels)
     total_s = time.perf_counter() - t0
     print(f"\n== {args.rounds} round(s), medians where more; error = reported - truth (the server's record); "
@@ -486,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "machine": ctx, "total_s": total_s, "fixed_cpu_s": ladder.fixed_cpu_s,
-                       "summary": summary, "target_p99_ttft_error_ms": TARGET_P99_TTFT_ERROR_MS,
+                       "summary": summary, "profile": profile, "target_p99_ttft_error_ms": TARGET_P99_TTFT_ERROR_MS,
                        "runs": ladder.rows}, f, indent=1, default=str)
         print(f"wrote {args.json}")
     return 1 if failed else 0
