@@ -81,7 +81,7 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path[:0] = [HERE, REPO]  # bench helpers, tests.servers
+sys.path[:0] = [HERE, REPO]  # bench/ modules, tests.servers
 from bench_engine import child_env, machine_context, med  # noqa: E402
 from bench_http import _package_sources, pin_tree, run_proc, summarize_pyspy, tree_cpu_s  # noqa: E402
 from bench_stream import MAKE_TOKENIZER, TARGET_P99_TTFT_ERROR_MS, percentile  # noqa: E402
