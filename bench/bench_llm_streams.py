@@ -10,7 +10,8 @@ before each event's write, on one monotonic clock: that record is the truth (see
 The ladder. For each level N of --levels (default 250,500,1000,2000,4000) every tool runs
 closed loop with N streams in flight for --duration-s (default 10), against a fresh
 server, the client pinned to --client-cpu (``taskset``), the server and this script on
---server-cpu. Per run:
+--server-cpu. AIPerf and GuideLLM run as several processes: all of them share the one
+client core. Per run:
 
   TTFT p99 error   the tool's reported TTFT p99 - the truth's, in ms;
   completed        the tool's completed requests, and the streams the server finished;
@@ -61,8 +62,8 @@ real time). The client still receives 256 tokens per stream and counts them from
 usage chunk.
 
 Usage:
-    python bench/bench_llm_streams.py --quick                      # one level (250), 5 s runs
-    python bench/bench_llm_streams.py --json /tmp/streams.json     # the ladder, ~12 min
+    python bench/bench_llm_streams.py --quick                      # one level (250), 5 s runs, ~2 min
+    python bench/bench_llm_streams.py --json /tmp/streams.json     # the ladder, 3 rounds, ~6 min
     python bench/bench_llm_streams.py --tools loadgen --levels 500,1000,2000 --tokens-per-chunk 1
     python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
 """
