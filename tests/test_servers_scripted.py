@@ -342,6 +342,48 @@ def test_tokens_per_chunk(start, chat):
     assert all(0 <= w - d < 20 * MS for w, d in zip(record["token_write_ns"], due))
 
 
+def test_first_chunk_tokens(start):
+    s = start("--ttft-ms", 20, "--itl-ms", 5, "--tokens", 10, "--tokens-per-chunk", 4, "--first-chunk-tokens", 1,
+              "--selector", "epoll")
+    check_stream(*stream(s, "/v1/completions", {"model": "m", "prompt": "hi"}), False, True, [1, 4, 4, 1], 1)
+    (record,) = s.stats()["streams"]
+    assert (record["tokens_per_event"], record["first_event_tokens"], len(record["token_write_ns"])) == (4, 1, 4)
+    # Tokens 0, 4, 8 and 9 end the events; epoll's waits may make a write up to 1 ms late.
+    due = [record["recv_ns"] + 20 * MS + last * 5 * MS for last in (0, 4, 8, 9)]
+    assert all(0 <= w - d < 20 * MS for w, d in zip(record["token_write_ns"], due, strict=True))
+
+
+def test_large_answer_sent_whole_before_close(start):
+    """A /stats larger than the socket buffers can hold (over 4 MiB), asked with
+    Connection: close by a client that reads late, arrives whole: the server closes only
+    once all of it is sent."""
+    s = start("--ttft-ms", 0, "--itl-ms", 0, "--tokens", 10000, "--no-usage")
+    socks = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(40)]
+    try:
+        for sock in socks:
+            post_raw(sock, "/v1/completions", {"model": "m", "prompt": "x", "stream": True})
+        for sock in socks:  # each answer's end, unparsed
+            data = b""
+            while not data.endswith(b"0\r\n\r\n"):
+                data += sock.recv(1 << 20)
+    finally:
+        for sock in socks:
+            sock.close()
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", s.port))
+        sock.sendall(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        time.sleep(0.3)  # the server has written what the buffers hold, and holds the rest
+        data = b""
+        while piece := sock.recv(1 << 20):
+            data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    assert length > 5_000_000 and len(body) == length
+    assert sum(len(r["token_write_ns"]) for r in json.loads(body)["streams"]) == 40 * 10000
+
+
 @pytest.mark.parametrize("max_tokens, n", [(3, 3), (100, 6)])
 def test_max_tokens_and_keep_alive(start, max_tokens, n):
     s = start(*FAST, "--tokens", 6)

@@ -17,8 +17,9 @@ Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
 
 Timing: token i of an answer is due at recv + ttft + i * itl on time.monotonic_ns(), recv
 being when the kernel received the request's last bytes (SO_TIMESTAMPNS, converted to the
-monotonic clock), however busy the server was then. A stream event carries --tokens-per-chunk tokens and
-is written when its last token is due; a non-streamed answer when its last token is due.
+monotonic clock), however busy the server was then. A stream event carries --tokens-per-chunk
+tokens (the first one --first-chunk-tokens) and is written when its last token is due; a
+non-streamed answer when its last token is due.
 Each event's write is a timer callback at its absolute due time (no busy waiting), and
 /stats records the time taken right before the write: the data reaches the client during
 the send() call, and a client woken by it may preempt the server before send() returns.
@@ -26,7 +27,9 @@ the send() call, and a client woken by it may preempt the server before send() r
 The event loop is asyncio's with a select() selector, whose waits have microsecond
 resolution; epoll (asyncio's default) and libuv (uvloop) round every wait to whole
 milliseconds, so their timers fire up to 1-2 ms late (uvloop's also up to 1 ms early).
-select() limits the server to file descriptors below 1024, plenty for tests.
+select() limits the server to file descriptors below 1024, plenty for tests; ``--selector
+epoll`` lifts that limit (for benchmarks with thousands of streams), at the cost of timers
+up to 1 ms late (the record still holds each write's real time).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class StreamRecord:
     recv_ns: int
     tokens: int
     tokens_per_event: int
+    first_event_tokens: int  # the first event's tokens; then tokens_per_event each
     token_write_ns: list[int] = field(default_factory=list)  # one per token event
     usage_sent: bool = False
 
@@ -249,9 +253,10 @@ class ScriptedServer:
         self.writers.add(conn)
         try:
             while (req := await conn.requests.get()) is not None:
-                if not await self.dispatch(req, conn) or not req.keep_alive:
+                keep = await self.dispatch(req, conn) and req.keep_alive
+                await conn.drain()  # a large answer (/stats) is sent whole before a close
+                if not keep:
                     break
-                await conn.drain()
         finally:
             self.writers.discard(conn)
             conn.close()
@@ -422,7 +427,8 @@ class ScriptedServer:
         the loop runs the writes due at one wake-up together."""
         a = self.args
         k = a.tokens_per_chunk
-        record = StreamRecord(req.recv_ns, n, k)
+        first = min(n, a.first_chunk_tokens or k)
+        record = StreamRecord(req.recv_ns, n, k, first)
         self.streams.append(record)
         ttft, itl = round(a.ttft_ms * MS), round(a.itl_ms * MS)
 
@@ -455,8 +461,8 @@ class ScriptedServer:
                 + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
         plan = []
-        for start in range(0, n, k):
-            count = min(k, n - start)
+        for start in [0, *range(first, n, k)]:
+            count = min(first if start == 0 else k, n - start)
             key = (count, chat and start == 0)
             data = events.get(key) or events.setdefault(key, event(*key))
             last = start + count == n
@@ -546,6 +552,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0, help="0 (default): a free port")
     p.add_argument("--max-runtime-s", type=float, default=600.0, help="default %(default)s")
+    p.add_argument("--selector", choices=("select", "epoll"), default="select",
+                   help="the event loop's selector: select (microsecond waits, file descriptors below 1024) "
+                        "or epoll (waits in whole milliseconds, no descriptor limit); default select")
     g = p.add_argument_group("completions")
     g.add_argument("--ttft-ms", type=float, default=50.0,
                    help="first token, after the request was read; default %(default)s")
@@ -555,6 +564,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--log-messages", action="store_true",
                    help="keep each chat request's messages in /stats' completion_log")
     g.add_argument("--tokens-per-chunk", type=positive, default=1, help="tokens per stream event; default 1")
+    g.add_argument("--first-chunk-tokens", type=positive, default=None,
+                   help="tokens in a stream's first event (default: --tokens-per-chunk)")
     g.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True,
                    help="usage chunk in every stream, not only on stream_options.include_usage; default on")
     g = p.add_argument_group("KServe v2 (faults apply to infer requests by 1-based sequence number)")
@@ -578,7 +589,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     request_short_slice()
     # loop.time() is time.monotonic() here: timers are set at due_ns / 1e9.
-    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())) as runner:
+    selector = selectors.EpollSelector if args.selector == "epoll" else selectors.SelectSelector
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(selector())) as runner:
         runner.run(serve(args))
 
 
