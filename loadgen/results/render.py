@@ -257,7 +257,13 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
     lines: List[str] = []
     net = doc.get("network")
     if net:
-        lines.append(f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s), "
+        client = ""
+        if net.get("http_engine") == "native":
+            native = net.get("native") or {}
+            client = (f", native client ({net.get('io_threads', 1)} I/O thread(s); "
+                      f"{native.get('verdict_cache_hits', 0):,} verdicts cached, "
+                      f"{native.get('checked_in_python', 0):,} checked in Python)")
+        lines.append(f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s){client}, "
                      f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}")
         tokens = net.get("tokens")
         if tokens:
