@@ -85,3 +85,28 @@ def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
         proc = _run("--sut", url.format(port=srv.port), *NATIVE, "--query-count", "5", "--ready-timeout-s", "2",
                     expect=2)
     assert "--http-engine native" in proc.stderr and says.lower() in proc.stderr.lower(), proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["closed", "poisson"])
+def test_in_process_runs_through_the_python_api(tmp_path, mode):
+    """The native client in this process (as the sanitizer runs drive it): the engine
+    API, with a check that fails some responses, and the counts against the server's."""
+    from loadgen.engine import Engine, EngineSettings
+    from loadgen.net import open_target
+    from loadgen.net.native_http import NativeHttpSUT
+    from loadgen.net.options import NetOptions
+
+    with start_scripted(tmp_path, "--wrong-output-every", "9") as srv:
+        sut = open_target(f"{srv.url}/v2/models/m/infer", NetOptions(http_engine="native", connections=4),
+                          pool_size=4)
+        assert isinstance(sut, NativeHttpSUT)
+        settings = (EngineSettings(mode="closed", concurrency=4, query_count=900) if mode == "closed" else
+                    EngineSettings(mode="poisson", target_qps=3000, query_count=900, max_in_flight=4))
+        result = Engine(settings, sut).run()
+        stats = srv.stats()
+    c = result.counts
+    assert c["issued"] == 900 == stats["infer_requests"]
+    assert c["failed"] == 100 and c["completed"] == 800 == stats["infer_ok"]
+    assert result.errors == {"invalid_response": 100}
+    report = sut.report()
+    assert report["native"]["responses"] == 900 and report["responses_checked"] == 900
