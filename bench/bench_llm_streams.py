@@ -71,6 +71,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -161,7 +162,10 @@ class Ladder(StreamBench):
     # -- command lines: (argv, parse(result) -> reported figures)
     def tool_loadgen(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.loadgen(url, d)
-        argv = ["env", f"PYTHONPATH={REPO}", *argv, "--max-tokens", str(self.args.tokens)]  # this tree's loadgen
+        # This tree's loadgen when it is built in place; else the installed one (a
+        # non-editable install leaves the tree without its extension).
+        built_here = bool(glob.glob(os.path.join(REPO, "loadgen", "_core*.so")))
+        argv = [*(["env", f"PYTHONPATH={REPO}"] if built_here else []), *argv, "--max-tokens", str(self.args.tokens)]
         if startup:
             argv += ["--query-count", "1"]
         def parse_run(r: dict[str, Any], stats: dict[str, Any] | None) -> dict[str, Any]:

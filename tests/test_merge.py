@@ -407,8 +407,14 @@ def test_three_pods_against_mlserver_merge_to_the_servers_count(network, server,
     try:
         for i, p in enumerate(procs):  # each worker process is in its own namespace
             if network.namespaces[i]:
-                where = subprocess.run(["ip", "netns", "identify", str(p.pid)], capture_output=True, text=True,
-                                       timeout=10).stdout.split()
+                # `ip netns exec` enters the namespace, then execs the worker: ask until it has.
+                deadline = time.monotonic() + 5
+                while True:
+                    where = subprocess.run(["ip", "netns", "identify", str(p.pid)], capture_output=True,
+                                           text=True, timeout=10).stdout.split()
+                    if where or time.monotonic() > deadline or p.poll() is not None:
+                        break
+                    time.sleep(0.02)
                 assert where == [network.namespaces[i]], (i, where)
         results = finish(procs)
     finally:
