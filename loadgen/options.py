@@ -109,20 +109,20 @@ def _str(v: Any) -> str:
     return str(v)
 
 
-def _dist(v: Any) -> str:
-    """A token-length distribution (loadgen.llm.dist), kept as written."""
-    from loadgen.llm.dist import parse_dist
+def _dist_of(**limits: Any) -> Callable[[Any], str]:
+    """A distribution's validator (loadgen.llm.dist; ``limits`` as parse_dist takes them)."""
 
-    parse_dist(str(v))
-    return str(v)
+    def check(v: Any) -> str:
+        from loadgen.llm.dist import parse_dist
+
+        parse_dist(str(v), **limits)
+        return str(v)
+
+    return check
 
 
-def _think_dist(v: Any) -> str:
-    """A think-time distribution in whole milliseconds, 0 allowed (loadgen.llm.dist)."""
-    from loadgen.llm.dist import parse_dist
-
-    parse_dist(str(v), limit=3_600_000, low=0, unit="ms")
-    return str(v)
+_dist = _dist_of()
+_think_dist = _dist_of(limit=3_600_000, low=0, unit="ms")
 
 
 def _json_object(v: Any) -> str:
@@ -397,11 +397,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                f"(default {D.MAX_RESPONSE_BYTES}, 64 MiB)", "BYTES"),
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)"),
-    OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (the "
-               "core's epoll client: KServe REST and --request-template over plain http://), asyncio, or auto "
-               "(default: native where it applies, else asyncio)", "ENGINE"),
-    OptionSpec("io_threads", _int(1, 256), "network, --http-engine native: epoll threads the connections are "
-               "spread over (default 1)", "N"),
+    OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
+               "REST, --request-template; plain http://), asyncio, or auto (native where it applies)", "ENGINE"),
+    OptionSpec("io_threads", _int(1, 256), "network, --http-engine native: epoll threads (default 1)", "N"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
@@ -424,10 +422,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
     OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
                "for exact output lengths"),
-    OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (synthetic prompts; with "
-               "a ShareGPT dataset, up to N of each conversation's human turns); each turn goes after the "
-               "previous reply plus --think-time-ms, with the history; conversations start in the closed "
-               "loop or at an open loop's arrivals (default 1)", "N"),
+    OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (a ShareGPT dataset: up to N "
+               "human turns each), each sent with the history after the previous reply plus --think-time-ms; "
+               "conversations start in the closed loop or at an open loop's arrivals (default 1)", "N"),
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
