@@ -234,7 +234,7 @@ void Engine::issue_ready() noexcept {
   const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   for (;;) {
     if (issuing_done_.load(std::memory_order_relaxed)) return;
-    if (closed && occupancy() >= s_.concurrency && follow_due_.load(std::memory_order_relaxed) > now_ns()) return;
+    if (closed && in_flight() >= s_.concurrency) return;
     if (!closed) {  // open loop: nothing to do before the next arrival is due
       const int64_t due = inline_next_due_ns_.load(std::memory_order_relaxed);
       if (due > 0 && due > now_ns()) return;
@@ -251,7 +251,7 @@ void Engine::issue_ready() noexcept {
 }
 
 bool Engine::follow_up(int64_t tag, int64_t at_ns) {
-  const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop;
+  const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop && s_.sut.kind == SutKind::kQueue;
   const bool open = !inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && s_.follow_ups &&
                     s_.sut.kind == SutKind::kQueue;
   if (!(closed || open) || s_.samples_per_query != 1) {

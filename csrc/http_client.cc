@@ -608,8 +608,6 @@ void HttpClient::io_loop(Io* io) {
   }
 }
 
-void HttpClient::finish() noexcept { finished_.store(true, std::memory_order_release); }
-
 void HttpClient::close() noexcept {
   if (closing_.exchange(true)) return;
   for (auto& io : ios_) {

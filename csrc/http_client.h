@@ -15,7 +15,6 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -91,8 +90,6 @@ class HttpClient {
   /// Sends query `id` (its request is requests[sample % size]), scheduled at
   /// `scheduled_ns`. Called by the issue thread.
   void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept;
-  /// No more queries come.
-  void finish() noexcept;
   /// Closes every connection and joins the threads. Idempotent.
   void close() noexcept;
 
@@ -111,14 +108,6 @@ class HttpClient {
     int64_t id;
     int64_t sample;
     int64_t deadline;  // 0: none
-  };
-  struct CacheKeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  struct CacheKeyEq {
-    using is_transparent = void;
-    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
   };
   struct Verdict {
     bool ok = true;
@@ -157,10 +146,9 @@ class HttpClient {
   std::deque<Pending> pending_;
   std::atomic<int64_t> open_{0};  // connections open or opening
   std::atomic<bool> closing_{false};
-  std::atomic<bool> finished_{false};
 
-  // The verdict cache: per status, body -> verdict (looked up by string_view, no copy).
-  using VerdictMap = std::unordered_map<std::string, Verdict, CacheKeyHash, CacheKeyEq>;
+  // The verdict cache: per status, body -> verdict.
+  using VerdictMap = std::unordered_map<std::string, Verdict>;
   mutable std::shared_mutex cache_mutex_;
   std::vector<std::pair<int, VerdictMap>> cache_;
   size_t cache_size_ = 0;

@@ -65,7 +65,6 @@ void NativeSut::submit(int64_t id, int64_t issued_ns, int64_t sample, int64_t sc
 }
 
 void NativeSut::finish() noexcept {
-  if (http_) http_->finish();
   finished_.store(true, std::memory_order_release);
   submitted_.notify();
 }

@@ -147,17 +147,12 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
         from loadgen.net.kserve_grpc import KServeGrpcSUT
 
         sut = KServeGrpcSUT(target, net, pool_size)
-    if net.http_engine == "native":
-        refused = ("gRPC" if target.kind == "kserve_grpc" else "OpenAI" if target.kind == "openai"
-                   else "TLS (https://)" if target.tls else None)
-        if refused:
-            raise ValueError(f"--http-engine native: the native HTTP client runs KServe REST and --request-template "
-                             f"targets over plain http://, not {refused}; use --http-engine asyncio (or auto)")
-    sut.prepare()
-    native = net.http_engine == "native" or (
-        net.http_engine == "auto" and target.kind in ("kserve_http", "template") and not target.tls)
-    if native:
-        from loadgen.net.native_http import NativeHttpSUT
+    from loadgen.net.native_http import NativeHttpSUT, native_refusal
 
+    refused = native_refusal(target)
+    if net.http_engine == "native" and refused:  # said before the server is asked anything
+        raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
+    sut.prepare()
+    if net.http_engine != "asyncio" and not refused:
         return NativeHttpSUT(sut, net.io_threads)
     return sut

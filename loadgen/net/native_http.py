@@ -19,22 +19,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from loadgen import _core
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["Checker", "NativeHttpSUT", "native_eligible"]
+__all__ = ["Checker", "NativeHttpSUT", "native_refusal"]
 
 _TAKE_MAX = 256
 
 
-def native_eligible(sut: Any) -> Optional[str]:
-    """None when the prepared network client ``sut`` can run on the native path, else why
-    not (for ``--http-engine native``'s error, and ``auto``'s choice)."""
-    kind = getattr(sut, "protocol", "")
-    if kind not in ("kserve_v2_http", "http_json_template"):
-        return f"the native HTTP client runs KServe REST and --request-template targets, not {kind or 'this'} ones"
-    if sut.target.tls:
-        return "the native HTTP client speaks plain http://, not TLS"
-    if not callable(getattr(sut, "verdict", None)):
-        return "this client has no response verdict"
-    return None
+def native_refusal(target: Any) -> Optional[str]:
+    """None when a ``--sut`` target (:class:`~loadgen.net.targets.Target`) can run on the
+    native path, else why not (``--http-engine native``'s error; ``auto`` then takes the
+    asyncio client)."""
+    what = {"kserve_grpc": "gRPC", "openai": "OpenAI"}.get(target.kind)
+    if what is None and target.tls:
+        what = "TLS (https://)"
+    if what is None:
+        return None
+    return f"the native HTTP client runs KServe REST and --request-template targets over plain http://, not {what}"
 
 
 def _numeric_host(host: str, port: int) -> str:
@@ -57,7 +56,7 @@ class NativeHttpSUT:
     native_http = True
 
     def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> None:
-        why = native_eligible(inner)
+        why = native_refusal(inner.target)
         if why is not None:
             raise ValueError(f"--http-engine native: {why}")
         self.inner = inner

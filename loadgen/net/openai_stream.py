@@ -42,7 +42,7 @@ class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
-                 "done", "finished", "error", "gaps", "texts", "prompt_tokens", "n_input")
+                 "done", "finished", "error", "gaps", "texts", "n_input")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -60,7 +60,6 @@ class TokenStream:
         # The answer's text pieces, kept only when a conversation needs the reply
         # (multi-turn): then every event is parsed in full.
         self.texts: Optional[List[str]] = None
-        self.prompt_tokens = -1  # usage.prompt_tokens, when the server sends it
         self.n_input = -1  # the request's input tokens, when the workload knows them
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
@@ -119,8 +118,6 @@ class TokenStream:
         usage = doc.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
-            if isinstance(usage.get("prompt_tokens"), int):
-                self.prompt_tokens = usage["prompt_tokens"]
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
                 continue

@@ -83,7 +83,6 @@ class ConversationSUT(OpenAISUT):
         self.conversations = convs
         self._rng = np.random.default_rng(llm.seed + 7)
         self.turns_completed = [0] * max(len(c) for c in convs.bodies)
-        self._input_lens = [t[0] for t in convs.turn_tokens]
         return [c[0] for c in convs.bodies], convs.source
 
     def _think(self) -> int:
