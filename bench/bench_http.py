@@ -371,8 +371,10 @@ class Bench:
             print("   !! " + msg, flush=True)
 
     def loadgen(self, sut: str, *extra: str) -> list[str]:
+        # The native HTTP client over plain http:// (a later --http-engine in extra wins).
+        native = ["--http-engine", "native"] if sut.startswith("http://") else []
         return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--json", "--quiet",
-                "--interval-s", "0", *extra]
+                "--interval-s", "0", *native, *extra]
 
     def header(self, what: str) -> dict[str, Any]:
         la = os.getloadavg()
@@ -384,7 +386,7 @@ class Bench:
         d = self.a.duration_s
         tools: dict[str, Callable[[int], tuple]] = {
             "loadgen": lambda n: (self.loadgen(
-                srv.url, "--request-template", tpl, "--scenario", "concurrency", "--http-engine", "native",
+                srv.url, "--request-template", tpl, "--scenario", "concurrency",
                 "--concurrency", str(n), "--connections", str(n), "--duration-s", str(d)),
                 parse_loadgen),
             "loadgen-asyncio": lambda n: (self.loadgen(

@@ -153,6 +153,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
     if net.http_engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
     sut.prepare()
-    if net.http_engine != "asyncio" and not refused:
+    # auto: the asyncio client for now (see the README, "The native HTTP client").
+    if net.http_engine == "native" and not refused:
         return NativeHttpSUT(sut, net.io_threads)
     return sut
