@@ -13,6 +13,7 @@ rate within 1% of the target. Medians over the rounds.
 Usage:
     python bench/bench_openloop.py                      # 50k req/s, 5 s runs, 3 rounds
     python bench/bench_openloop.py --rate 20000 --rounds 1 --duration-s 2
+    python bench/bench_openloop.py --io-threads 1,2 --client-cpu 0,1   # also with 2 I/O threads (client on both cores)
 """
 
 from __future__ import annotations
@@ -29,18 +30,21 @@ from bench_engine import machine_context, med
 from bench_http import Nginx, run_proc
 
 
-def run_one(url: str, tpl: str, engine: str, a: argparse.Namespace) -> Dict[str, Any]:
-    argv = ["taskset", "-c", str(a.client_cpu), sys.executable, "-m", "loadgen", "run", "--sut", url,
+def run_one(url: str, tpl: str, client: str, a: argparse.Namespace) -> Dict[str, Any]:
+    engine, _, io = client.partition("/io")
+    argv = ["taskset", "-c", a.client_cpu, sys.executable, "-m", "loadgen", "run", "--sut", url,
             "--request-template", tpl, "--scenario", "poisson", "--target-qps", str(a.rate),
             "--duration-s", str(a.duration_s), "--http-engine", engine, "--max-in-flight", str(a.max_in_flight),
             "--max-issue-delay-ms", "1000", "--interval-s", "0", "--json", "--quiet", "--no-html"]
+    if io:
+        argv += ["--io-threads", io]
     r = run_proc(argv, a.duration_s + 60)
     if r["rc"] not in (0, 1):
-        return {"engine": engine, "error": r["stderr"][-500:]}
+        return {"engine": client, "error": r["stderr"][-500:]}
     d = json.loads(r["stdout"])
     c, delay = d["counts"], d["issue_delay_ns"]
     issued_rate = c["issued"] / d["issue_duration_s"] if d["issue_duration_s"] else 0.0
-    return {"engine": engine, "issued": c["issued"], "completed": c["completed"], "failed": c["failed"],
+    return {"engine": client, "issued": c["issued"], "completed": c["completed"], "failed": c["failed"],
             "delay_p50_us": delay["p50"] / 1e3, "delay_p99_us": delay["p99"] / 1e3,
             "delay_p999_us": delay["p99.9"] / 1e3, "rate": issued_rate,
             "rate_error": issued_rate / a.rate - 1.0, "cap_waits": c["cap_waits"],
@@ -53,11 +57,14 @@ def main() -> int:
     ap.add_argument("--duration-s", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-in-flight", type=int, default=256)
-    ap.add_argument("--client-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", default="0", help="the client's CPUs, as taskset -c takes them (0 or 0,2)")
+    ap.add_argument("--io-threads", default="1", help="the native client's --io-threads values to run, comma-separated "
+                    "(each is one client: native/ioN; 1 is plain native)")
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args()
     ctx = machine_context()
+    clients = [f"native/io{n}" if n != "1" else "native" for n in a.io_threads.split(",")] + ["asyncio"]
     print(f"bench_openloop: poisson {a.rate}/s, {a.duration_s} s, {a.rounds} round(s); {ctx['cpu_model']}; "
           f"git {ctx['git']}; {ctx['date_utc']}", flush=True)
     runs: List[Dict[str, Any]] = []
@@ -68,12 +75,12 @@ def main() -> int:
         os.makedirs(os.path.join(tmp, "nginx"))
         srv = Nginx(os.path.join(tmp, "nginx"), a.server_cpu)
         try:
-            for rnd in range(a.rounds):
-                for engine in (("native", "asyncio") if rnd % 2 == 0 else ("asyncio", "native")):
+            for rnd in range(a.rounds):  # the order alternates from round to round
+                for engine in (clients if rnd % 2 == 0 else clients[::-1]):
                     r = run_one(srv.url, tpl, engine, a)
                     r["round"] = rnd + 1
                     runs.append(r)
-                    print(f"   {engine:8s} round={rnd + 1} " + (r["error"] if "error" in r else
+                    print(f"   {engine:11s} round={rnd + 1} " + (r["error"] if "error" in r else
                           f"issued {r['issued']} rate {r['rate']:.0f}/s ({100 * r['rate_error']:+.2f}%), "
                           f"issue delay p50 {r['delay_p50_us']:.1f} us p99 {r['delay_p99_us']:.1f} us "
                           f"p99.9 {r['delay_p999_us']:.1f} us, {r['cpu_ms_per_1k']:.1f} ms CPU/1k"), flush=True)
@@ -82,7 +89,7 @@ def main() -> int:
             srv.stop()
     print(f"\n| client | issue delay p50 | p99 | p99.9 | realised rate (target {a.rate}/s) | client CPU per 1000 req |")
     print("|---|---:|---:|---:|---:|---:|")
-    for engine in ("native", "asyncio"):
+    for engine in clients:
         rs = [r for r in runs if r["engine"] == engine and "error" not in r]
         if not rs:
             continue
