@@ -400,7 +400,8 @@ def test_three_pods_against_mlserver_merge_to_the_servers_count(network, server,
     120/s either way), so the same latencies but for noise. On this two-core machine
     four Python processes (the server and three clients) share the cores, so a request's
     few milliseconds vary by tens of percent from run to run; hence the generous bound,
-    p50 within 30% (the histogram itself is exact to 0.1%).
+    p50 within 30%, and one retry of the single process (the histogram itself is exact
+    to 0.1%, and the merged p50 lies exactly between the pods' own).
     """
     before = server.inference_count("add_one", protocol="rest")
     start_at, procs = start_workers(network, server, tmp_path / "pods", RUN_S)
@@ -432,21 +433,33 @@ def test_three_pods_against_mlserver_merge_to_the_servers_count(network, server,
     workers = merged["merge"]["workers"]
     assert [w["pod"] for w in workers] == ["bench-0", "bench-1", "bench-2"]
     assert merged["merge"]["start_spread_s"] < 1.0
+    pod_p50 = []
     for i in range(WORKERS):
         doc = load_result(tmp_path / "pods" / f"w{i}" / "result.json")
         assert doc["settings"]["effective"]["target_qps"] == TOTAL_QPS / WORKERS
         assert doc["worker"]["start_at"] == pytest.approx(start_at, abs=1e-3)
         assert doc["network"]["target"].startswith(server.http_url)
+        pod_p50.append(doc["latency_ns"]["p50"])
+    # Exact: the median of the merged histogram lies between the pods' medians (half of
+    # every pod is at or below the largest of them, and below the smallest is less than
+    # half of every pod).
+    assert min(pod_p50) <= merged["latency_ns"]["p50"] <= max(pod_p50), (pod_p50, merged["latency_ns"])
 
     single = [*network.prefixes[0], sys.executable, "-m", "loadgen", "run", "--json", "--scenario", "poisson",
               "--sut", f"{server.http_url}/v2/models/add_one/infer", "--target-qps", str(TOTAL_QPS),
               "--duration-s", str(RUN_S), "--max-issue-delay-ms", "100", "--grace-s", "5"]
-    one = subprocess.run(single, capture_output=True, text=True, timeout=60,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")})
-    assert one.returncode == 0, one.stderr
-    alone = json.loads(one.stdout)
-    assert merged["latency_ns"]["p50"] == pytest.approx(alone["latency_ns"]["p50"], rel=0.3), \
-        (merged["latency_ns"], alone["latency_ns"])
+    # Not exact: a run of one process at the same total rate. A request's millisecond or
+    # so on two shared cores varies by tens of percent from run to run (both HTTP
+    # clients), so one run is retried before the merged p50 is judged against it.
+    alone_p50 = []
+    for _ in range(2):
+        one = subprocess.run(single, capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")})
+        assert one.returncode == 0, one.stderr
+        alone_p50.append(json.loads(one.stdout)["latency_ns"]["p50"])
+        if merged["latency_ns"]["p50"] == pytest.approx(alone_p50[-1], rel=0.3):
+            break
+    assert merged["latency_ns"]["p50"] == pytest.approx(alone_p50[-1], rel=0.3), (merged["latency_ns"], alone_p50)
 
 
 @pytest.mark.integration
