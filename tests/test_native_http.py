@@ -46,6 +46,20 @@ def test_counts_equal_the_servers_and_every_response_is_checked(tmp_path, load):
     assert net["bytes_sent"] > 0 and net["connects"] >= 1
 
 
+def test_auto_picks_the_native_client_where_it_runs_the_target(tmp_path):
+    tpl = tmp_path / "get.json"
+    tpl.write_text(json.dumps({"method": "GET", "path": "/v2/health/ready"}))
+    with start_scripted(tmp_path) as srv:
+        load = ("--scenario", "concurrency", "--concurrency", "4", "--query-count", "200")
+        kserve = _run("--sut", f"{srv.url}/v2/models/m/infer", *load)
+        template = _run("--sut", srv.url, "--request-template", str(tpl), *load)
+        asked = _run("--sut", f"{srv.url}/v2/models/m/infer", *load, "--http-engine", "asyncio")
+    assert kserve["network"]["http_engine"] == template["network"]["http_engine"] == "native"
+    assert asked["network"]["http_engine"] == "asyncio"
+    for doc in (kserve, template, asked):
+        assert doc["counts"]["completed"] == 200 and doc["counts"]["failed"] == 0
+
+
 def test_io_threads_spread_the_connections(tmp_path):
     with start_scripted(tmp_path) as srv:
         doc = _run("--sut", f"{srv.url}/v2/models/m/infer", *NATIVE, "--io-threads", "2", "--scenario",

@@ -169,7 +169,7 @@ def test_a_model_without_metadata_needs_an_input_spec(mlserver):
     assert doc["counts"]["completed"] == 30
 
 
-def _kill_mid_run(server, url, tmp_path, kill_after_s=1.2, extra=()):
+def _kill_mid_run(server, url, tmp_path, kill_after_s=2.0, extra=()):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "loadgen", "run", "--sut", url, *extra, "--scenario", "constant", "--target-qps", "200",
            "--duration-s", "4", "--timeout-ms", "500", "--grace-s", "2", "--output", str(out), "--quiet"]

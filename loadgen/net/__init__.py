@@ -153,7 +153,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
     if net.http_engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
     sut.prepare()
-    # auto: the asyncio client for now (see the README, "The native HTTP client").
-    if net.http_engine == "native" and not refused:
+    # auto: the native client wherever it runs the target.
+    if net.http_engine in ("native", "auto") and not refused:
         return NativeHttpSUT(sut, net.io_threads)
     return sut
