@@ -26,16 +26,26 @@ What is measured (``--cases`` takes these names, comma-separated):
            shown too), and each thread's share of the samples.
   triton   Triton Inference Server (tests/servers/triton.py, model add_one: Python
            backend, FP32 [1,16]) with all its processes and threads pinned to the server
-           core. HTTP: loadgen and wrk (a POST from a Lua script) send the same JSON body;
-           gRPC: loadgen only (synthetic tensors as raw_input_contents). Closed loop at
-           concurrency 1, 8 and 32 (wrk: that many connections), and a loadgen Poisson
-           open loop at 70% of its own concurrency-8 rate for that protocol
-           (--max-in-flight 64), run twice: with the default --spin-us 100 (the issue
-           thread busy-waits up to 100 us before each arrival, for timing accuracy) and
-           with --spin-us 0. Figures: req/s, p50 and p99 latency (loadgen's JSON, wrk's
-           --latency distribution), client CPU in ms per 1000 requests, and the reference:
-           Triton's perf_analyzer was measured at about 110 ms of client CPU per 1000
-           requests on this kind of machine.
+           core, against three clients on the client core, interleaved in every round:
+           loadgen (HTTP and gRPC), wrk (HTTP: a POST from a Lua script, the same JSON
+           body as loadgen's) and Triton's perf_analyzer (HTTP with JSON tensors, and
+           gRPC; bench/triton_peers.py says how it is run). Closed loop at concurrency 1,
+           8 and 32 (wrk: that many connections), and open loop, Poisson arrivals at
+           --poisson-qps (3410/s; 0: 70% of loadgen's concurrency-8 rate per protocol):
+           loadgen with --max-in-flight 64, twice (with the default --spin-us 100, the
+           issue thread busy-waiting up to 100 us before each arrival, and with --spin-us
+           0), and ``perf_analyzer --request-rate-range R --request-distribution poisson
+           --async``. Figures: req/s, p50 and p99 latency (each tool's own), client CPU in
+           ms per 1000 requests that Triton served during the run, 'steady' (net of the
+           tool's start-up, measured by a one-request run of loadgen and of perf_analyzer
+           in every round), whether an open loop kept up (loadgen: its validity verdict,
+           which includes its p99 issue delay; perf_analyzer: its send rate and its own
+           warning that requests were delayed), and on loadgen's rows the ratios loadgen /
+           perf_analyzer of the same round(s): steady CPU, CPU with start-up, req/s.
+           perf_analyzer is installed by ``bash tests/servers/install_perf_analyzer.sh
+           .servers/perf_analyzer``; without it (or --perf-analyzer PATH) the table falls
+           back to a reference figure, labelled as such: about 110 ms of client CPU per
+           1000 requests, measured once on this kind of machine.
 
 How CPU is counted. Every client is a child process started as ``taskset -c CLIENT_CPU
 TOOL ...`` (taskset execs the tool, so the child is the tool itself). Its CPU is
@@ -57,8 +67,9 @@ work stays off the client core. Every subprocess has a time limit, and every ser
 started here is ended in a finally block.
 
 Usage:
+    bash tests/servers/install_perf_analyzer.sh .servers/perf_analyzer  # the triton case's peer
     python bench/bench_http.py --quick                       # smoke run, ~1 min
-    python bench/bench_http.py --json /tmp/bench_http.json   # full run, ~6 min
+    python bench/bench_http.py --json /tmp/bench_http.json   # full run, ~10 min
     python bench/bench_http.py --cases nginx --conns 8,64,256 --rounds 5
 """
 
@@ -81,6 +92,10 @@ import time
 from typing import Any, Callable
 
 from bench_engine import fmt_ns, fmt_qps, fmt_ratio, machine_context, med, ratio, spread
+from triton_peers import (INSTALL_HINT, PERF_ANALYZER_MS_PER_1K, find_perf_analyzer,
+                          parse_perf_analyzer, perf_analyzer_argv, perf_analyzer_startup_argv,
+                          triton_rows, triton_table)
+from triton_peers import cores as _cores, ms as _ms, pct as _pct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -93,8 +108,7 @@ SMALL_BODY = '{"ok":true,"model":"x","outputs":[1,2,3]}'
 TRITON_BODY = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
                                       "data": [float(i) for i in range(16)]}]},
                          separators=(",", ":"))
-PERF_ANALYZER_MS_PER_1K = 110.0
-POISSON_FRACTION = 0.7
+POISSON_FRACTION = 0.7  # of loadgen's concurrency-8 rate, the open loop's with --poisson-qps 0
 _UNIT_NS = {"us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9}
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -233,6 +247,9 @@ def parse_loadgen_result(d: dict[str, Any]) -> dict[str, Any]:
             "duration_s": d["duration_s"], "p50_ns": d["latency_ns"].get("p50"),
             "p99_ns": d["latency_ns"].get("p99"), "valid": d.get("valid"),
             "invalid_reasons": d.get("invalid_reasons"),
+            "target_qps": (d.get("throughput") or {}).get("target_qps"),
+            "scheduled_qps": (d.get("throughput") or {}).get("scheduled_qps"),
+            "issue_delay_p99_ns": (d.get("issue_delay_ns") or {}).get("p99"),
             "error_messages": (d.get("errors") or {}).get("messages", [])[:3]}
 
 
@@ -352,7 +369,7 @@ class Bench:
         rec["cpu_ms_per_1k"] = 1e6 * r["cpu_s"] / ok if ok else None
         if rec.get("errors"):
             self.errors.append(f"{tool} {tags}: {rec['errors']} failed requests")
-        print(f"   {tool:8s} {' '.join(f'{k}={v}' for k, v in tags.items()):22s} "
+        print(f"   {tool:13s} {' '.join(f'{k}={v}' for k, v in tags.items()):22s} "
               f"{fmt_qps(rec['qps']):>7s} req/s  cpu {r['cpu_s']:.2f} s "
               f"(user {r['user_s']:.2f}, sys {r['sys_s']:.2f}) in {r['wall_s']:.1f} s"
               + (f"  server cpu {rec['server_cpu_share']:.0%}" if server_pid else "")
@@ -545,9 +562,12 @@ class Bench:
         from tests.servers.triton import start_triton
 
         a = self.a
-        res = self.header(f"triton: add_one, HTTP and gRPC, concurrency {a.triton_conc}, "
-                          f"Poisson at {POISSON_FRACTION:.0%} of concurrency-8; {a.duration_s} s, "
-                          f"{a.rounds} round(s)")
+        pa = find_perf_analyzer(a.perf_analyzer)
+        res = self.header(
+            f"triton: add_one, HTTP and gRPC, concurrency {a.triton_conc}, Poisson at "
+            + (f"{a.poisson_qps:g}/s" if a.poisson_qps else f"{POISSON_FRACTION:.0%} of concurrency-8")
+            + f"; {a.duration_s} s, {a.rounds} round(s); perf_analyzer: "
+            + (pa or f"not installed ({INSTALL_HINT}): compared with its reference figure"))
         body = os.path.join(self.tmp, "add_one.jsonl")
         lua = os.path.join(self.tmp, "add_one.lua")
         with open(body, "w") as f:
@@ -565,6 +585,7 @@ class Bench:
             grpc_sut = f"grpc://{srv.grpc_target}/add_one"
             http_infer = f"{srv.http_url}/v2/models/add_one/infer"
             protos = {"http": (http_sut, ["--payload", body]), "grpc": (grpc_sut, [])}
+            targets = {"http": srv.http_url.split("//", 1)[1], "grpc": srv.grpc_target}
             count = lambda: {"inferences": srv.inference_count()}
             d = str(a.duration_s)
             for sut, extra in protos.values():  # warm-up, not recorded
@@ -578,6 +599,9 @@ class Bench:
                 if tool == "wrk":
                     argv, parse = (["wrk", "-t1", f"-c{c}", f"-d{d}s", "--latency", "-s", lua,
                                     http_infer], parse_wrk)
+                elif tool == "perf_analyzer":
+                    argv, parse = (perf_analyzer_argv(pa, proto, targets[proto], a.duration_s,
+                                                      concurrency=c), parse_perf_analyzer)
                 else:
                     sut, extra = protos[proto]
                     argv, parse = (self.loadgen(sut, *extra, "--scenario", "concurrency",
@@ -586,9 +610,24 @@ class Bench:
                 runs.append(self.measure(tool, argv, parse, srv.pid, count, proto=proto,
                                          load=f"c{c}", round=rnd + 1))
 
+            def open_loop(tool: str, spin: str, proto: str, rate: int, rnd: int) -> None:
+                if tool == "perf_analyzer":
+                    argv, parse = (perf_analyzer_argv(pa, proto, targets[proto], a.duration_s,
+                                                      rate=rate), parse_perf_analyzer)
+                else:
+                    sut, extra = protos[proto]
+                    argv, parse = (self.loadgen(sut, *extra, "--scenario", "poisson", "--target-qps",
+                                                str(rate), "--max-in-flight", "64", "--spin-us",
+                                                spin, "--duration-s", d), parse_loadgen)
+                runs.append(self.measure(tool, argv, parse, srv.pid, count, proto=proto,
+                                         load=_poisson_label(rate, spin, tool), mode="open",
+                                         round=rnd + 1))
+
             combos = [("loadgen", "http"), ("wrk", "http"), ("loadgen", "grpc")]
             if shutil.which("wrk") is None:
                 combos.remove(("wrk", "http"))
+            if pa:
+                combos += [("perf_analyzer", "http"), ("perf_analyzer", "grpc")]
             for rnd in range(a.rounds):
                 k = rnd % len(combos)
                 for c in a.triton_conc:
@@ -596,75 +635,50 @@ class Bench:
                         closed(tool, proto, c, rnd)
                 for proto, (sut, extra) in protos.items():
                     startup.append(self.startup_run(sut, *extra, proto=proto, round=rnd + 1))
+                    if pa:
+                        startup.append(self.measure(
+                            "perf_analyzer", perf_analyzer_startup_argv(pa, proto, targets[proto]),
+                            parse_perf_analyzer, case="startup", proto=proto, round=rnd + 1))
             rates = {}
-            for proto, (sut, extra) in protos.items():
+            for proto in protos:
                 c8 = med([r["qps"] for r in runs if r["tool"] == "loadgen" and r.get("ok")
                           and r["proto"] == proto and r["load"] == "c8"])
-                rates[proto] = round(POISSON_FRACTION * c8) if c8 else None
+                rates[proto] = (round(a.poisson_qps) if a.poisson_qps else
+                                round(POISSON_FRACTION * c8) if c8 else None)
             print(f"   Poisson rates: {rates}")
+            variants = [("loadgen", "100"), ("loadgen", "0")] + ([("perf_analyzer", "")] if pa else [])
             for rnd in range(a.rounds):
-                for proto, (sut, extra) in protos.items():
-                    for spin in ("100", "0"):
-                        if rates[proto]:
-                            runs.append(self.measure(
-                                "loadgen", self.loadgen(
-                                    sut, *extra, "--scenario", "poisson", "--target-qps",
-                                    str(rates[proto]), "--max-in-flight", "64", "--spin-us", spin,
-                                    "--duration-s", d),
-                                parse_loadgen, srv.pid, count, proto=proto,
-                                load=_poisson_label(rates[proto], spin), round=rnd + 1))
+                k = rnd % len(variants)
+                for proto in protos:
+                    for tool, spin in (variants[k:] + variants[:k]) if rates[proto] else []:
+                        open_loop(tool, spin, proto, rates[proto], rnd)
         finally:
             srv.stop()
-        fixed = {p: med([s["cpu_s"] for s in startup if s.get("ok") and s["proto"] == p])
-                 for p in protos}
-        rows = []
-        for proto in protos:
-            loads = [f"c{c}" for c in a.triton_conc] + [_poisson_label(rates[proto], spin)
-                                                        for spin in ("100", "0")]
-            for load in loads:
-                for tool in ("loadgen", "wrk"):
-                    rs = [r for r in runs if r["tool"] == tool and r["proto"] == proto
-                          and r["load"] == load and r.get("ok")]
-                    if not rs:
-                        continue
-                    steady = None
-                    if tool == "loadgen" and fixed[proto] is not None:
-                        steady = med([1e6 * (r["cpu_s"] - fixed[proto]) / r["ok"] for r in rs])
-                    elif tool == "wrk":  # a C program: its start-up is a few ms
-                        steady = med([r["cpu_ms_per_1k"] for r in rs])
-                    rows.append({
-                        "proto": proto, "load": load, "tool": tool,
-                        "qps": [r["qps"] for r in rs], "p50_ns": med([r["p50_ns"] for r in rs]),
-                        "p99_ns": med([r["p99_ns"] for r in rs]),
-                        "cpu_ms_per_1k": [r["cpu_ms_per_1k"] for r in rs],
-                        "steady_cpu_ms_per_1k": steady,
-                        "over_perf_analyzer": ratio(steady, PERF_ANALYZER_MS_PER_1K),
-                        "server_cpu_share": med([r["server_cpu_share"] for r in rs]),
-                        "others_cores": med([r["others_cores"] for r in rs]),
-                        "server_inferences": med([r["server_counts"]["inferences"] for r in rs]),
-                        "client_ok": med([r["ok"] for r in rs]),
-                        "valid": [r.get("valid") for r in rs],
-                    })
-        lines = [("| protocol | load | tool | req/s | p50 | p99 | client CPU ms / 1000 req "
-                 "| steady | perf_analyzer | steady / perf_analyzer | Triton CPU | others |"),
-                 "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            lines.append(
-                f"| {r['proto']} | {r['load']} | {r['tool']} | {spread(r['qps'], fmt_qps)} | "
-                f"{fmt_ns(r['p50_ns'])} | {fmt_ns(r['p99_ns'])} | "
-                f"{spread(r['cpu_ms_per_1k'], _ms)} | {_ms(r['steady_cpu_ms_per_1k'])} | "
-                f"{PERF_ANALYZER_MS_PER_1K:.0f} | {fmt_ratio(r['over_perf_analyzer'])} | "
-                f"{_pct(r['server_cpu_share'])} | {_cores(r['others_cores'])} |")
-        notes = ["loadgen's start-up cost per process: " + ", ".join(
-            f"{p} {_ms(v and v * 1e3)} CPU" for p, v in fixed.items())
-            + "; 'steady' is the per-request CPU net of it (wrk: as measured)."]
-        invalid = [f"{r['proto']} {r['load']}" for r in rows if False in r["valid"]]
+        fixed = {(tool, p): med([s["cpu_s"] for s in startup if s.get("ok") and s["proto"] == p
+                                 and s["tool"] == tool])
+                 for tool in ("loadgen", "perf_analyzer") for p in protos}
+        loads = {p: [f"c{c}" for c in a.triton_conc]
+                 + [_poisson_label(rates[p], spin, tool) for tool, spin in variants] for p in protos}
+        rows = triton_rows(runs, fixed, loads, measured=pa is not None)
+        notes = ["client CPU per 1000 requests Triton served during the run (its statistics "
+                 "API: what a tool sends outside its own count counts too); start-up cost per "
+                 "process, taken off in 'steady' (wrk's, a few ms, is not): " + "; ".join(
+                     f"{tool} {p} {_ms(v and v * 1e3)}" for (tool, p), v in fixed.items()
+                     if v is not None) + "."]
+        if pa:
+            notes.append("perf_analyzer: closed loop in its default synchronous mode, open loop "
+                         "with --async; 'kept up' counts the rounds without its 'not able to "
+                         "keep up' warning (loadgen: rounds it judged valid).")
+        invalid = [f"{r['proto']} {r['load']}" for r in rows
+                   if r["tool"] == "loadgen" and False in r["valid"]]
         if invalid:
             notes.append("loadgen marked INVALID in some rounds (see the JSON for why): "
                          + ", ".join(invalid))
-        self.tables["triton"] = "\n".join(lines + [""] + notes)
-        res.update(runs=runs, startup_runs=startup, startup_cpu_s=fixed, poisson_qps=rates,
-                   rows=rows, triton_log=srv.log_path)
+        self.tables["triton"] = "\n".join(triton_table(rows, pa is not None) + [""] + notes)
+        res.update(runs=runs, startup_runs=startup, poisson_qps=rates, rows=rows,
+                   triton_log=srv.log_path, perf_analyzer=pa,
+                   startup_cpu_s={p: fixed[("loadgen", p)] for p in protos},
+                   perf_analyzer_startup_cpu_s={p: fixed[("perf_analyzer", p)] for p in protos})
         self.results["triton"] = res
 
 
@@ -730,28 +744,17 @@ def _short(path: str) -> str:
     return path
 
 
-def _poisson_label(rate: int | None, spin_us: str) -> str:
-    return f"poisson {rate}/s, spin {spin_us} us"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0%}"
+def _poisson_label(rate: int | None, spin_us: str, tool: str = "loadgen") -> str:
+    """loadgen's open-loop runs carry their --spin-us; perf_analyzer's have none."""
+    return f"poisson {rate}/s" + (f", spin {spin_us} us" if tool == "loadgen" else "")
 
 
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:g}"
 
 
-def _cores(v: float | None) -> str:
-    return "-" if v is None else f"{max(v, 0.0):.2f}"
-
-
 def _us(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f} us"
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f} ms"
 
 
 def _csv_ints(s: str) -> list[int]:
@@ -769,6 +772,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="nginx: connections of every tool (default 8,64)")
     ap.add_argument("--triton-conc", type=_csv_ints, default=[1, 8, 32],
                     help="triton: closed-loop concurrencies (default 1,8,32; 8 sets the Poisson rate)")
+    ap.add_argument("--poisson-qps", type=float, default=3410.0,
+                    help="triton: open-loop Poisson rate of loadgen and perf_analyzer (default "
+                         f"3410; 0: {POISSON_FRACTION:.0%} of loadgen's concurrency-8 rate)")
+    ap.add_argument("--perf-analyzer", metavar="PATH", default=None,
+                    help="triton: perf_analyzer to run beside loadgen (default "
+                         ".servers/perf_analyzer/perf_analyzer; when absent the table compares "
+                         f"with a reference figure, {PERF_ANALYZER_MS_PER_1K:.0f} ms per 1000 requests)")
     ap.add_argument("--client-cpu", type=int, default=0, help="core of every client")
     ap.add_argument("--server-cpu", type=int, default=1, help="core of the servers (and of this process)")
     ap.add_argument("--max-others", type=float, default=0.25,

@@ -1,0 +1,171 @@
+"""bench/triton_peers.py without perf_analyzer: its command lines, the reading of its report
+(texts as perf_analyzer 2.60 prints them against Triton's add_one) and the triton case's
+rows and loadgen / perf_analyzer ratios from hand-made run records."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+CLOSED = """\
+*** Measurement Settings ***
+  Batch size: 1
+  Service Kind: TRITON
+  Using "time_windows" mode for stabilization
+  Stabilizing using average latency and throughput
+  Measurement window: 1000 msec
+  Using synchronous calls for inference
+
+Request concurrency: 8
+  Client:
+    Request count: 16145
+    Throughput: 4382.88 infer/sec
+    Avg latency: 1815 usec (standard deviation 1658 usec)
+    p50 latency: 1435 usec
+    p90 latency: 2894 usec
+    p95 latency: 4212 usec
+    p99 latency: 8706 usec
+    Avg gRPC time: 1804 usec ((un)marshal request/response 4 usec + response wait 1800 usec)
+  Server:
+    Inference count: 16148
+    Execution count: 16148
+    Successful request count: 16148
+    Avg request latency: 773 usec (overhead 2 usec + queue 595 usec + compute input 10 usec + compute infer 92 usec + compute output 74 usec)
+
+Inferences/Second vs. Client Average Batch Latency
+Concurrency: 8, throughput: 4382.88 infer/sec, latency 1815 usec
+"""
+
+OPEN_LATE = """\
+*** Measurement Settings ***
+  Batch size: 1
+  Service Kind: TRITON
+  Using "time_windows" mode for stabilization
+  Stabilizing using average throughput
+  Measurement window: 1000 msec
+  Using poisson distribution on request generation
+  Using asynchronous calls for inference
+
+Request Rate: 3410 inference requests per second
+  Client:
+    Request count: 12607
+    Avg send request rate: 3850.31 infer/sec
+    [WARNING] Perf Analyzer was not able to keep up with the desired request rate. 28.53% of the requests were delayed.
+    Throughput: 3325.24 infer/sec
+    Avg latency: 388460 usec (standard deviation 2783 usec)
+    p50 latency: 1990 usec
+    p90 latency: 3939 usec
+    p95 latency: 5668 usec
+    p99 latency: 785000 usec
+  Server:
+    Inference count: 13269
+    Successful request count: 13269
+
+Inferences/Second vs. Client Average Batch Latency
+Request Rate: 3410.00, throughput: 3325.24 infer/sec, latency 388460 usec
+"""
+
+
+@pytest.fixture(scope="module")
+def peers():
+    sys.path.insert(0, str(BENCH))  # triton_peers imports bench_engine beside it
+    try:
+        spec = importlib.util.spec_from_file_location("loadgen_bench_triton_peers",
+                                                      BENCH / "triton_peers.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_closed_loop_report(peers):
+    r = peers.parse_perf_analyzer(CLOSED)
+    assert r["ok"] == 16145 and r["errors"] == 0
+    assert r["duration_s"] == pytest.approx(16145 / 4382.88)
+    assert (r["p50_ns"], r["p99_ns"]) == (1_435_000, 8_706_000)
+    assert "target_qps" not in r and "delayed_share" not in r
+
+
+def test_open_loop_report_keeps_the_rate_sent_and_the_delay_warning(peers):
+    late = peers.parse_perf_analyzer(OPEN_LATE)
+    assert (late["target_qps"], late["sent_qps"]) == (3410.0, 3850.31)
+    assert late["delayed_share"] == pytest.approx(0.2853)
+    assert late["p99_ns"] == 785_000_000
+    on_time = peers.parse_perf_analyzer(OPEN_LATE.replace(
+        "    [WARNING] Perf Analyzer was not able to keep up with the desired request rate. "
+        "28.53% of the requests were delayed.\n", ""))
+    assert on_time["delayed_share"] == 0.0
+    assert peers.open_loop_kept_up({"tool": "perf_analyzer", "mode": "open", **on_time}) is True
+    assert peers.open_loop_kept_up({"tool": "perf_analyzer", "mode": "open", **late}) is False
+    assert peers.open_loop_kept_up({"tool": "loadgen", "mode": "open", "valid": False}) is False
+    assert peers.open_loop_kept_up({"tool": "loadgen", "valid": True}) is None  # closed loop
+
+
+def test_a_failed_run_is_not_read_as_figures(peers):
+    with pytest.raises(ValueError):
+        peers.parse_perf_analyzer("error: failed to get model metadata: connection refused\n")
+
+
+def test_command_lines(peers, tmp_path):
+    closed = peers.perf_analyzer_argv("pa", "http", "127.0.0.1:8000", 3, concurrency=8)
+    assert closed[:7] == ["pa", "-m", "add_one", "-i", "http", "-u", "127.0.0.1:8000"]
+    assert closed[closed.index("--measurement-interval") + 1] == "1000"  # three 1 s windows
+    assert closed[-2:] == ["--concurrency-range", "8"] and "--input-tensor-format" in closed
+    rate = peers.perf_analyzer_argv("pa", "grpc", "127.0.0.1:8001", 6, rate=3410)
+    assert rate[-5:] == ["--request-rate-range", "3410", "--request-distribution", "poisson",
+                         "--async"]
+    assert "--input-tensor-format" not in rate
+    with pytest.raises(ValueError):
+        peers.perf_analyzer_argv("pa", "grpc", "x", 3)
+    exe = tmp_path / "perf_analyzer"
+    exe.write_text("#!/bin/sh\n")
+    assert peers.find_perf_analyzer(str(exe)) is None  # not executable
+    os.chmod(exe, 0o755)
+    assert peers.find_perf_analyzer(str(exe)) == str(exe)
+
+
+def run(tool, load, cpu_s, served, qps, **extra):
+    return {"tool": tool, "proto": "grpc", "load": load, "ok": served, "cpu_s": cpu_s,
+            "qps": qps, "p50_ns": 1e6, "p99_ns": 2e6, "cpu_ms_per_1k": 1e6 * cpu_s / served,
+            "server_counts": {"inferences": served}, "server_cpu_share": 0.9,
+            "others_cores": 0.0, **extra}
+
+
+def test_rows_compare_loadgen_with_perf_analyzer_of_the_same_run(peers):
+    runs = [run("loadgen", "c8", 1.5, 10_000, 3000.0),
+            run("perf_analyzer", "c8", 1.02, 10_000, 3300.0),  # perf_analyzer sent 10k, counted fewer
+            run("loadgen", "poisson 3410/s, spin 0 us", 1.0, 10_000, 3400.0, mode="open",
+                valid=True, scheduled_qps=3410.0, issue_delay_p99_ns=40_000),
+            run("perf_analyzer", "poisson 3410/s", 0.52, 5_000, 1600.0, mode="open",
+                delayed_share=0.99, sent_qps=1618.0)]
+    loads = {"grpc": ["c8", "poisson 3410/s, spin 0 us", "poisson 3410/s"]}
+    fixed = {("loadgen", "grpc"): 0.5, ("perf_analyzer", "grpc"): 0.02}
+    rows = peers.triton_rows(runs, fixed, loads, measured=True)
+    by = {(r["tool"], r["load"]): r for r in rows}
+    c8 = by[("loadgen", "c8")]
+    assert c8["steady_cpu_ms_per_1k"] == pytest.approx(100.0)  # (1.5 - 0.5) s / 10k
+    assert c8["perf_analyzer_ms_per_1k"] == pytest.approx(100.0)  # (1.02 - 0.02) s / 10k
+    assert c8["over_perf_analyzer"] == pytest.approx(1.0)
+    assert c8["over_perf_analyzer_with_startup"] == pytest.approx(150 / 102)
+    assert c8["over_perf_analyzer_qps"] == pytest.approx(3000 / 3300)
+    op = by[("loadgen", "poisson 3410/s, spin 0 us")]
+    assert op["over_perf_analyzer"] == pytest.approx(50 / 100)  # 0.5 s / 10k vs 0.5 s / 5k
+    assert op["kept_up"] == [True] and by[("perf_analyzer", "poisson 3410/s")]["kept_up"] == [False]
+    table = "\n".join(peers.triton_table(rows, measured=True))
+    assert "| 1.00x | 1.47x | 0.91x |" in table and "| 1.6k, 0/1 (99% late) |" in table
+    assert "| 3.4k, 1/1 (issue delay p99 40.00 us) |" in table
+
+
+def test_without_perf_analyzer_the_reference_figure_is_labelled(peers):
+    rows = peers.triton_rows([run("loadgen", "c8", 1.6, 10_000, 3000.0)],
+                             {("loadgen", "grpc"): 0.5}, {"grpc": ["c8"]}, measured=False)
+    assert rows[0]["over_perf_analyzer"] == pytest.approx(110.0 / peers.PERF_ANALYZER_MS_PER_1K)
+    table = "\n".join(peers.triton_table(rows, measured=False))
+    assert "reference, not measured here" in table and "| 110.0 ms | 1.00x |" in table
