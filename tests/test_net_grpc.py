@@ -3,6 +3,8 @@
 give the same counts, error classes, timeouts and checks; the CLI runs the callback
 client and says so. Every run is bounded in count and time."""
 
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -20,9 +22,9 @@ from tests.test_cli_run import run_json
 ENGINES = ("callback", "asyncio")
 
 
-def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=None, **load):
+def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=None, ca_file=None, **load):
     net = NetOptions(grpc_engine=grpc_engine, timeout_ms=timeout_ms, headers=list(headers), ready_timeout_s=5.0,
-                     **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}))
+                     ca_file=ca_file, **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}))
     settings = EngineSettings(timeout_ms=timeout_ms, interval_s=0, grace_s=2.0, **load)
     pool = load.get("concurrency", 1) if load.get("mode") == "closed" else (load.get("max_in_flight") or 64)
     sut = open_target(srv.url(), net, pool_size=pool)
@@ -143,3 +145,17 @@ def _completion_threads():
                 break
             frame = frame.f_back
     return {t.native_id for t in threading.enumerate() if t.ident in spinning}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+@pytest.mark.parametrize("grpc_engine", ENGINES)
+def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path, grpc_engine):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    with ScriptedGrpc(tls=(cert.read_bytes(), key.read_bytes())) as srv:
+        res, _ = _run(srv, grpc_engine, ca_file=str(cert), mode="closed", concurrency=2, query_count=30)
+        assert res.counts["completed"] == 30 == srv.answered
+        with pytest.raises(ValueError, match="not ready within"):  # not signed by a CA it knows
+            open_target(srv.url(), NetOptions(grpc_engine=grpc_engine, ready_timeout_s=0.5), pool_size=1)

@@ -4,7 +4,8 @@ It serves one model, ``m`` (INPUT0 FP32 [1, 16] -> OUTPUT0 = INPUT0 + 1), and an
 ModelInfer as its ``script`` says: after ``delay_s``; with status ``code`` on every
 ``fail_every``-th call (0: never); with bytes that are not a ModelInferResponse
 (``garbage``); or with ``pad_bytes`` more bytes of output. It counts the calls it answered
-the most it had at once (``max_busy``), and keeps the metadata of the last one.
+the most it had at once (``max_busy``), and keeps the metadata of the last one. With ``tls`` (certificate and key, PEM) it serves
+gRPC over TLS (``grpcs://``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent import futures
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -29,7 +30,8 @@ class ScriptedGrpc:
     ``--sut`` URL."""
 
     def __init__(self, *, delay_s: float = 0.0, code: Optional[grpc.StatusCode] = None, fail_every: int = 0,
-                 garbage: bool = False, pad_bytes: int = 0, threads: int = 32) -> None:
+                 garbage: bool = False, pad_bytes: int = 0, threads: int = 32,
+                 tls: Optional[Tuple[bytes, bytes]] = None) -> None:
         self.script: Dict[str, Any] = dict(delay_s=delay_s, code=code, fail_every=fail_every, garbage=garbage,
                                            pad_bytes=pad_bytes)
         self.calls = 0  # ModelInfer calls received
@@ -44,11 +46,16 @@ class ScriptedGrpc:
             ("ModelReady", lambda req, ctx: pb.ModelReadyResponse(ready=True).SerializeToString()),
             ("ModelMetadata", self._metadata), ("ModelInfer", self._infer))}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        if tls:
+            creds = grpc.ssl_server_credentials([(tls[1], tls[0])])
+            self.port = self._server.add_secure_port("127.0.0.1:0", creds)
+        else:
+            self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.target = f"127.0.0.1:{self.port}"
+        self.scheme = "grpcs" if tls else "grpc"
 
     def url(self, model: str = "m") -> str:
-        return f"grpc://{self.target}/{model}"
+        return f"{self.scheme}://{self.target}/{model}"
 
     def __enter__(self) -> "ScriptedGrpc":
         self._server.start()
