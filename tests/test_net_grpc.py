@@ -3,6 +3,7 @@
 give the same counts, error classes, timeouts and checks; the CLI runs the callback
 client and says so. Every run is bounded in count and time."""
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from loadgen.sut.forms import classify_sut
 from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.test_cli_run import run_json
 
-ENGINES = ("callback", "asyncio")
+#: The asyncio client and the callback client on each of its call paths: grpcio's core
+#: binding (the default where its probe passes) and .future().
+ENGINES = ("callback", "callback-future", "asyncio")
 
 
 def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=None, ca_file=None, **load):
@@ -27,14 +30,21 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
                      ca_file=ca_file, **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}))
     settings = EngineSettings(timeout_ms=timeout_ms, interval_s=0, grace_s=2.0, **load)
     pool = load.get("concurrency", 1) if load.get("mode") == "closed" else (load.get("max_in_flight") or 64)
+    engine, _, calls = grpc_engine.partition("-")
+    net = dataclasses.replace(net, grpc_engine=engine)
     sut = open_target(srv.url(), net, pool_size=pool)
-    assert sut.report()["grpc_engine"] == grpc_engine
-    assert classify_sut(sut) == ("callback" if grpc_engine == "callback" else "loop")
+    assert sut.report()["grpc_engine"] == engine
+    assert classify_sut(sut) == ("callback" if engine == "callback" else "loop")
+    if calls == "future":
+        sut.core_calls = False
     res = Engine(settings, sut).run()
     c = res.counts
     assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"]
     assert c["unknown_completions"] == 0
-    return res, sut.report()
+    report = sut.report()
+    if engine == "callback":
+        assert report["grpc_calls"] == (calls or "core")
+    return res, report
 
 
 @pytest.mark.parametrize("grpc_engine", ENGINES)
@@ -109,42 +119,46 @@ def test_an_unknown_grpc_engine_is_refused():
         open_target("grpc://127.0.0.1:9/m", NetOptions(grpc_engine="uv"), pool_size=1)
 
 
-def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run():
-    # At 40 queries/s every call ends before the next starts: without the hold grpcio
+@pytest.mark.parametrize("grpc_engine", ["callback", "callback-future"])
+def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run(grpc_engine):
+    # At 40 queries/s every call ends before the next starts: without its hold grpcio
     # would start (and the issuing thread wait for) a completion thread per call.
+    loop = "_run" if grpc_engine == "callback" else "channel_spin"  # CoreCalls' or grpcio's
     seen, stop = set(), threading.Event()
 
     def watch():
         while not stop.is_set():
-            seen.update(_completion_threads())
+            seen.update(_threads_in(loop))
             time.sleep(0.002)
     watcher = threading.Thread(target=watch, daemon=True)
     with ScriptedGrpc() as srv:
         watcher.start()
         try:
-            res, _ = _run(srv, "callback", mode="constant", target_qps=40, duration_s=1.0)
+            res, _ = _run(srv, grpc_engine, mode="constant", target_qps=40, duration_s=1.0)
         finally:
             stop.set()
             watcher.join(5)
     assert res.counts["completed"] == 40
     assert len(seen) == 1
     deadline = time.monotonic() + 5
-    while _completion_threads() and time.monotonic() < deadline:
+    while _threads_in(loop) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not _completion_threads()
+    assert not _threads_in(loop)
 
 
-def _completion_threads():
+def _threads_in(function):
     """The kernel thread ids (never reused soon, unlike Python's) of the threads running
-    grpcio's completion loop (its function's name)."""
-    spinning = set()
+    a completion loop: grpcio's (``channel_spin``) or CoreCalls' (``_run`` of
+    grpc_core_calls.py)."""
+    found = set()
     for ident, frame in sys._current_frames().items():
         while frame is not None:
-            if frame.f_code.co_name == "channel_spin":
-                spinning.add(ident)
+            code = frame.f_code
+            if code.co_name == function and (function != "_run" or code.co_filename.endswith("grpc_core_calls.py")):
+                found.add(ident)
                 break
             frame = frame.f_back
-    return {t.native_id for t in threading.enumerate() if t.ident in spinning}
+    return {t.native_id for t in threading.enumerate() if t.ident in found}
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
@@ -158,4 +172,5 @@ def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path, grpc_engine):
         res, _ = _run(srv, grpc_engine, ca_file=str(cert), mode="closed", concurrency=2, query_count=30)
         assert res.counts["completed"] == 30 == srv.answered
         with pytest.raises(ValueError, match="not ready within"):  # not signed by a CA it knows
-            open_target(srv.url(), NetOptions(grpc_engine=grpc_engine, ready_timeout_s=0.5), pool_size=1)
+            open_target(srv.url(), NetOptions(grpc_engine=grpc_engine.partition("-")[0], ready_timeout_s=0.5),
+                        pool_size=1)

@@ -1,8 +1,13 @@
 """The KServe v2 gRPC client with no event loop (``grpc_engine`` "callback"): grpcio's
-synchronous channel, each call started with ``.future()`` from the thread that hands out
-the query, and completed by its done-callback on grpcio's own completion thread, straight
-into the engine (see :class:`loadgen.sut.CallbackSUT`). In a closed loop that callback
-also starts the next query, so one thread wakes per call.
+synchronous channel, each call started from the thread that hands out the query and
+completed on one completion thread per channel, straight into the engine (see
+:class:`loadgen.sut.CallbackSUT`). In a closed loop the completion also starts the next
+query there, so one thread wakes per call.
+
+The calls go through grpcio's core binding (:class:`~loadgen.net.grpc_core_calls.CoreCalls`,
+``grpc_calls`` "core") where a probe before the run finds it as expected, else through
+``.future()`` and its done-callback on grpcio's own completion thread (``grpc_calls``
+"future"); both end in the same checks, error classes and counts.
 
 Preparation, error classes, response checks and the report are those of
 :class:`~loadgen.net.kserve_grpc.KServeGrpcSUT` (the asyncio client).
@@ -14,8 +19,9 @@ import collections
 import functools
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
+from loadgen.net.grpc_core_calls import CoreCalls
 from loadgen.net.kserve_grpc import RPC, KServeGrpcSUT, import_grpc
 from loadgen.net.options import NetOptions
 from loadgen.net.targets import Target
@@ -57,12 +63,17 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
     """
 
     grpc_engine = "callback"
+    #: Calls through grpcio's core binding where its probe passes (False: always .future()).
+    core_calls = True
 
     def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
         super().__init__(target, net, pool_size)
         grpc = import_grpc()
         self._rpc_error = grpc.RpcError
         self._cancelled_error = grpc.FutureCancelledError
+        self._status = {c.value[0]: c for c in grpc.StatusCode}
+        self._unknown = grpc.StatusCode.UNKNOWN
+        self._cores: list = []  # per channel: its CoreCalls, or None where calls use .future()
         self._lock = threading.Lock()
         self._running = 0  # calls started and not yet ended
         self._next_call = 0
@@ -85,18 +96,39 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
                 except self._rpc_error:
                     pass
                 self._calls.append(ch.unary_unary(RPC["ModelInfer"]))
-                state = _hold_completion_thread(ch)
-                if state is not None:
-                    self._holds.append((ch, state))
+                core = self._core_calls(ch)
+                self._cores.append(core)
+                if core is None:
+                    state = _hold_completion_thread(ch)
+                    if state is not None:
+                        self._holds.append((ch, state))
         except BaseException:
             self.close()
             raise
         self._n_requests = len(self.requests)
 
+    def _core_calls(self, channel: Any) -> Optional[CoreCalls]:
+        if not self.core_calls:
+            return None
+        try:
+            core = CoreCalls(channel, RPC["ModelInfer"], self._core_done)
+        except Exception:  # a grpcio without the binding's pieces
+            return None
+        return core if core.start(RPC["ServerReady"], self.metadata_md) else None
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        out["grpc_calls"] = "core" if self._cores and all(self._cores) else "future"
+        return out
+
     def close(self) -> None:
         """Releases the completion threads and closes the channels; the calls they still
         carry end unreported (the engine has resolved their queries)."""
         self._closed = True
+        left_open = set()
+        for i, core in enumerate(self._cores):
+            if core is not None and not core.stop(RPC["ServerReady"], self.metadata_md):
+                left_open.add(i)
         for ch, state in self._holds:
             # A last call, started before the hold goes, ends the thread as it ends: a
             # thread left waiting with no call in progress would wait on a closed queue.
@@ -108,8 +140,12 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
             except Exception:  # its outcome does not matter, only that it ended
                 pass
         self._holds.clear()
-        for ch in self._channels:
-            ch.close()
+        for i, ch in enumerate(self._channels):
+            if i not in left_open:
+                ch.close()
+        for core in self._cores:
+            if core is not None:
+                core.join(5.0)
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         data = self.requests[sample_index % self._n_requests]
@@ -121,11 +157,14 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
         self._start(query_id, data, scheduled_ns)
 
     def _start(self, qid: int, data: bytes, scheduled_ns: int) -> None:
-        calls = self._calls
-        call = calls[self._next_call % len(calls)]
+        i = self._next_call % len(self._calls)
         self._next_call += 1
+        core = self._cores[i]
         try:
-            future = call.future(data, timeout=self._timeout_s(scheduled_ns), metadata=self.metadata_md)
+            if core is not None:
+                core.call(data, self._timeout_s(scheduled_ns), self.metadata_md, qid)
+                return
+            future = self._calls[i].future(data, timeout=self._timeout_s(scheduled_ns), metadata=self.metadata_md)
         except BaseException:
             self._ended()
             raise
@@ -155,15 +194,33 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
         except Exception as e:
             self.fail_query(qid, type(e).__name__, f"the response handling raised: {e}")
 
+    def _core_done(self, qid: Any, code: int, details: str, message: Optional[bytes], t: int) -> None:
+        # On this client's completion thread (CoreCalls); qid None: the call that wakes it.
+        if self._closed or qid is None:
+            return
+        try:
+            self._ended()
+            if code != 0:
+                self._failed(qid, self._status.get(code, self._unknown), details)
+            elif message is None:
+                self.fail_query(qid, "invalid_response", "the call ended OK without a response message")
+            else:
+                self._answered(qid, message, t)
+        except Exception as e:
+            self.fail_query(qid, type(e).__name__, f"the response handling raised: {e}")
+
+    def _failed(self, qid: int, code: Any, details: Optional[str]) -> None:
+        failure = self._failure(code, details)
+        if failure is None:  # a deadline the timeout set: the engine counts it as timed out
+            self.sink.timed_out(qid)
+        else:
+            self.fail_query(qid, *failure)
+
     def _resolve(self, qid: int, future: Any, t: int) -> None:
         try:
             raw = future.result()
         except self._rpc_error as e:
-            failure = self._failure(e.code(), e.details())
-            if failure is None:  # a deadline the timeout set: the engine counts it as timed out
-                self.sink.timed_out(qid)
-            else:
-                self.fail_query(qid, *failure)
+            self._failed(qid, e.code(), e.details())
             return
         except self._cancelled_error:
             self.fail_query(qid, "grpc_CANCELLED", "the call was cancelled")
