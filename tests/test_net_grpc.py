@@ -4,6 +4,7 @@ give the same counts, error classes, timeouts and checks; the CLI runs the callb
 client and says so. Every run is bounded in count and time."""
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
@@ -174,3 +175,27 @@ def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path, grpc_engine):
         with pytest.raises(ValueError, match="not ready within"):  # not signed by a CA it knows
             open_target(srv.url(), NetOptions(grpc_engine=grpc_engine.partition("-")[0], ready_timeout_s=0.5),
                         pool_size=1)
+
+
+@pytest.mark.parametrize("grpc_engine", ["callback", "callback-future"])
+def test_runs_in_one_process_leave_threads_and_fds_where_they_were(grpc_engine):
+    def counts():  # the scripted server's pool grows its own threads as it likes: not counted
+        py = threading.enumerate()
+        ours = [t for t in py if not t.name.startswith("ThreadPoolExecutor")]
+        return len(ours), len(os.listdir("/proc/self/task")) - len(py), len(os.listdir("/proc/self/fd"))
+
+    def settled(want):
+        deadline = time.monotonic() + 5
+        while counts() != want and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return counts()
+
+    loads = [dict(mode="closed", concurrency=4, query_count=40), dict(mode="constant", target_qps=200, duration_s=0.2)]
+    with ScriptedGrpc() as srv:
+        for load in loads:  # grpcio's own threads and pollers start with the first runs
+            _run(srv, grpc_engine, **load)
+        base = settled(None)
+        for i in range(10):
+            res, _ = _run(srv, grpc_engine, **loads[i % 2])
+            assert res.counts["failed"] == 0
+        assert settled(base) == base
