@@ -49,7 +49,7 @@ load = (dict(mode="closed", concurrency=int(value)) if mode == "closed" else
 sut = open_target(target, NetOptions(grpc_engine="asyncio"), pool_size=int(value) if mode == "closed" else 64)
 res = Engine(EngineSettings(duration_s=duration, interval_s=0, spin_us=0, **load), sut).run()
 print(json.dumps({"issue_p99_ns": res.issue_delay.value_at_percentile(99), "valid": None,
-                  "failed": res.counts["failed"], "engine": sut.report()["grpc_engine"]}))
+                  "failed": res.counts["failed"], "engine": sut.report()["grpc_engine"], "calls": None}))
 """
 
 
@@ -103,7 +103,7 @@ def measure(a: argparse.Namespace, srv: Any, tool: str, load: str) -> Dict[str, 
             return rec
         if "issue_delay_ns" in d:  # the CLI's result document
             d = {"issue_p99_ns": d["issue_delay_ns"]["p99"], "valid": d["valid"], "failed": d["counts"]["failed"],
-                 "engine": d["network"]["grpc_engine"]}
+                 "engine": d["network"]["grpc_engine"], "calls": d["network"].get("grpc_calls")}
         rec.update(d)
     return rec
 
@@ -142,6 +142,7 @@ def main(argv: List[str] | None = None) -> int:
                         print(f"   {tool:16s} {load:6s} {rec['qps']:7.0f} req/s  "
                               f"{rec['cpu_ms_per_1k'] or float('nan'):6.0f} ms CPU / 1000"
                               + (f"  issue p99 {rec['issue_p99_ns'] / 1e3:.0f} us valid {rec['valid']}"
+                                 f" calls {rec['calls']}"
                                  if "issue_p99_ns" in rec else "") + (f"  {rec['error']}" if "error" in rec else ""),
                               flush=True)
         finally:
