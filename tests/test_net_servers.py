@@ -118,6 +118,25 @@ def test_triton_completed_count_equals_the_servers(triton, protocol):
     assert wait_for_count(lambda: triton.inference_count() - before, 400) == 400
     assert doc["server_metrics"]["deltas"]['nv_inference_request_success{model="add_one",version="1"}'] == 400
     assert doc["network"]["model_metadata"]["platform"] == "python"
+    if protocol == "grpc":  # the CLI's gRPC client: no event loop
+        assert doc["network"]["grpc_engine"] == "callback"
+
+
+@pytest.mark.parametrize("grpc_engine", ["callback", "asyncio"])
+@pytest.mark.parametrize("settings", [dict(mode="closed", concurrency=8, query_count=300),
+                                      dict(mode="poisson", target_qps=300, duration_s=1.0)], ids=["closed", "poisson"])
+def test_triton_counts_equal_the_servers_on_both_grpc_clients(triton, grpc_engine, settings):
+    from loadgen.engine import Engine, EngineSettings
+    from loadgen.net import open_target
+    from loadgen.net.options import NetOptions
+
+    before = triton.inference_count()
+    sut = open_target(_targets(triton)["grpc"], NetOptions(grpc_engine=grpc_engine), pool_size=8)
+    res = Engine(EngineSettings(interval_s=0, **settings), sut).run()
+    c = res.counts
+    assert c["failed"] == c["timed_out"] == c["unknown_completions"] == 0 and c["completed"] == c["issued"] > 200
+    assert wait_for_count(lambda: triton.inference_count() - before, c["completed"]) == c["completed"]
+    assert sut.report()["responses_checked"] == c["completed"]
 
 
 def test_triton_poisson_open_loop_over_grpc_with_typed_contents(triton):

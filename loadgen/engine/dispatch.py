@@ -4,8 +4,9 @@ The issue thread never calls into Python per query: it queues what is due, and a
 dispatcher thread drains the queue in batches (one query at a time when the rate is low,
 hundreds when it is high) and hands the queries to the SUT in its form: a function per
 sample, a batched SUT with arrays, an ``async`` function on an event loop, or a loop SUT
-(:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks. Completions go
-back in arrays.
+(:class:`loadgen.sut.LoopSUT`) that completes queries through callbacks, or a callback SUT
+(:class:`loadgen.sut.CallbackSUT`) that completes them from its own threads. Completions
+go back in arrays, or one native call each from a callback SUT's threads.
 
 A closed loop of ``concurrency`` > 1 queries runs a plain function on a pool of that
 many threads (at most :data:`MAX_FUNCTION_THREADS`), each issuing its next query as its
@@ -42,7 +43,7 @@ __all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher"]
 _monotonic_ns = time.monotonic_ns
 
 #: The SUT forms a :class:`Dispatcher` feeds (the native forms need none).
-DISPATCHED_FORMS = ("function", "async", "batched", "loop")
+DISPATCHED_FORMS = ("function", "async", "batched", "loop", "callback")
 
 #: The most threads a closed loop runs a plain function SUT on; a higher concurrency
 #: queues behind them (and shows as issue delay): use an async or batched SUT for more.
@@ -61,9 +62,9 @@ class Dispatcher:
         sut: the SUT, in the form ``sut_form`` (one of :data:`DISPATCHED_FORMS`).
         settings: the run's settings (batch size, spinning, query shape).
 
-    A loop SUT is opened on its event loop first; the dispatcher then starts the native
-    run itself, so that the first scheduled time comes after the SUT is ready. Any other
-    form expects the run to be started already.
+    A loop SUT is opened on its event loop first, a callback SUT on the dispatcher thread;
+    the dispatcher then starts the native run itself, so that the first scheduled time
+    comes after the SUT is ready. Any other form expects the run to be started already.
     """
 
     def __init__(self, core: _core.Engine, sut: Any, sut_form: str, settings: EngineSettings) -> None:
@@ -81,14 +82,14 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
 
     def start(self) -> None:
-        """Starts the dispatcher thread; for a loop SUT, returns once it is open and the run
-        started.
+        """Starts the dispatcher thread; for a loop or callback SUT, returns once it is open
+        and the run started.
 
         Raises:
-            BaseException: what opening a loop SUT raised.
+            BaseException: what opening a loop or callback SUT raised.
         """
         self._thread.start()
-        if self.sut_form == "loop":
+        if self.sut_form in ("loop", "callback"):
             self.opened.wait()
             if self.error is not None:
                 self._thread.join(5.0)
@@ -112,14 +113,16 @@ class Dispatcher:
 
     def _drive_guarded(self, drive: Optional[Callable[[], None]] = None) -> None:
         try:
-            if drive is None and self.sut_form != "loop":
-                self.pin()  # a loop SUT's driver pins once it has started the engine
+            if drive is None and self.sut_form not in ("loop", "callback"):
+                self.pin()  # a loop or callback SUT's driver pins once it has started the engine
             if drive is not None:
                 drive()
             elif self.sut_form == "function":
                 self._drive_function()
             elif self.sut_form == "batched":
                 self._drive_batched()
+            elif self.sut_form == "callback":
+                _CallbackDriver(self).run()
             else:
                 self._drive_async()
         except BaseException as e:  # re-raised on the waiting thread
@@ -491,3 +494,115 @@ class _LoopDriver(_AsyncDriver):
         if self.closed_loop and not self.exhausted.is_set():
             self._issue_next()
 
+
+class _CallbackDriver:
+    """Feeds a callback SUT (see :class:`loadgen.sut.CallbackSUT`) from the dispatcher
+    thread, and is the sink its threads complete queries through.
+
+    Open loop, the dispatcher thread hands out queries as they fall due and each
+    completion is one native call. Closed loop, the thread that completes a query issues
+    the next one in the same native call (``complete_take_one``): no other thread wakes
+    per query. The dispatcher thread then only looks, every few milliseconds, for room
+    that no completion took: a slot freed by the engine's own timeout after the SUT had
+    given up on its query.
+    """
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+        self.core = dispatcher.core
+        self.sut = dispatcher.sut
+        self.settings = dispatcher.settings
+        self.closed_loop = bool(self.core.inline_issue)
+        self._issue = self.sut.issue_query
+        self._take_one = self.core.take_one
+        self._complete_take_one = self.core.complete_take_one
+        self._complete = self.core.complete
+        self._fail = self.core.fail
+
+    def run(self) -> None:
+        # A failure here reaches Dispatcher.start through _drive_guarded, which records
+        # it before waking the starter.
+        if self.settings.samples_per_query != 1:
+            raise ValueError("a callback SUT takes one sample per query (samples_per_query 1, got "
+                             f"{self.settings.samples_per_query})")
+        self.sut.open(self)
+        try:
+            self.core.start()
+            self.dispatcher.pin()
+            while not self.core.start_ns and not self.core.wait(0.0):
+                time.sleep(0)
+            self.dispatcher.opened.set()
+            if self.closed_loop:
+                self._feed_closed()
+            else:
+                self._feed_open()
+            while not self.core.wait(0.05):  # everything handed out: wait for the end
+                pass
+        finally:
+            self.sut.close()
+
+    def _feed_open(self) -> None:
+        # Woken per arrival: batches are small, and the buffers of a large one cost more
+        # than the take (as for the loop SUT). No spinning before sleeping: a callback
+        # SUT's completion thread needs the CPU more than an arrival needs the
+        # microseconds a wake-up costs (the loop SUT sleeps on its eventfd alike).
+        batch_max = min(self.settings.batch_max, 256)
+        while True:
+            got = self.core.take_batch(batch_max, 0.1, 0)
+            if got is None:
+                return
+            if len(got[0]):
+                self._issue_taken(got)
+
+    def _feed_closed(self) -> None:
+        timeout_ms = self.settings.timeout_ms
+        look_s = min(max(timeout_ms / 10, 1.0), 10.0) * 1e-3 if timeout_ms else 0.05
+        batch_max = self.settings.batch_max
+        while True:
+            got = self.core.take_batch(batch_max, 0.0, 0)
+            if got is None:
+                return
+            if len(got[0]):
+                self._issue_taken(got)
+            elif self.core.wait(look_s):
+                return
+
+    def _issue_taken(self, got: _Taken) -> None:
+        ids, samples, scheduled = got
+        issue = self._issue
+        for qid, sample, t in zip(ids.tolist(), samples[:, 0].tolist(), scheduled.tolist()):
+            try:
+                issue(qid, sample, t)
+            except BaseException as e:  # a SUT error fails this query only
+                self.dispatcher.sut_raised(e, qid)
+
+    def _issue_next(self, got: Any) -> None:
+        # Closed loop: the slot just freed goes to the next query, on this thread.
+        while got:  # (): none ready; None: the run hands out no more
+            qid, sample = got
+            try:
+                self._issue(qid, sample, _monotonic_ns())
+                return
+            except BaseException as e:  # a SUT error fails this query only; its slot is free again
+                self.dispatcher.sut_raised(e, qid)
+                got = self._take_one(0.0, 0)
+
+    # The sink, called from any thread.
+    def complete(self, qid: int, t_ns: int) -> None:
+        """Query ``qid`` completed at ``t_ns``."""
+        if self.closed_loop:
+            self._issue_next(self._complete_take_one(qid, t_ns, 0.0, 0))
+        else:
+            self._complete(qid, t_ns)
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        """Query ``qid`` failed; ``kind`` is its error class."""
+        self._fail(qid, kind, message)
+        if self.closed_loop:
+            self._issue_next(self._take_one(0.0, 0))
+
+    def timed_out(self, qid: int) -> None:
+        """The SUT gave up on ``qid`` at the run's timeout; the engine counts it as timed
+        out (if it has not already, it does at its next look)."""
+        if self.closed_loop:
+            self._issue_next(self._take_one(0.0, 0))

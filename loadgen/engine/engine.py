@@ -108,8 +108,8 @@ class Engine:
         """Starts the run; Python SUTs are driven from a background thread. A loop SUT is
         opened on its loop first (connections made), so that the first scheduled time
         comes after it is ready, not during its setup."""
-        if self.sut_form != "loop":
-            # A loop SUT's dispatcher opens the SUT, then starts the run itself: no hand-off
+        if self.sut_form not in ("loop", "callback"):
+            # A loop or callback SUT's dispatcher opens the SUT, then starts the run itself: no hand-off
             # between threads (and their wait for the GIL) sits between the first
             # scheduled time and the first issue.
             self._core.start()

@@ -143,10 +143,16 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
             from loadgen.net.openai_stream import OpenAISUT
 
             sut = OpenAISUT(target, net, pool_size, significant_figures)
-    else:
+    elif net.grpc_engine == "asyncio":
         from loadgen.net.kserve_grpc import KServeGrpcSUT
 
         sut = KServeGrpcSUT(target, net, pool_size)
+    elif net.grpc_engine in ("auto", "callback"):
+        from loadgen.net.grpc_callback import KServeGrpcCallbackSUT
+
+        sut = KServeGrpcCallbackSUT(target, net, pool_size)
+    else:
+        raise ValueError(f"grpc_engine must be 'auto', 'callback' or 'asyncio', got {net.grpc_engine!r}")
     from loadgen.net.native_http import NativeHttpSUT, native_refusal
 
     refused = native_refusal(target)

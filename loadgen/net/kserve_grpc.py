@@ -1,16 +1,20 @@
 """KServe v2 over gRPC: the codec (ModelInfer requests built from samples, in raw or
 typed contents; responses decoded from either form; the protocol's RPC paths) and
-:class:`KServeGrpcSUT`, the client on grpcio's asyncio API.
+:class:`KServeGrpcSUT`, the client on grpcio's asyncio API (the callback client of
+:mod:`loadgen.net.grpc_callback` shares its preparation).
 
 Messages are from ``kserve_v2.proto`` (generated into :mod:`loadgen.net.kserve_v2_pb2`).
-grpcio itself is imported only when a client is made (``pip install 'loadgen[grpc]'``).
+grpcio itself is imported only when a client is made (``pip install 'loadgen[grpc]'``),
+by :func:`import_grpc`.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import os
 import struct
+import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -25,8 +29,8 @@ from loadgen.net.targets import Target, host_port
 from loadgen.net.tensors import InputSpec, datatype_of, numpy_dtype
 from loadgen.units import ns_to_s
 
-__all__ = ["KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "infer_request", "metadata_from_pb",
-           "output_summary", "pb"]
+__all__ = ["KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "import_grpc", "infer_request",
+           "metadata_from_pb", "output_summary", "pb"]
 
 _monotonic_ns = time.monotonic_ns
 
@@ -164,20 +168,52 @@ def metadata_from_pb(resp: pb.ModelMetadataResponse) -> ModelMetadata:
 
 # ------------------------------------------------------------------------------ client
 
+#: What grpcio is told before its first import (see :func:`import_grpc`).
+GRPC_EXPERIMENTS = "-event_engine_client"
+_grpc_experiments: Optional[str] = None  # what grpcio was imported with, once known
+
+
+def import_grpc():
+    """grpcio, imported with its client connections on the epoll poller of the thread
+    that waits for completions (``GRPC_EXPERIMENTS=-event_engine_client``), unless
+    ``GRPC_EXPERIMENTS`` is set already. grpcio's default hands every event from its own
+    poller thread to the waiting one: about five more context switches per call, a
+    third more client CPU. It reads the variable once, at import; the process's
+    environment is left as it was.
+
+    Raises:
+        ValueError: grpcio is not installed.
+    """
+    global _grpc_experiments
+    if "grpc" in sys.modules:
+        import grpc
+        return grpc
+    given = os.environ.get("GRPC_EXPERIMENTS")
+    if given is None:
+        os.environ["GRPC_EXPERIMENTS"] = GRPC_EXPERIMENTS
+    try:
+        import grpc
+    except ImportError:
+        raise ValueError("gRPC targets need grpcio: pip install 'loadgen[grpc]'") from None
+    finally:
+        if given is None:
+            del os.environ["GRPC_EXPERIMENTS"]
+    _grpc_experiments = GRPC_EXPERIMENTS if given is None else given
+    return grpc
+
+
 class KServeGrpcSUT(KServeInputs, NetworkSUT):
     """KServe v2 gRPC ``ModelInfer`` on grpcio's asyncio API; requests are serialized
     before the run and sent as bytes."""
 
     protocol = "kserve_v2_grpc"
+    grpc_engine = "asyncio"
 
     def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
         # One HTTP/2 channel carries many concurrent calls; more channels only help at
         # very high concurrency, so the default is one per 64 in flight.
         super().__init__(target, net, max(1, math.ceil(pool_size / 64)))
-        try:
-            import grpc  # noqa: F401
-        except ImportError:
-            raise ValueError("gRPC targets need grpcio: pip install 'loadgen[grpc]'") from None
+        grpc = import_grpc()
         if target.tls and net.insecure:
             raise ValueError("--insecure is not available for grpcs:// (grpcio always verifies); "
                              "give the server's CA with --ca-file")
@@ -190,6 +226,9 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self._queue: collections.deque = collections.deque()
         self._idle: list = []
         self.tasks: set = set()
+        self._decode = pb.ModelInferResponse.FromString
+        self._check = check_response
+        self._deadline_exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
 
     def _credentials(self):
         import grpc
@@ -205,12 +244,40 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
                 raise ValueError(f"--ca-file: cannot read {self.net.ca_file}: {e.strerror or e}") from None
         return grpc.ssl_channel_credentials(root_certificates=root)
 
-    def _sync_channel(self):
+    def _sync_channel(self, options=None):
         import grpc
 
         creds = self._credentials()
         target = host_port(self.target)
-        return grpc.secure_channel(target, creds) if creds else grpc.insecure_channel(target)
+        return (grpc.secure_channel(target, creds, options=options) if creds
+                else grpc.insecure_channel(target, options=options))
+
+    def _run_options(self) -> list:
+        # No retries: a load generator counts a failed call, it does not hide it, and
+        # the retry machinery costs CPU on every call.
+        # A response over --max-response-bytes fails in grpcio (RESOURCE_EXHAUSTED) before
+        # it is held whole; its option is an int32.
+        return [("grpc.max_receive_message_length", min(self.net.max_response_bytes, 2**31 - 1)),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
+
+    def _failure(self, code, details: Optional[str]) -> Optional[Tuple[str, str]]:
+        """(kind, message) of a failed call; None for a deadline the run's timeout set
+        (the engine counts that query as timed out)."""
+        if code == self._deadline_exceeded and self.timeout_ns:
+            return None
+        text = self.redactor.excerpt(details or code.name, 500)
+        kind = f"grpc_{code.name}"
+        if kind == "grpc_RESOURCE_EXHAUSTED" and "larger than max" in text:
+            kind = "response_too_large"
+            text = f"response over --max-response-bytes ({self.net.max_response_bytes} bytes): {text}"
+        return kind, text
+
+    def report(self):
+        out = super().report()
+        out["grpc_engine"] = self.grpc_engine
+        out["grpc_experiments"] = _grpc_experiments
+        return out
 
     def prepare(self) -> None:
         import grpc
@@ -271,22 +338,13 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self.loop, self.sink = loop, sink
         creds = self._credentials()
         target = host_port(self.target)
-        # No retries: a load generator counts a failed call, it does not hide it, and
-        # the retry machinery costs CPU on every call.
-        # A response over --max-response-bytes fails in grpcio (RESOURCE_EXHAUSTED) before
-        # it is held whole; its option is an int32.
-        options = [("grpc.max_receive_message_length", min(self.net.max_response_bytes, 2**31 - 1)),
-                   ("grpc.max_send_message_length", -1),
-                   ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
+        options = self._run_options()
         for _ in range(self.connections):
             ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
                   else grpc.aio.insecure_channel(target, options=options))
             self._channels.append(ch)
             self._calls.append(ch.unary_unary(RPC["ModelInfer"]))
-        self._decode = pb.ModelInferResponse.FromString
-        self._check = check_response
         self._rpc_error = grpc.aio.AioRpcError
-        self._deadline_exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
         for i in range(self.in_flight):
             self.tasks.add(loop.create_task(self._worker(self._calls[i % len(self._calls)])))
 
@@ -325,25 +383,28 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         except Exception as e:  # protobuf's DecodeError and friends
             return f"the response does not decode: {type(e).__name__}: {e}"
 
-    async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
-        timeout = None
-        if self.timeout_ns:
-            timeout = max(ns_to_s(scheduled_ns + self.timeout_ns - _monotonic_ns()), 0.0)
-        try:
-            raw = await call(data, timeout=timeout, metadata=self.metadata_md)
-        except self._rpc_error as e:
-            if e.code() != self._deadline_exceeded or not self.timeout_ns:
-                details = self.redactor.excerpt(e.details() or e.code().name, 500)
-                kind = f"grpc_{e.code().name}"
-                if kind == "grpc_RESOURCE_EXHAUSTED" and "larger than max" in details:
-                    kind = "response_too_large"
-                    details = f"response over --max-response-bytes ({self.net.max_response_bytes} bytes): {details}"
-                self.fail_query(qid, kind, details)
-            return  # a deadline the timeout set: the engine counts it as timed out
-        t = _monotonic_ns()
+    def _timeout_s(self, scheduled_ns: int) -> Optional[float]:
+        """What is left of the run's timeout for a query scheduled at ``scheduled_ns``
+        (None: no timeout)."""
+        if not self.timeout_ns:
+            return None
+        return max(ns_to_s(scheduled_ns + self.timeout_ns - _monotonic_ns()), 0.0)
+
+    def _answered(self, qid: int, raw: bytes, t_ns: int) -> None:
+        """Query ``qid`` got response ``raw`` at ``t_ns``: checked, then completed or failed."""
         if self.check:
             problem = self._checked(raw, self._check_pb)
             if problem is not None:
                 self.fail_query(qid, "invalid_response", problem)
                 return
-        self.sink.complete(qid, t)
+        self.sink.complete(qid, t_ns)
+
+    async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
+        try:
+            raw = await call(data, timeout=self._timeout_s(scheduled_ns), metadata=self.metadata_md)
+        except self._rpc_error as e:
+            failure = self._failure(e.code(), e.details())
+            if failure is not None:  # else a deadline the timeout set: the engine counts it as timed out
+                self.fail_query(qid, *failure)
+            return
+        self._answered(qid, raw, _monotonic_ns())

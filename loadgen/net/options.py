@@ -77,6 +77,9 @@ class NetOptions:
             a request whose response is larger fails as ``response_too_large``.
         http_engine: "native", "asyncio" or "auto" (see ``--http-engine``).
         io_threads: the native HTTP client's epoll threads.
+        grpc_engine: the gRPC client: "callback" (grpcio's synchronous channel, calls
+            completed on its own thread, no event loop), "asyncio" (grpcio's asyncio
+            API), or "auto" (callback).
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
             defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and ``seed``).
     """
@@ -103,6 +106,7 @@ class NetOptions:
     llm: Any = None
     http_engine: str = "auto"
     io_threads: int = 1
+    grpc_engine: str = "auto"
 
     def redactor(self) -> "Redactor":
         return Redactor(self.headers, self.secret_headers, self.secret_values)

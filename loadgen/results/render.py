@@ -263,6 +263,8 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
             client = (f", native client ({net.get('io_threads', 1)} I/O thread(s); "
                       f"{native.get('verdict_cache_hits', 0):,} verdicts cached, "
                       f"{native.get('checked_in_python', 0):,} checked in Python)")
+        elif net.get("grpc_engine"):
+            client = f", {net['grpc_engine']} gRPC client"
         lines.append(f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s){client}, "
                      f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}")
         tokens = net.get("tokens")

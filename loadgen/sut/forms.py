@@ -8,6 +8,9 @@
   installed); the query completes when the coroutine returns;
 - a loop SUT (:class:`LoopSUT`): runs on the engine's event loop and completes each
   query through callbacks, with no task per query; the network clients are loop SUTs;
+- a callback SUT (:class:`CallbackSUT`): fed from the dispatcher thread with no event loop,
+  it completes queries from its own threads (an RPC library's completion thread); the
+  gRPC client is one;
 - a batched SUT: an object with ``issue(batch)``; the :class:`Batch` carries numpy
   arrays ``ids`` and ``sample_indices`` and is completed later, from any thread, with
   ``batch.complete()`` or ``batch.complete_many(ids)``.
@@ -30,7 +33,8 @@ import numpy.typing as npt
 
 from loadgen import _core
 
-__all__ = ["Batch", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "QuerySink", "SUTForm", "classify_sut"]
+__all__ = ["Batch", "CallbackSUT", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "QuerySink", "SUTForm",
+           "classify_sut"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,34 @@ class LoopSUT:
         """Called once on the run's loop after the last query ended."""
 
 
+class CallbackSUT:
+    """Base of SUTs that complete queries from threads of their own, with no event loop:
+    a completion goes straight from the thread that saw the response into the engine.
+
+    The engine calls, on its dispatcher thread: ``open(sink)`` once before the first
+    query (connections made); ``issue_query(query_id, sample_index, scheduled_ns)`` per
+    query, which must not block; and ``close()`` once the run has ended. Each query ends
+    with one call, from any thread, of ``sink.complete(query_id, t_ns)`` or
+    ``sink.fail(query_id, kind, message)``, or of ``sink.timed_out(query_id)`` when the
+    SUT gave up at the run's per-query timeout (the engine counts the timeout itself). In
+    a closed loop that call issues the next query at once, so ``issue_query`` is then
+    called on the completing thread. Times are ``time.monotonic_ns()``. One sample per
+    query.
+    """
+
+    callback_sut = True
+
+    def open(self, sink: Any) -> None:
+        """Called once on the dispatcher thread before the first query."""
+
+    def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
+        """Starts one query; must return without waiting."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once after the run has ended (queries still in flight are cancelled)."""
+
+
 class Batch:
     """Queries handed to a batched SUT's ``issue(batch)``.
 
@@ -224,7 +256,7 @@ class Batch:
 
 
 #: What kind of SUT something is: "null", "fixed_delay", "demo", "function", "async",
-#: "batched", "loop".
+#: "batched", "loop", "callback".
 SUTForm = str
 
 
@@ -242,8 +274,11 @@ def classify_sut(sut: Any) -> SUTForm:
         return "demo"
     if getattr(sut, "native_http", False) is True and callable(getattr(sut, "native_settings", None)):
         return "native_http"
-    if callable(getattr(sut, "issue_query", None)) and callable(getattr(sut, "open_on_loop", None)):
-        return "loop"
+    if callable(getattr(sut, "issue_query", None)):
+        if getattr(sut, "callback_sut", False) is True and callable(getattr(sut, "open", None)):
+            return "callback"
+        if callable(getattr(sut, "open_on_loop", None)):
+            return "loop"
     issue = getattr(sut, "issue", None)
     if issue is not None and callable(issue):
         return "batched"
