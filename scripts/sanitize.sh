@@ -2,7 +2,8 @@
 # Builds loadgen's native extension with sanitizers and runs the tests that drive it.
 #
 #   bash scripts/sanitize.sh asan   ASan + UBSan build; the C++-facing tests (histogram,
-#                                   codec, engine, recorder, MLPerf loop)
+#                                   codec, engine, recorder, MLPerf loop, SSE scanner and
+#                                   the native client's OpenAI streams)
 #   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests
 #   ... asan -- -k codec            arguments after "--" go to pytest (a subset)
 #   SANITIZE_TESTS="tests/test_codec.py tests/test_histogram.py" ... asan
@@ -35,7 +36,11 @@ case "$mode" in
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O0"
     runtime="$("$CXX" -print-file-name=libasan.so)"
     tests=(tests/test_histogram.py tests/test_codec.py tests/test_engine.py tests/test_recorder.py
-           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query)
+           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/test_native_sse.py::test_native_scanner_agrees_with_token_stream
+           tests/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
+           tests/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
+           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"

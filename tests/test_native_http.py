@@ -78,7 +78,7 @@ def test_a_response_too_large_fails_and_closes_its_connection(tmp_path):
 
 
 @pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc"),
-                                       ("openai+http://127.0.0.1:{port}/v1/completions", "not openai"),
+                                       ("openai+http://127.0.0.1:{port}/v1/embeddings", "not openai /v1/embeddings"),
                                        ("https://127.0.0.1:{port}/v2/models/m/infer", "not TLS")])
 def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
     with start_scripted(tmp_path) as srv:

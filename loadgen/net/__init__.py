@@ -147,13 +147,15 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
         from loadgen.net.kserve_grpc import KServeGrpcSUT
 
         sut = KServeGrpcSUT(target, net, pool_size)
-    from loadgen.net.native_http import NativeHttpSUT, native_refusal
+    from loadgen.net.native_http import AUTO_NATIVE_KINDS, native_refusal, native_sut
 
-    refused = native_refusal(target)
+    refused = native_refusal(target, net)
     if net.http_engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
     sut.prepare()
-    # auto: the asyncio client for now (see the README, "The native HTTP client").
-    if net.http_engine == "native" and not refused:
-        return NativeHttpSUT(sut, net.io_threads)
+    # auto: the asyncio client for now, but for AUTO_NATIVE_KINDS (see the README, "The
+    # native HTTP client").
+    if not refused and (net.http_engine == "native" or
+                        (net.http_engine == "auto" and target.kind in AUTO_NATIVE_KINDS)):
+        return native_sut(sut, net.io_threads)
     return sut
