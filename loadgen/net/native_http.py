@@ -90,6 +90,8 @@ class NativeHttpSUT:
         why = native_refusal(inner.target, inner.net)
         if why is not None:
             raise ValueError(f"--http-engine native: {why}")
+        if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
+            raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
         self.inner = inner
         self.io_threads = io_threads
         self.cpus = list(cpus)
