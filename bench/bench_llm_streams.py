@@ -38,6 +38,8 @@ Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word promp
   loadgen   ``loadgen run --scenario concurrency --concurrency N --max-tokens 256``;
             TTFT from each query's scheduled time (its predecessor's end), so its own
             issue delay counts in. Truth: every stream of the server's record.
+            ``loadgen_native`` (only when named in --tools): the same with
+            ``--http-engine native``, the streams read in the core.
   aiperf    AIPerf 0.13.0 (``.servers/aiperf``), ``--concurrency N --benchmark-duration
             D --warmup-request-count N``; the first N streams (its warm-up) are left out
             of the truth.
@@ -66,6 +68,7 @@ Usage:
     python bench/bench_llm_streams.py --json /tmp/streams.json     # the ladder, 3 rounds, ~6 min
     python bench/bench_llm_streams.py --tools loadgen --levels 500,1000,2000 --tokens-per-chunk 1
     python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
+    python bench/bench_llm_streams.py --tools loadgen,loadgen_native --levels 1000,2000   # both HTTP clients
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ from bench_stream import truth as stream_truth  # noqa: E402
 from tests.servers.scripted_proc import start_scripted  # noqa: E402
 
 TOOLS = ("loadgen", "aiperf", "guidellm")
+#: Run only when named in --tools: loadgen on its native HTTP client (--http-engine native).
+EXTRA_TOOLS = ("loadgen_native",)
 MS = 1_000_000
 
 
@@ -173,6 +178,10 @@ class Ladder(StreamBench):
             res["invalid_reasons"] = json.loads(r["stdout"]).get("invalid_reasons") or []
             return res
         return argv, parse_run
+
+    def tool_loadgen_native(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
+        argv, parse = self.tool_loadgen(url, d, startup)
+        return argv + ["--http-engine", "native"], parse
 
     def tool_aiperf(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.aiperf(url, d)
@@ -287,7 +296,7 @@ class Ladder(StreamBench):
             row.update(rc=r["rc"], wall_s=r["wall_s"], timed_out=r["timed_out"], cpu_s=r["cpu_s"],
                        user_s=r["user_s"], sys_s=r["sys_s"])
             # loadgen exits 1 for a run it judged invalid (its JSON says why): still measured
-            if (r["rc"] != 0 and not (tool == "loadgen" and r["rc"] == 1)) or r["timed_out"]:
+            if (r["rc"] != 0 and not (tool.startswith("loadgen") and r["rc"] == 1)) or r["timed_out"]:
                 raise RuntimeError(f"{tool} exited {r['rc']}{' (timed out)' if r['timed_out'] else ''}: "
                                    f"{(r['stderr'] or r['stdout'])[-600:]}")
             stats = srv.stats(timeout_s=60)
@@ -418,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: one level (250), 5 s runs")
     ap.add_argument("--levels", type=_ints, default=None, help="streams in flight per level (default "
                     "250,500,1000,2000,4000; --quick 250)")
-    ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)} (default all)")
+    ap.add_argument("--tools", default=",".join(TOOLS),
+                    help=f"comma-separated, of {', '.join(TOOLS + EXTRA_TOOLS)} (default {','.join(TOOLS)}); "
+                         "loadgen_native is loadgen with --http-engine native")
     ap.add_argument("--duration-s", type=int, default=None, help="seconds per run (default 10, --quick 5)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds; medians of these (default 3, --quick 1)")
     ap.add_argument("--give-up-ms", type=float, default=20.0,
@@ -447,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     args.duration_s = args.duration_s or (5 if args.quick else 10)
     args.rounds = args.rounds or (1 if args.quick else 3)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-    if not tools or set(tools) - set(TOOLS):
-        ap.error(f"--tools: {args.tools!r}; choose from {', '.join(TOOLS)}")
+    if not tools or set(tools) - set(TOOLS + EXTRA_TOOLS):
+        ap.error(f"--tools: {args.tools!r}; choose from {', '.join(TOOLS + EXTRA_TOOLS)}")
     if args.duration_s < 1 or args.rounds < 1 or args.tokens < 1 or args.tokens_per_chunk < 1:
         ap.error("--duration-s, --rounds, --tokens and --tokens-per-chunk must be positive")
     cpus = os.sched_getaffinity(0)
@@ -486,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_llm_streams: server ttft {args.ttft_ms:g} ms, itl {args.itl_ms:g} ms, {args.tokens} tokens, "
               f"{args.tokens_per_chunk} per event after a 1-token first; levels {args.levels}; {args.duration_s} s "
               f"runs, {args.rounds} round(s); client cpu {args.client_cpu}, server cpu {args.server_cpu}; "
-              + ", ".join(f"{t} {ctx.get(t, '?')}" for t in tools)
+              + ", ".join(f"{t} {ctx.get(t.split('_')[0], '?')}" for t in tools)
               + f"; {ctx['cpu_model']}, {ctx['nproc']} cpus; git {ctx['git']}; loadavg "
               f"{' '.join(f'{x:.2f}' for x in ctx['loadavg'])}; {ctx['date_utc']}", flush=True)
         for tool in tools:

@@ -206,7 +206,11 @@ void bind_engine(py::module_& m) {
       .def_readwrite("timeout_ns", &loadgen::HttpClientSettings::timeout_ns)
       .def_readwrite("cache_entries", &loadgen::HttpClientSettings::cache_entries)
       .def_readwrite("cache_body_bytes", &loadgen::HttpClientSettings::cache_body_bytes)
-      .def_readwrite("cpus", &loadgen::HttpClientSettings::cpus);
+      .def_readwrite("cpus", &loadgen::HttpClientSettings::cpus)
+      .def_readwrite("sse", &loadgen::HttpClientSettings::sse)
+      .def_readwrite("sse_check", &loadgen::HttpClientSettings::sse_check)
+      .def_readwrite("input_tokens", &loadgen::HttpClientSettings::input_tokens)
+      .def_readwrite("significant_figures", &loadgen::HttpClientSettings::significant_figures);
 
   py::class_<NativeSutSettings>(m, "NativeSutSettings",
                                 "Which SUT a run drives (kind) and the native SUTs' parameters.")
@@ -418,12 +422,12 @@ void bind_engine(py::module_& m) {
              }
              if (!more) return py::none();
              py::list out;
-             for (auto& u : got) out.append(py::make_tuple(u.id, u.t_ns, u.status, py::bytes(u.body)));
+             for (auto& u : got) out.append(py::make_tuple(u.id, u.t_ns, u.status, py::bytes(u.body), u.problem));
              return out;
            },
            py::arg("max") = 256, py::arg("timeout_s") = 0.05,
-           "Responses waiting for a verdict: [(id, t_ns, status, body)], waiting up to timeout_s; "
-           "None once the client is closed and none is left.")
+           "Responses waiting for a verdict: [(id, t_ns, status, body, problem)], waiting up to timeout_s; "
+           "None once the client is closed and none is left. problem: 0, or a failed stream's SseProblem.")
       .def("http_resolve",
            [](Engine& e, const py::list& verdicts) {
              loadgen::HttpClient* h = e.native_http();
@@ -467,6 +471,29 @@ void bind_engine(py::module_& m) {
              return d;
            },
            "The native HTTP client's counters ({} for other SUTs).")
+      .def("http_sse_figures",
+           [](Engine& e) {
+             py::dict d;
+             loadgen::HttpClient* h = e.native_http();
+             if (h == nullptr) return d;
+             loadgen::SseFigures f = [h] {
+               py::gil_scoped_release release;
+               return h->sse_figures();
+             }();
+             d["itl_ns"] = PyHistogram(std::move(f.itl_ns));
+             d["tokens_per_s_milli"] = PyHistogram(std::move(f.tokens_per_s_milli));
+             d["input_length_tokens"] = PyHistogram(std::move(f.input_length_tokens));
+             d["output_length_tokens"] = PyHistogram(std::move(f.output_length_tokens));
+             d["output_lengths"] = f.output_lengths;
+             d["tokens_from_usage"] = f.tokens_from_usage;
+             d["tokens_from_chunks"] = f.tokens_from_chunks;
+             d["output_tokens"] = f.output_tokens;
+             d["input_tokens_sent"] = f.input_tokens_sent;
+             d["checked"] = f.checked;
+             return d;
+           },
+           "The native client's figures of OpenAI streams (settings.http.sse): histograms and counts "
+           "({} for other SUTs). Any time during a run.")
       .def("follow_up", &Engine::follow_up, py::arg("tag"), py::arg("at_ns"),
            "Multi-turn: one more query due at at_ns, handed out with sample index tag; call "
            "it before completing the query it follows. False once issuing has ended.")

@@ -1,17 +1,21 @@
-// Bindings for the native HTTP/1.1 response parser and its microbenchmark. The parser is
+// Bindings for the native HTTP/1.1 response parser, the SSE scanner (for tests and
+// fuzzing against the Python client's TokenStream) and their microbenchmarks. The parser is
 // driven with the GIL held: its body callback calls back into Python, and one feed of a
 // typical response costs less than releasing and taking the GIL again.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "http_parser.h"
+#include "sse.h"
 
 namespace py = pybind11;
 using loadgen::HttpParserLimits;
 using loadgen::HttpResponseParser;
+using loadgen::SseScanner;
 
 namespace {
 
@@ -79,6 +83,46 @@ void bind_http(py::module_& m) {
                              })
       .def_property_readonly("error_kind", &HttpResponseParser::error_kind)
       .def_property_readonly("error_message", &HttpResponseParser::error_message);
+
+  py::class_<SseScanner>(m, "SseScanner")
+      .def(py::init<int64_t>(), py::arg("max_event_bytes") = int64_t{64} << 20)
+      .def("start", &SseScanner::start)
+      .def(
+          "feed",
+          [](SseScanner& s, const py::bytes& data, int64_t t_ns) {
+            const std::string_view v = view_of(data);
+            return s.feed(v.data(), v.size(), t_ns);
+          },
+          py::arg("data"), py::arg("t_ns"))
+      .def("finish", &SseScanner::finish, py::arg("t_ns"))
+      .def_property_readonly("chunks", &SseScanner::chunks)
+      .def_property_readonly("usage_tokens", &SseScanner::usage_tokens)
+      .def_property_readonly("done", &SseScanner::done)
+      .def_property_readonly("finished", &SseScanner::finished)
+      .def_property_readonly("first_ns", &SseScanner::first_ns)
+      .def_property_readonly("last_ns", &SseScanner::last_ns)
+      .def_property_readonly("gaps", [](const SseScanner& s) { return py::cast(s.gaps()); })
+      .def_property_readonly("problem", [](const SseScanner& s) { return static_cast<int>(s.problem()); })
+      .def_property_readonly("problem_data",
+                             [](const SseScanner& s) {
+                               const std::string& b = s.problem_data();
+                               return py::bytes(b.data(), b.size());
+                             })
+      .def_property_readonly("held",
+                             [](const SseScanner& s) {
+                               const std::string& b = s.held();
+                               return py::bytes(b.data(), b.size());
+                             })
+      .def_property_readonly("held_over", &SseScanner::held_over);
+
+  m.def(
+      "time_sse_scan_ns",
+      [](const py::bytes& stream, int pieces, int64_t iterations) {
+        const std::string_view v = view_of(stream);
+        py::gil_scoped_release release;
+        return loadgen::time_sse_scan_ns(v.data(), v.size(), pieces, iterations);
+      },
+      py::arg("stream"), py::arg("pieces") = 1, py::arg("iterations") = 100000);
 
   m.def(
       "time_http_parse_ns",

@@ -333,6 +333,10 @@ class Engine : private CompletionSink {
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
   }
+  void complete_tokens_native(int64_t id, int64_t t_ns, int64_t n_tokens, int64_t n_input) noexcept override {
+    complete_internal(id, t_ns, n_tokens, false, n_input);
+  }
+  void first_token_native(int64_t id, int64_t t_ns) noexcept override { first_token(id, t_ns); }
   // Closed loop with the native HTTP client: generates and sends the next queries on
   // the calling thread (the one that resolved a query), while there is room.
   void issue_ready() noexcept override;

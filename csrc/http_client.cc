@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -21,6 +23,7 @@
 #include "http_parser.h"
 #include "native_suts.h"
 #include "require.h"
+#include "sse.h"
 
 namespace loadgen {
 
@@ -75,7 +78,20 @@ void validate(const HttpClientSettings& s) {
   require(s.connect_timeout_ns >= 1, "http.connect_timeout_ns must be >= 1");
   require(s.timeout_ns >= 0, "http.timeout_ns must be >= 0");
   require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "http.cache_entries and cache_body_bytes must be >= 0");
+  require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
+          "http.input_tokens must be empty or hold one count per request");
+  require(s.significant_figures >= 1 && s.significant_figures <= 5, "http.significant_figures must be in 1..5");
 }
+
+namespace {
+constexpr int64_t kHighestFigure = 3'600'000'000'000;  // the Python client's histograms' bound
+}  // namespace
+
+SseFigures::SseFigures(int significant_figures)
+    : itl_ns(1, kHighestFigure, significant_figures),
+      tokens_per_s_milli(1, kHighestFigure, significant_figures),
+      input_length_tokens(1, kHighestFigure, significant_figures),
+      output_length_tokens(1, kHighestFigure, significant_figures) {}
 
 struct HttpClient::Conn {
   enum State { kClosed, kConnecting, kIdle, kBusy };
@@ -90,6 +106,13 @@ struct HttpClient::Conn {
   const std::string* req = nullptr;
   size_t written = 0;
   HttpResponseParser parser;
+  // sse: the stream of the query in progress.
+  std::unique_ptr<SseScanner> sse;
+  int64_t scheduled = 0;
+  int64_t n_input = -1;
+  int64_t read_t = 0;           // when the bytes being parsed arrived
+  bool first_reported = false;  // its first token went to the sink
+  bool sse_over = false;        // an event went over the limit: the rest is not read
 };
 
 struct HttpClient::Io {
@@ -97,6 +120,11 @@ struct HttpClient::Io {
   int wake = -1;
   std::vector<Conn*> conns;
   std::thread thread;
+  // sse: the figures of the streams this thread completed; the lock is this thread's
+  // but for a reader's copy (sse_figures()), so taking it costs no contention.
+  mutable std::mutex fig_mu;
+  std::unique_ptr<SseFigures> fig;
+  std::map<int64_t, int64_t> output_lengths;
 };
 
 HttpClient::HttpClient(HttpClientSettings settings) : s_(std::move(settings)) {
@@ -113,12 +141,22 @@ HttpClient::HttpClient(HttpClientSettings settings) : s_(std::move(settings)) {
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;
     epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wake, &ev);
+    if (s_.sse) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
     ios_.push_back(std::move(io));
   }
   for (int64_t i = 0; i < s_.connections; ++i) {
     auto c = std::make_unique<Conn>(limits);
     c->io = ios_[static_cast<size_t>(i) % ios_.size()].get();
     c->io->conns.push_back(c.get());
+    if (s_.sse) {
+      // Body pieces go to the scanner as they arrive, stamped with their read's time.
+      c->sse = std::make_unique<SseScanner>(s_.max_response_bytes);
+      Conn* raw = c.get();
+      c->parser.set_body_callback([raw](const char* data, size_t n) {
+        if (raw->sse_over) return;
+        if (!raw->sse->feed(data, n, raw->read_t)) raw->sse_over = true;
+      });
+    }
     conns_.push_back(std::move(c));
   }
 }
@@ -200,7 +238,11 @@ void HttpClient::start(CompletionSink& sink) {
 }
 
 void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
-  const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0};
+  const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0, scheduled_ns};
+  if (!s_.input_tokens.empty()) {
+    input_tokens_sent_.fetch_add(s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()],
+                                 std::memory_order_relaxed);
+  }
   for (;;) {
     Conn* c = nullptr;
     {
@@ -232,6 +274,14 @@ void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
   c->req = &s_.requests[static_cast<size_t>(p.sample) % s_.requests.size()];
   c->written = 0;
   c->parser.start(s_.head_only);
+  if (c->sse) {
+    c->sse->start();
+    c->scheduled = p.scheduled;
+    c->n_input = s_.input_tokens.empty() ? -1
+                                         : s_.input_tokens[static_cast<size_t>(p.sample) % s_.input_tokens.size()];
+    c->first_reported = false;
+    c->sse_over = false;
+  }
   const size_t before = c->written;
   const int err = write_some(c);
   bytes_sent_.fetch_add(static_cast<int64_t>(c->written - before), std::memory_order_relaxed);
@@ -404,12 +454,80 @@ void HttpClient::judge(int64_t id, int64_t t, int status, std::string&& body) no
       return;
     }
   }
+  hand_over(UncheckedResponse{id, t, status, std::move(body), 0});
+}
+
+void HttpClient::hand_over(UncheckedResponse&& u) noexcept {
   checked_outside_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(unchecked_mutex_);
-    unchecked_.push_back(UncheckedResponse{id, t, status, std::move(body)});
+    unchecked_.push_back(std::move(u));
   }
   unchecked_cv_.notify_one();
+}
+
+void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept {
+  SseScanner& s = *c->sse;
+  out->id = c->query;
+  out->t = t;
+  out->status = status;
+  out->n_input = c->n_input;
+  if (status != 200) {  // as the asyncio client: the bytes held, not the whole body
+    out->problem = static_cast<int>(SseProblem::kHttpStatus);
+    out->body = s.held();
+    return;
+  }
+  s.finish(t);
+  if (s.first_ns() != 0 && !c->first_reported) {  // the last event held the first token
+    c->first_reported = true;
+    sink_->first_token_native(c->query, s.first_ns());
+  }
+  if (s.problem() != SseProblem::kNone) {
+    out->problem = static_cast<int>(s.problem());
+    out->body = s.problem_data();
+    return;
+  }
+  Io& io = *c->io;
+  if (s_.sse_check) {
+    // A stream may end at once (the model's first token was its end): 0 tokens, when
+    // the server said the choice finished or its usage says 0.
+    if (s.chunks() == 0 && !(s.finished() || s.usage_tokens() == 0)) {
+      out->problem = static_cast<int>(SseProblem::kNoTokens);
+    } else if (!s.done()) {
+      out->problem = static_cast<int>(SseProblem::kNoDone);
+    }
+    std::lock_guard<std::mutex> lock(io.fig_mu);
+    ++io.fig->checked;
+  }
+  if (out->problem != 0) return;
+  const bool usage = s.usage_tokens() >= 0;
+  const int64_t n = usage ? s.usage_tokens() : s.chunks();
+  out->n = n;
+  std::lock_guard<std::mutex> lock(io.fig_mu);
+  SseFigures& f = *io.fig;
+  ++(usage ? f.tokens_from_usage : f.tokens_from_chunks);
+  f.output_tokens += n;
+  try {
+    ++io.output_lengths[n];
+  } catch (...) {  // out of memory for a new length: the count is lost, the run goes on
+  }
+  for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
+  const int64_t elapsed = t - c->scheduled;
+  if (elapsed > 0 && n > 0) {
+    // Python's round(n * 1e12 / elapsed): the same double, rounded half to even.
+    const double milli = std::nearbyint(static_cast<double>(n) * 1e12 / static_cast<double>(elapsed));
+    f.tokens_per_s_milli.record(milli >= 9.2e18 ? INT64_MAX : std::max<int64_t>(1, static_cast<int64_t>(milli)));
+  }
+  if (c->n_input > 0) f.input_length_tokens.record(c->n_input);
+  if (n > 0) f.output_length_tokens.record(n);
+}
+
+void HttpClient::finish_stream(StreamEnd&& e) noexcept {
+  if (e.problem == 0) {
+    sink_->complete_tokens_native(e.id, e.t, e.n, e.n_input);
+    return;
+  }
+  hand_over(UncheckedResponse{e.id, e.t, e.status, std::move(e.body), e.problem});
 }
 
 bool HttpClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns) {
@@ -432,6 +550,7 @@ void HttpClient::resolve(std::vector<ResponseVerdict>& verdicts) {
     }
   }
   sink_->issue_ready();
+  if (s_.sse) return;  // a stream's verdict is not a function of its bytes alone: no cache
   std::unique_lock<std::shared_mutex> lock(cache_mutex_);
   for (ResponseVerdict& v : verdicts) {
     if (cache_size_ >= static_cast<size_t>(s_.cache_entries) ||
@@ -505,6 +624,7 @@ void HttpClient::io_loop(Io* io) {
       int64_t done_id = -1, done_t = 0;
       int done_status = 0;
       std::string done_body;
+      StreamEnd stream_end;
       bool reuse = false;
       {
         std::unique_lock<std::mutex> lock(c->mu);
@@ -549,10 +669,14 @@ void HttpClient::io_loop(Io* io) {
               }
               if (r == 0) {  // the server closed the connection
                 if (c->state == Conn::kBusy && c->parser.eof_completes()) {
-                  done_id = c->query;
-                  done_t = t;
-                  done_status = c->parser.status();
-                  done_body = c->parser.take_body();
+                  if (c->sse) {
+                    end_stream(c, t, c->parser.status(), &stream_end);
+                  } else {
+                    done_id = c->query;
+                    done_t = t;
+                    done_status = c->parser.status();
+                    done_body = c->parser.take_body();
+                  }
                   responses_.fetch_add(1, std::memory_order_relaxed);
                   c->query = -1;
                   close_locked(c, nullptr, "");
@@ -569,17 +693,29 @@ void HttpClient::io_loop(Io* io) {
                 break;
               }
               size_t used = 0;
+              c->read_t = t;
               const auto res = c->parser.feed(buf.data(), static_cast<size_t>(r), &used);
-              if (res == HttpResponseParser::Result::kNeedMore) continue;
+              if (c->sse && sse_read(c, &stream_end)) break;  // an event over the limit comes first
+              // A short read drained the socket: epoll is level-triggered and says when more
+              // comes, so the read that would only return EAGAIN is saved (a stream's
+              // events come one or two to a read: that read was a third of the syscalls).
+              if (res == HttpResponseParser::Result::kNeedMore) {
+                if (static_cast<size_t>(r) < buf.size()) break;
+                continue;
+              }
               if (res == HttpResponseParser::Result::kError) {
                 close_locked(c, c->parser.error_kind().c_str(), c->parser.error_message());
                 break;
               }
               // A whole response. Bytes past it put the connection out of step.
-              done_id = c->query;
-              done_t = t;
-              done_status = c->parser.status();
-              done_body = c->parser.take_body();
+              if (c->sse) {
+                end_stream(c, t, c->parser.status(), &stream_end);
+              } else {
+                done_id = c->query;
+                done_t = t;
+                done_status = c->parser.status();
+                done_body = c->parser.take_body();
+              }
               responses_.fetch_add(1, std::memory_order_relaxed);
               const bool keep = c->parser.keep_alive() && used == static_cast<size_t>(r);
               c->query = -1;
@@ -596,6 +732,7 @@ void HttpClient::io_loop(Io* io) {
       }
       if (reuse) release(c);
       if (done_id >= 0) judge(done_id, done_t, done_status, std::move(done_body));
+      if (stream_end.id >= 0) finish_stream(std::move(stream_end));
       if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
       sink_->issue_ready();  // closed loop: the next request goes out from here
     }
@@ -603,7 +740,10 @@ void HttpClient::io_loop(Io* io) {
     const int64_t now = now_ns();
     if (now >= next_scan) {
       expire(io, now);
-      next_scan = now + 1'000'000;
+      // Every connection's lock is taken per scan: with thousands of long streams a scan
+      // each millisecond cost more than their reads. Query timeouts want the millisecond;
+      // connect timeouts (seconds) do with 50 ms.
+      next_scan = now + (s_.timeout_ns > 0 ? 1'000'000 : 50'000'000);
     }
   }
 }
@@ -626,6 +766,47 @@ void HttpClient::close() noexcept {
     c->state = Conn::kClosed;
   }
   unchecked_cv_.notify_all();
+}
+
+bool HttpClient::sse_read(Conn* c, StreamEnd* out) noexcept {
+  SseScanner& s = *c->sse;
+  if (s.first_ns() != 0 && !c->first_reported) {  // before an event over the limit, as in Python
+    c->first_reported = true;
+    sink_->first_token_native(c->query, s.first_ns());
+  }
+  if (c->sse_over) {  // the rest of the stream cannot be skipped reliably: the connection goes
+    out->id = c->query;
+    out->t = c->read_t;
+    out->status = c->parser.status();
+    out->problem = static_cast<int>(SseProblem::kTooLarge);
+    out->body = std::to_string(s.held_over());
+    c->query = -1;
+    close_locked(c, nullptr, "");
+    return true;
+  }
+  return false;
+}
+
+SseFigures HttpClient::sse_figures() const {
+  SseFigures out(s_.significant_figures);
+  std::map<int64_t, int64_t> lengths;
+  for (const auto& io : ios_) {
+    if (!io->fig) continue;
+    std::lock_guard<std::mutex> lock(io->fig_mu);
+    const SseFigures& f = *io->fig;
+    out.itl_ns.add(f.itl_ns);
+    out.tokens_per_s_milli.add(f.tokens_per_s_milli);
+    out.input_length_tokens.add(f.input_length_tokens);
+    out.output_length_tokens.add(f.output_length_tokens);
+    out.tokens_from_usage += f.tokens_from_usage;
+    out.tokens_from_chunks += f.tokens_from_chunks;
+    out.output_tokens += f.output_tokens;
+    out.checked += f.checked;
+    for (const auto& [n, count] : io->output_lengths) lengths[n] += count;
+  }
+  out.output_lengths.assign(lengths.begin(), lengths.end());
+  out.input_tokens_sent = input_tokens_sent_.load();
+  return out;
 }
 
 HttpClientStats HttpClient::stats() const {

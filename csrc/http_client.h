@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hdr_histogram.h"
+
 namespace loadgen {
 
 class CompletionSink;
@@ -42,6 +44,33 @@ struct HttpClientSettings {
   int64_t cache_entries = 4096;
   int64_t cache_body_bytes = 64 * 1024;
   std::vector<int> cpus;  ///< the I/O threads run on these CPUs (empty: not pinned)
+  /// OpenAI streams: each body is Server-Sent Events, read as it arrives by an
+  /// SseScanner (sse.h) with max_response_bytes as its per-event bound; the first token
+  /// and the completion with its token count go to the sink natively, and a failed
+  /// stream goes to the Python side (take_unchecked, with its SseProblem) for its message.
+  bool sse = false;
+  /// sse: the end-of-stream checks (tokens or a finish_reason; data: [DONE]) are made.
+  bool sse_check = true;
+  /// sse: each request's input tokens, by sample index like `requests` (empty: not known).
+  std::vector<int64_t> input_tokens;
+  /// sse: the figures' histograms keep this many significant figures (1..5).
+  int significant_figures = 3;
+};
+
+/// The figures of the streams completed (sse): what the asyncio client's OpenAISUT
+/// keeps, with the same meaning. Histogram values are in [1, 3.6e12].
+struct SseFigures {
+  explicit SseFigures(int significant_figures);
+  HdrHistogram itl_ns;               ///< each inter-token gap (>= 1 ns)
+  HdrHistogram tokens_per_s_milli;   ///< each request's output tokens per second, x1000
+  HdrHistogram input_length_tokens;  ///< input tokens of each request answered (when known)
+  HdrHistogram output_length_tokens; ///< output tokens of each request answered (> 0)
+  std::vector<std::pair<int64_t, int64_t>> output_lengths;  ///< output tokens -> requests (sorted)
+  int64_t tokens_from_usage = 0;     ///< requests counted from usage.completion_tokens
+  int64_t tokens_from_chunks = 0;    ///< requests counted from their token chunks
+  int64_t output_tokens = 0;
+  int64_t input_tokens_sent = 0;     ///< input tokens of the requests sent (when known)
+  int64_t checked = 0;               ///< streams checked (sse_check) and found good
 };
 
 /// Throws std::invalid_argument naming the bad field (http.port, http.connections, ...).
@@ -53,6 +82,10 @@ struct UncheckedResponse {
   int64_t t_ns = 0;  ///< when its last bytes arrived (the completion time)
   int status = 0;
   std::string body;
+  /// sse: why the stream failed (an SseProblem, never kNone): body holds its data
+  /// (kNotJson, kNotObject, kErrorEvent), the bytes held (kHttpStatus) or the event's
+  /// length in decimal (kTooLarge). 0 for a response to judge by status and body.
+  int problem = 0;
 };
 
 /// The Python side's verdict on one response: ok, or failed with an error kind and message.
@@ -100,6 +133,8 @@ class HttpClient {
   /// verdict for those bytes.
   void resolve(std::vector<ResponseVerdict>& verdicts);
   HttpClientStats stats() const;
+  /// sse: the figures so far, over all I/O threads. Any thread, during a run too.
+  SseFigures sse_figures() const;
 
  private:
   struct Conn;
@@ -108,6 +143,17 @@ class HttpClient {
     int64_t id;
     int64_t sample;
     int64_t deadline;  // 0: none
+    int64_t scheduled;
+  };
+  // How a stream ended (sse), decided under its connection's lock and acted on after.
+  struct StreamEnd {
+    int64_t id = -1;
+    int64_t t = 0;
+    int64_t n = 0;
+    int64_t n_input = -1;
+    int status = 0;
+    int problem = 0;
+    std::string body;
   };
   struct Verdict {
     bool ok = true;
@@ -132,6 +178,15 @@ class HttpClient {
   // Closes c after a failed write, failing its query as the asyncio client would.
   void fail_write(Conn* c, int err) noexcept;
   void judge(int64_t id, int64_t t, int status, std::string&& body) noexcept;
+  // sse: ends c's stream (its lock held) at t with `status`: records a good one in its
+  // I/O thread's figures, or says why it failed.
+  void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
+  // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
+  void finish_stream(StreamEnd&& e) noexcept;
+  void hand_over(UncheckedResponse&& u) noexcept;
+  // sse: after a read was parsed (c's lock held): reports a first token, or ends a
+  // stream whose event went over the limit (true: c was closed, *out says why).
+  bool sse_read(Conn* c, StreamEnd* out) noexcept;
   void want_connection() noexcept;
   void connect_failed(Conn* c, int err, const std::string& what) noexcept;
   void expire(Io* io, int64_t now) noexcept;
@@ -157,6 +212,7 @@ class HttpClient {
   std::condition_variable unchecked_cv_;
   std::deque<UncheckedResponse> unchecked_;
 
+  std::atomic<int64_t> input_tokens_sent_{0};
   std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
       cache_hits_{0}, checked_outside_{0}, closed_by_timeout_{0};
 };

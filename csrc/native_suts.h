@@ -55,6 +55,18 @@ class CompletionSink {
   /// Query `id` completed at `t_ns`. A query no longer in flight (timed out, cancelled)
   /// is ignored by the sink.
   virtual void complete_native(int64_t id, int64_t t_ns) noexcept = 0;
+  /// Query `id` completed at `t_ns` with `n_tokens` output tokens (>= 0) and `n_input`
+  /// input tokens (-1: not known), as Engine::complete.
+  virtual void complete_tokens_native(int64_t id, int64_t t_ns, int64_t n_tokens, int64_t n_input) noexcept {
+    (void)n_tokens;
+    (void)n_input;
+    complete_native(id, t_ns);
+  }
+  /// The first token of query `id` arrived at `t_ns` (Engine::first_token).
+  virtual void first_token_native(int64_t id, int64_t t_ns) noexcept {
+    (void)id;
+    (void)t_ns;
+  }
   /// Query `id` failed with an error kind and message (see Engine::fail).
   virtual void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept = 0;
   /// Queries were resolved on this thread: the sink may issue the next ones here

@@ -398,7 +398,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)"),
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
-               "REST, --request-template; plain http://), asyncio, or auto (default: native where it runs the target, else asyncio)", "ENGINE"),
+               "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (default: native where it can)", "ENGINE"),
     OptionSpec("io_threads", _int(1, 256), "network, --http-engine native: epoll threads (default 1)", "N"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),

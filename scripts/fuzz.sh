@@ -11,7 +11,8 @@
 # options_config, options_env, prometheus, trace. And under libFuzzer with ASan and UBSan,
 # built with clang++ when it is installed (else skipped, saying so): hdr_codec, the C++
 # decoders of csrc/hdr_codec.cc (tests/fuzz/hdr_codec_fuzzer.cc), and http_parser, the
-# native HTTP/1.1 response parser of csrc/http_parser.cc (tests/fuzz/http_parser_fuzzer.cc).
+# native HTTP/1.1 response parser of csrc/http_parser.cc (tests/fuzz/http_parser_fuzzer.cc),
+# and sse_scanner, the native SSE scanner of csrc/sse.cc (tests/fuzz/sse_scanner_fuzzer.cc).
 #
 # Seed corpora are tests/fuzz/corpus/<target>/ (read only); what the fuzzer adds goes
 # to build/fuzz/<target>/corpus/ and is reused by the next run. A crash found becomes a
@@ -38,7 +39,7 @@ if [[ $# -gt 0 ]]; then
   targets=("$@")
 else
   mapfile -t targets < <("$PYTHON" "$root/tests/fuzz/fuzz_run.py" --list)
-  targets+=(hdr_codec http_parser)
+  targets+=(hdr_codec http_parser sse_scanner)
 fi
 
 libfuzzer_args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
@@ -52,6 +53,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     hdr_codec) native=(csrc/hdr_codec.cc csrc/hdr_histogram.cc csrc/hdr_codec.h csrc/hdr_histogram.h) ;;
     http_parser) native=(csrc/http_parser.cc csrc/http_parser.h) ;;
+    sse_scanner) native=(csrc/sse.cc csrc/sse.h) ;;
   esac
   if [[ ${#native[@]} -gt 0 ]]; then
     if ! command -v "$CLANGXX" >/dev/null; then

@@ -2,8 +2,10 @@
 # Builds loadgen's native extension with sanitizers and runs the tests that drive it.
 #
 #   bash scripts/sanitize.sh asan   ASan + UBSan build; the C++-facing tests (histogram,
-#                                   codec, engine, recorder, MLPerf loop)
-#   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests
+#                                   codec, engine, recorder, MLPerf loop, SSE scanner and
+#                                   the native client's OpenAI streams)
+#   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests (and the
+#                                   native client's OpenAI streams read while they run)
 #   ... asan -- -k codec            arguments after "--" go to pytest (a subset)
 #   SANITIZE_TESTS="tests/test_codec.py tests/test_histogram.py" ... asan
 #                                   these test files instead of the mode's list
@@ -35,7 +37,11 @@ case "$mode" in
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O0"
     runtime="$("$CXX" -print-file-name=libasan.so)"
     tests=(tests/test_histogram.py tests/test_codec.py tests/test_engine.py tests/test_recorder.py
-           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query)
+           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/test_native_sse.py::test_native_scanner_agrees_with_token_stream
+           tests/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
+           tests/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
+           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
@@ -47,7 +53,8 @@ case "$mode" in
            tests/test_engine.py::test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time
            tests/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
            tests/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
-           tests/test_records.py::test_every_sut_form_gets_one_row_per_query)
+           tests/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api)
     ;;
   *)
     echo "usage: $0 asan|tsan [-- pytest arguments]" >&2

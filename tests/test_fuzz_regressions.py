@@ -33,7 +33,7 @@ SEEDS = sorted(p for p in CORPUS.glob("*/*") if p.parent.name in TARGETS)
 
 
 def test_every_fuzz_target_has_a_seed_corpus():
-    for name in [*TARGETS, "hdr_codec", "http_parser"]:
+    for name in [*TARGETS, "hdr_codec", "http_parser", "sse_scanner"]:
         assert any((CORPUS / name).iterdir()), name
 
 

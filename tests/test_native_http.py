@@ -49,14 +49,17 @@ def test_counts_equal_the_servers_and_every_response_is_checked(tmp_path, load):
 def test_auto_picks_the_native_client_where_it_runs_the_target(tmp_path):
     tpl = tmp_path / "get.json"
     tpl.write_text(json.dumps({"method": "GET", "path": "/v2/health/ready"}))
-    with start_scripted(tmp_path) as srv:
+    with start_scripted(tmp_path, "--ttft-ms", "1", "--itl-ms", "0.1", "--tokens", "4") as srv:
         load = ("--scenario", "concurrency", "--concurrency", "4", "--query-count", "200")
         kserve = _run("--sut", f"{srv.url}/v2/models/m/infer", *load)
         template = _run("--sut", srv.url, "--request-template", str(tpl), *load)
+        stream = _run("--sut", f"openai+{srv.url}/v1/completions", "--model", "m", *load)
+        whole = _run("--sut", f"openai+{srv.url}/v1/completions", "--model", "m", "--no-stream", *load)
         asked = _run("--sut", f"{srv.url}/v2/models/m/infer", *load, "--http-engine", "asyncio")
     assert kserve["network"]["http_engine"] == template["network"]["http_engine"] == "native"
-    assert asked["network"]["http_engine"] == "asyncio"
-    for doc in (kserve, template, asked):
+    assert stream["network"]["http_engine"] == "native"
+    assert whole["network"]["http_engine"] == asked["network"]["http_engine"] == "asyncio"
+    for doc in (kserve, template, stream, whole, asked):
         assert doc["counts"]["completed"] == 200 and doc["counts"]["failed"] == 0
 
 
@@ -92,7 +95,7 @@ def test_a_response_too_large_fails_and_closes_its_connection(tmp_path):
 
 
 @pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc"),
-                                       ("openai+http://127.0.0.1:{port}/v1/completions", "not openai"),
+                                       ("openai+http://127.0.0.1:{port}/v1/embeddings", "not openai /v1/embeddings"),
                                        ("https://127.0.0.1:{port}/v2/models/m/infer", "not TLS")])
 def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
     with start_scripted(tmp_path) as srv:

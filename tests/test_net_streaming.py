@@ -91,13 +91,14 @@ def test_tokens_are_counted_from_chunks_without_usage(tmp_path):
     assert doc["counts"]["tokens"] == 4 * 20  # 4 chunks of 2 tokens: chunks undercount, and the result says so
 
 
-def test_stream_server_killed_mid_run_counts_errors(tmp_path):
+@pytest.mark.parametrize("engine", ["asyncio", "native"])
+def test_stream_server_killed_mid_run_counts_errors(tmp_path, engine):
     srv = start_scripted(tmp_path, "--ttft-ms", "20", "--itl-ms", "5", "--tokens", "20")
     try:
         out = tmp_path / "out"
         cmd = [sys.executable, "-m", "loadgen", "run", "--sut", f"openai+{srv.url}/v1/completions", "--model", "m",
                "--scenario", "concurrency", "--concurrency", "16", "--duration-s", "3", "--output", str(out),
-               "--quiet"]
+               "--quiet", "--http-engine", engine]
         proc = subprocess.Popen(cmd, env=clean_env(), stderr=subprocess.PIPE, text=True)
         time.sleep(1.5)
         os.kill(srv.pid, signal.SIGKILL)
@@ -108,5 +109,7 @@ def test_stream_server_killed_mid_run_counts_errors(tmp_path):
     doc = json.loads((out / "result.json").read_text())
     assert doc["counts"]["completed"] > 16 and doc["counts"]["failed"] >= 16
     assert set(doc["errors"]["counts"]) <= {"connection_reset", "connect_refused"}, doc["errors"]["messages"]
+    assert doc["network"]["tokens"]["output_tokens"] == 20 * doc["counts"]["completed"]
+    assert doc["network"].get("http_engine", "asyncio") == engine
 
 

@@ -83,9 +83,11 @@ def _check_stream_timing(doc: dict, n: int, tokens: int) -> None:
     assert itl["min"] >= 1 and 1_000 <= itl["max"] < 30e9
 
 
-def test_chat_stream_with_ignore_eos_has_exact_lengths(server, word_tokenizer, tmp_path):
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_chat_stream_with_ignore_eos_has_exact_lengths(server, word_tokenizer, tmp_path, http_engine):
     n = 12
-    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--concurrency", "3", "--query-count", str(n),
+    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--http-engine", http_engine,
+                               "--concurrency", "3", "--query-count", str(n),
                                "--tokenizer", word_tokenizer, "--input-tokens", "16:48", "--output-tokens", "4:24",
                                "--ignore-eos")
     _check_counts(doc, n, answered, runs)
@@ -105,11 +107,13 @@ def test_chat_stream_with_ignore_eos_has_exact_lengths(server, word_tokenizer, t
     assert tps > 0 and abs(tps * doc["duration_s"] - generated) <= 0.05 * generated + 1
 
 
-def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path):
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path, http_engine):
     # Without --ignore-eos the model's EOS (about 1 token in 25) ends some requests early;
     # "min_tokens": 2 (merged by --extra-body) keeps every answer to 2 tokens or more.
     n = 16
-    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--concurrency", "2", "--query-count", str(n),
+    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--http-engine", http_engine,
+                               "--concurrency", "2", "--query-count", str(n),
                                "--tokenizer", word_tokenizer, "--input-tokens", "8:32", "--output-tokens", "24:48",
                                "--extra-body", '{"min_tokens": 2}')
     _check_counts(doc, n, answered, runs)
@@ -145,11 +149,13 @@ def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tm
     assert doc["output_tokens_per_s"]["count"] == n
 
 
-def test_streams_that_end_at_once_complete_with_0_tokens(server, tmp_path):
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_streams_that_end_at_once_complete_with_0_tokens(server, tmp_path, http_engine):
     # A logit bias of +100 on EOS (token 2) makes it the first token of every answer: the
     # server streams a role chunk, a finish chunk and [DONE], with no text and no usage.
     n = 8
-    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--concurrency", "2", "--query-count", str(n),
+    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--http-engine", http_engine,
+                               "--concurrency", "2", "--query-count", str(n),
                                "--output-tokens", "4:8", "--extra-body", '{"logit_bias": {"2": 100}}')
     _check_counts(doc, n, answered, runs)
     assert runs == [1] * n  # llama.cpp's floor of 1 (no token was decoded)

@@ -153,13 +153,13 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
         sut = KServeGrpcCallbackSUT(target, net, pool_size)
     else:
         raise ValueError(f"grpc_engine must be 'auto', 'callback' or 'asyncio', got {net.grpc_engine!r}")
-    from loadgen.net.native_http import NativeHttpSUT, native_refusal
+    from loadgen.net.native_http import native_refusal, native_sut
 
-    refused = native_refusal(target)
+    refused = native_refusal(target, net)
     if net.http_engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
     sut.prepare()
     # auto: the native client wherever it runs the target.
     if net.http_engine in ("native", "auto") and not refused:
-        return NativeHttpSUT(sut, net.io_threads)
+        return native_sut(sut, net.io_threads)
     return sut

@@ -1,6 +1,6 @@
-"""The native HTTP/1.1 path (``--http-engine native``): a prepared KServe REST or template
-client whose requests go out, and whose responses are read and parsed, in the core
-(``csrc/http_client.cc``), with no Python per query.
+"""The native HTTP/1.1 path (``--http-engine native``): a prepared KServe REST, template or
+OpenAI streaming client whose requests go out, and whose responses are read and parsed, in
+the core (``csrc/http_client.cc``), with no Python per query.
 
 The Python client prepares everything as for the asyncio path (readiness, metadata, the
 serialized requests), then hands the bytes to the engine as a native SUT. Each response is
@@ -8,32 +8,59 @@ judged by the client's own :meth:`verdict` (status and body, a function of the b
 core caches verdicts by the response's bytes, and the responses it has not seen come to
 the Python side in batches on a checker thread (:class:`Checker`), so that every response
 is checked and the usual model answering the same prepared requests costs one lookup.
+
+OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events arrive
+(``csrc/sse.cc``, the semantics of :class:`~loadgen.net.openai_stream.TokenStream`): first
+tokens, completions with their token counts and the client's figures (inter-token gaps,
+tokens per second, lengths) are native; only a failed stream comes to the Python side,
+for its message.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen import _core
+from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["Checker", "NativeHttpSUT", "native_refusal"]
+__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
+# The core's SseProblem codes (csrc/sse.h) of a failed stream.
+_NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_LARGE = range(1, 8)
 
-def native_refusal(target: Any) -> Optional[str]:
-    """None when a ``--sut`` target (:class:`~loadgen.net.targets.Target`) can run on the
-    native path, else why not (``--http-engine native``'s error; ``auto`` then takes the
-    asyncio client)."""
-    what = {"kserve_grpc": "gRPC", "openai": "OpenAI"}.get(target.kind)
+
+def native_refusal(target: Any, net: Any = None) -> Optional[str]:
+    """None when a ``--sut`` target (:class:`~loadgen.net.targets.Target`) with client
+    options ``net`` (:class:`~loadgen.net.options.NetOptions`) can run on the native path,
+    else why not (``--http-engine native``'s error; ``auto`` then takes the asyncio client)."""
+    what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls:
         what = "TLS (https://)"
+    llm = getattr(net, "llm", None)
+    if what is None and target.kind == "openai":
+        if target.endpoint not in ("completions", "chat"):
+            what = f"OpenAI {target.path}"
+        elif llm is not None and llm.turns > 1:
+            what = "multi-turn conversations (--turns > 1)"
+        elif llm is not None and not llm.stream:
+            what = "OpenAI answers not streamed (--no-stream)"
     if what is None:
         return None
-    return f"the native HTTP client runs KServe REST and --request-template targets over plain http://, not {what}"
+    return ("the native HTTP client runs KServe REST, --request-template and streamed OpenAI completions "
+            f"and chat targets over plain http://, not {what}")
+
+
+def native_sut(inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> "NativeHttpSUT":
+    """The native SUT for a prepared client: :class:`NativeOpenAISUT` for an OpenAI
+    target, else :class:`NativeHttpSUT`."""
+    cls = NativeOpenAISUT if inner.target.kind == "openai" else NativeHttpSUT
+    return cls(inner, io_threads, cpus)
 
 
 def _numeric_host(host: str, port: int) -> str:
@@ -56,9 +83,11 @@ class NativeHttpSUT:
     native_http = True
 
     def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> None:
-        why = native_refusal(inner.target)
+        why = native_refusal(inner.target, inner.net)
         if why is not None:
             raise ValueError(f"--http-engine native: {why}")
+        if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
+            raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
         self.inner = inner
         self.io_threads = io_threads
         self.cpus = list(cpus)
@@ -69,6 +98,11 @@ class NativeHttpSUT:
 
     def native_settings(self) -> _core.NativeSutSettings:
         """The engine's settings: kind ``http`` with the prepared requests."""
+        s = _core.NativeSutSettings(kind=_core.SutKind.http)
+        s.http = self._client_settings()
+        return s
+
+    def _client_settings(self) -> _core.HttpClientSettings:
         h = _core.HttpClientSettings()
         h.host = self.host
         h.port = int(self.inner.target.port)
@@ -80,9 +114,7 @@ class NativeHttpSUT:
         h.max_response_bytes = int(self.inner.net.max_response_bytes)
         h.timeout_ns = int(self.inner.timeout_ns or 0)
         h.cpus = self.cpus
-        s = _core.NativeSutSettings(kind=_core.SutKind.http)
-        s.http = h
-        return s
+        return h
 
     def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
         """The inner client's verdict; a check that raises fails its query as check_error."""
@@ -92,6 +124,11 @@ class NativeHttpSUT:
         except Exception as e:  # a bug in a check must not end the run
             self.check_errors += 1
             return "check_error", f"the response check raised {type(e).__name__}: {e}"
+
+    def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
+        """The error of a stream the core failed (OpenAI streams only: see NativeOpenAISUT)."""
+        raise RuntimeError(f"{self.protocol}: the core reported a stream problem ({problem}) for a client without "
+                           "streams")
 
     # -- what goes in the result document (the ReportingSUT protocol)
     def histograms(self) -> Dict[str, NamedHistogram]:
@@ -145,9 +182,80 @@ class Checker:
                 if not batch:
                     continue
                 out: List[Tuple[int, int, int, bytes, Optional[str], str]] = []
-                for qid, t, status, body in batch:
-                    bad = verdict(status, body)
+                for qid, t, status, body, problem in batch:
+                    bad = self.sut.stream_verdict(problem, status, body) if problem else verdict(status, body)
                     out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
                 core.http_resolve(out)
         except BaseException as e:  # reported by the engine's wait()
             self.error = e
+
+
+class NativeOpenAISUT(NativeHttpSUT):
+    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (streamed completions or
+    chat) whose streams the core reads: its histograms, counts and ``llm`` section are
+    the core's figures, with the asyncio client's keys and meaning.
+
+    Args:
+        inner: the prepared OpenAISUT (its requests serialized).
+        io_threads: epoll threads the connections are spread over.
+        cpus: the I/O threads' CPUs (empty: not pinned).
+    """
+
+    def _client_settings(self) -> _core.HttpClientSettings:
+        h = super()._client_settings()
+        inner = self.inner
+        h.sse = True
+        h.sse_check = bool(inner.check)
+        h.input_tokens = [int(n) for n in inner._input_lens]
+        h.significant_figures = int(inner._itl.significant_figures)
+        h.max_response_bytes = int(inner.max_event_bytes)
+        return h
+
+    def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
+        """The error (kind, message) of a stream the core failed, worded (and redacted) as
+        the asyncio client words it: ``problem`` is the core's code, ``body`` its bytes."""
+        from loadgen.net.openai_stream import NO_DONE, NO_TOKENS, _loads_json, event_problem, too_large_text
+
+        inner = self.inner
+        if problem == _HTTP_STATUS:
+            kind, message = f"http_{status}", f"HTTP {status}: {inner.redactor.excerpt(body, 200)}"
+        elif problem == _TOO_LARGE:
+            kind, message = "response_too_large", too_large_text(inner.max_event_bytes, int(body))
+        elif problem in (_NO_TOKENS, _NO_DONE):
+            kind, message = "invalid_response", NO_TOKENS if problem == _NO_TOKENS else NO_DONE
+        else:
+            try:
+                doc: Any = _loads_json(body.decode("utf-8", "replace"))
+            except ValueError as e:
+                doc = e
+            kind, message = "invalid_response", event_problem(body, doc)
+        return kind, inner.redactor.text(message)
+
+    def _figures(self) -> None:
+        """Puts the core's figures so far in the inner client, whose histograms(),
+        report() and llm_section() then say what they say for the asyncio client."""
+        if self.core is None:
+            return
+        f = self.core.http_sse_figures()
+        inner = self.inner
+        inner._itl = Histogram.from_core(f["itl_ns"])
+        inner.tokens_per_s = Histogram.from_core(f["tokens_per_s_milli"])
+        inner.input_lengths = Histogram.from_core(f["input_length_tokens"])
+        inner.output_length_hist = Histogram.from_core(f["output_length_tokens"])
+        inner.output_lengths = Counter(dict(f["output_lengths"]))
+        for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked"):
+            setattr(inner, key, f[key])
+
+    def live_histograms(self) -> Dict[str, NamedHistogram]:
+        """The inter-token gaps so far (live metrics); any thread."""
+        f = self.core.http_sse_figures() if self.core is not None else {}
+        itl = Histogram.from_core(f["itl_ns"]) if f else self.inner.itl
+        return {"itl_ns": NamedHistogram(itl, "ns")}
+
+    def histograms(self) -> Dict[str, NamedHistogram]:
+        self._figures()
+        return super().histograms()
+
+    def report(self) -> Dict[str, Any]:
+        self._figures()
+        return super().report()

@@ -30,6 +30,27 @@ _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 
 
+#: The end-of-stream checks' problems (``--no-check`` skips them).
+NO_TOKENS = "the stream had no tokens (and no finish_reason)"
+NO_DONE = "the stream ended without data: [DONE]"
+
+
+def event_problem(data: bytes, doc: Any) -> str:
+    """What is wrong with an event whose ``data`` is not a plain token chunk: ``doc`` is
+    its JSON (a ValueError when it is not JSON), not an object, or has an ``error``."""
+    if isinstance(doc, ValueError):
+        return f"an event is not JSON: {clip(data, 80)!r}"
+    if not isinstance(doc, dict):
+        return f"an event is not a JSON object: {clip(data, 80)!r}"
+    return f"the server sent an error event: {clip(json.dumps(doc['error']), 200)}"
+
+
+def too_large_text(max_event_bytes: int, held: int) -> str:
+    """The message of a stream event over the limit."""
+    return (f"a stream event over --max-response-bytes ({max_event_bytes} bytes): "
+            f"{held} bytes with no end of event; the connection was closed")
+
+
 def _loads_json(text: str) -> Any:
     """json.loads, with nesting too deep to parse (RecursionError) a ValueError too."""
     try:
@@ -80,8 +101,7 @@ class TokenStream:
             self._event(event, t)
         if len(buf) > self.sut.max_event_bytes:  # a stream is bounded per event, not in total
             self.buf = b""
-            raise ResponseTooLarge(f"a stream event over --max-response-bytes ({self.sut.max_event_bytes} bytes): "
-                                   f"{len(buf)} bytes with no end of event; the connection was closed")
+            raise ResponseTooLarge(too_large_text(self.sut.max_event_bytes, len(buf)))
         self.buf = buf
 
     def _event(self, event: bytes, t: int) -> None:
@@ -106,14 +126,10 @@ class TokenStream:
             return
         try:
             doc = _loads_json(data.decode("utf-8", "replace"))
-        except ValueError:
-            self.error = self.error or f"an event is not JSON: {clip(data, 80)!r}"
-            return
-        if not isinstance(doc, dict):
-            self.error = self.error or f"an event is not a JSON object: {clip(data, 80)!r}"
-            return
-        if "error" in doc:
-            self.error = self.error or f"the server sent an error event: {clip(json.dumps(doc['error']), 200)}"
+        except ValueError as e:
+            doc = e
+        if not isinstance(doc, dict) or "error" in doc:
+            self.error = self.error or event_problem(data, doc)
             return
         usage = doc.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -154,9 +170,9 @@ class TokenStream:
             # A stream may end at once (the model's first token was its end): 0 tokens,
             # when the server said the choice finished or its usage says 0.
             if self.chunks == 0 and not (self.finished or self.usage_tokens == 0):
-                problem = "the stream had no tokens (and no finish_reason)"
+                problem = NO_TOKENS
             elif not self.done:
-                problem = "the stream ended without data: [DONE]"
+                problem = NO_DONE
         if problem is not None:
             sut.fail_query(self.query_id, "invalid_response", problem)
             return

@@ -260,9 +260,11 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
         client = ""
         if net.get("http_engine") == "native":
             native = net.get("native") or {}
-            client = (f", native client ({net.get('io_threads', 1)} I/O thread(s); "
-                      f"{native.get('verdict_cache_hits', 0):,} verdicts cached, "
-                      f"{native.get('checked_in_python', 0):,} checked in Python)")
+            threads, in_python = net.get("io_threads", 1), native.get("checked_in_python", 0)
+            client = (f", native client ({threads} I/O thread(s); streams read natively, {in_python:,} failed "
+                      "ones worded in Python)" if net.get("protocol") == "openai_stream" else
+                      f", native client ({threads} I/O thread(s); {native.get('verdict_cache_hits', 0):,} verdicts "
+                      f"cached, {in_python:,} checked in Python)")
         elif net.get("grpc_engine"):
             client = f", {net['grpc_engine']} gRPC client"
         lines.append(f"server       {net['protocol']} at {net['target']}, {net['connections']} connection(s){client}, "

@@ -1,0 +1,545 @@
+#include "sse.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace loadgen {
+
+namespace {
+
+// Python's bytes.lstrip() and bytes.strip() whitespace (\n cannot be in a line).
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+bool has(const char* p, size_t n, const char* needle, size_t m) {
+  return m <= n && memmem(p, n, needle, m) != nullptr;
+}
+
+// A quoted key at p[0] ("..." of length m, quotes included) followed by \s* : \s* " and,
+// for a token, a character that is not '"' (the regexes _TOKEN_FIELD and _FINISH_REASON).
+bool field_at(const char* p, const char* end, const char* key, size_t m, bool nonempty) {
+  if (static_cast<size_t>(end - p) < m || std::memcmp(p, key, m) != 0) return false;
+  p += m;
+  while (p < end && ascii_space(*p)) ++p;
+  if (p == end || *p != ':') return false;
+  ++p;
+  while (p < end && ascii_space(*p)) ++p;
+  if (p == end || *p != '"') return false;
+  ++p;
+  return !nonempty || p == end || *p != '"';
+}
+
+bool token_field(const char* p, size_t n) {
+  const char* end = p + n;
+  for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
+       ++q) {
+    if (field_at(q, end, "\"text\"", 6, true) || field_at(q, end, "\"content\"", 9, true)) return true;
+  }
+  return false;
+}
+
+bool finish_field(const char* p, size_t n) {
+  const char* end = p + n;
+  for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
+       ++q) {
+    if (field_at(q, end, "\"finish_reason\"", 15, false)) return true;
+  }
+  return false;
+}
+
+// A JSON value read as Python's json.loads reads it: its kind, its bytes, and whether
+// Python would take it as true.
+struct JVal {
+  enum Kind : uint8_t { kNone, kObject, kArray, kString, kInt, kFloat, kTrue, kFalse, kNull } kind = kNone;
+  const char* b = nullptr;
+  const char* e = nullptr;
+  bool truthy = false;
+};
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A validating reader over bytes (json.loads reads the text decoded with "replace": bad
+// UTF-8 becomes U+FFFD, which is valid in a string and invalid elsewhere, as any byte
+// >= 0x80 is here).
+class JsonReader {
+ public:
+  JsonReader(const char* p, const char* end, std::string* scratch) : p_(p), end_(end), scratch_(scratch) {}
+
+  // The whole text: whitespace, one value, whitespace.
+  bool document(JVal* v) {
+    ws();
+    if (!value(v, 0)) return false;
+    ws();
+    return p_ == end_;
+  }
+
+  // After a validated object `obj`: calls f(key bytes (inside the quotes), value) per member.
+  template <class F>
+  static void members(const JVal& obj, std::string* scratch, F&& f) {
+    JsonReader r(obj.b + 1, obj.e, scratch);
+    r.ws();
+    if (*r.p_ == '}') return;
+    for (;;) {
+      const char* kb = r.p_ + 1;
+      r.string(nullptr);
+      const char* ke = r.p_ - 1;
+      r.ws();
+      ++r.p_;  // ':'
+      r.ws();
+      JVal v;
+      r.value(&v, 0);
+      f(kb, ke, v);
+      r.ws();
+      if (*r.p_ == '}') return;
+      ++r.p_;  // ','
+      r.ws();
+    }
+  }
+
+  template <class F>
+  static void elements(const JVal& arr, std::string* scratch, F&& f) {
+    JsonReader r(arr.b + 1, arr.e, scratch);
+    r.ws();
+    if (*r.p_ == ']') return;
+    for (;;) {
+      JVal v;
+      r.value(&v, 0);
+      f(v);
+      r.ws();
+      if (*r.p_ == ']') return;
+      ++r.p_;
+      r.ws();
+    }
+  }
+
+  // Whether key bytes (escapes undone) equal the ASCII name.
+  static bool key_is(const char* b, const char* e, const char* name) {
+    const size_t m = std::strlen(name);
+    size_t i = 0;
+    for (const char* p = b; p < e; ++i) {
+      char c = *p;
+      if (c == '\\') {
+        const char x = p[1];
+        if (x == 'u') {
+          int cp = 0;
+          for (int k = 2; k < 6; ++k) cp = cp * 16 + hex_value(p[k]);
+          if (cp >= 0x80) return false;
+          c = static_cast<char>(cp);
+          p += 6;
+        } else {
+          switch (x) {
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            default: c = x;  // " \ /
+          }
+          p += 2;
+        }
+      } else {
+        ++p;
+      }
+      if (i >= m || c != name[i]) return false;
+    }
+    return i == m;
+  }
+
+  // An int (or bool, an int in Python) value, clamped to int64.
+  static bool int_value(const JVal& v, int64_t* out) {
+    if (v.kind == JVal::kTrue || v.kind == JVal::kFalse) {
+      *out = v.kind == JVal::kTrue ? 1 : 0;
+      return true;
+    }
+    if (v.kind != JVal::kInt) return false;
+    const char* p = v.b;
+    const bool neg = *p == '-';
+    if (neg) ++p;
+    // Magnitudes up to 2^63 (INT64_MIN's), clamped there.
+    constexpr uint64_t kLimit = uint64_t{1} << 63;
+    uint64_t x = 0;
+    for (; p < v.e; ++p) {
+      const auto d = static_cast<uint64_t>(*p - '0');
+      x = x > (kLimit - d) / 10 ? kLimit : x * 10 + d;
+    }
+    if (neg) {
+      *out = x == kLimit ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(x);
+    } else {
+      *out = x >= kLimit ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(x);
+    }
+    return true;
+  }
+
+ private:
+  void ws() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+  }
+
+  bool literal(const char* word, JVal::Kind kind, bool truthy, JVal* v) {
+    const size_t m = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) < m || std::memcmp(p_, word, m) != 0) return false;
+    v->kind = kind;
+    v->b = p_;
+    p_ += m;
+    v->e = p_;
+    v->truthy = truthy;
+    return true;
+  }
+
+  bool value(JVal* v, int depth) {
+    if (p_ == end_) return false;
+    switch (*p_) {
+      case '{':
+        return object(v, depth + 1);
+      case '[':
+        return array(v, depth + 1);
+      case '"': {
+        v->kind = JVal::kString;
+        v->b = p_;
+        if (!string(&v->truthy)) return false;
+        v->e = p_;
+        return true;
+      }
+      case 'n':
+        return literal("null", JVal::kNull, false, v);
+      case 't':
+        return literal("true", JVal::kTrue, true, v);
+      case 'f':
+        return literal("false", JVal::kFalse, false, v);
+      case 'N':
+        return literal("NaN", JVal::kFloat, true, v);
+      case 'I':
+        return literal("Infinity", JVal::kFloat, true, v);
+      case '-':
+        if (literal("-Infinity", JVal::kFloat, true, v)) return true;
+        return number(v);
+      default:
+        return number(v);
+    }
+  }
+
+  bool object(JVal* v, int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    v->kind = JVal::kObject;
+    v->b = p_++;
+    ws();
+    v->truthy = false;
+    if (p_ < end_ && *p_ == '}') {
+      v->e = ++p_;
+      return true;
+    }
+    for (;;) {
+      if (p_ == end_ || *p_ != '"' || !string(nullptr)) return false;
+      ws();
+      if (p_ == end_ || *p_ != ':') return false;
+      ++p_;
+      ws();
+      JVal item;
+      if (!value(&item, depth)) return false;
+      v->truthy = true;
+      ws();
+      if (p_ == end_) return false;
+      if (*p_ == '}') {
+        v->e = ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+      ws();
+    }
+  }
+
+  bool array(JVal* v, int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    v->kind = JVal::kArray;
+    v->b = p_++;
+    ws();
+    v->truthy = false;
+    if (p_ < end_ && *p_ == ']') {
+      v->e = ++p_;
+      return true;
+    }
+    for (;;) {
+      JVal item;
+      if (!value(&item, depth)) return false;
+      v->truthy = true;
+      ws();
+      if (p_ == end_) return false;
+      if (*p_ == ']') {
+        v->e = ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+      ws();
+    }
+  }
+
+  // p_ at the opening quote; leaves p_ past the closing one.
+  bool string(bool* nonempty) {
+    const char* start = ++p_;
+    while (p_ < end_) {
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        if (nonempty != nullptr) *nonempty = p_ != start;
+        ++p_;
+        return true;
+      }
+      if (c < 0x20) return false;  // json.loads is strict about control characters
+      if (c == '\\') {
+        if (end_ - p_ < 2) return false;
+        const char x = p_[1];
+        if (x == 'u') {
+          if (end_ - p_ < 6) return false;
+          for (int k = 2; k < 6; ++k) {
+            if (hex_value(p_[k]) < 0) return false;
+          }
+          p_ += 6;
+          continue;
+        }
+        if (std::strchr("\"\\/bfnrt", x) == nullptr || x == '\0') return false;
+        p_ += 2;
+        continue;
+      }
+      ++p_;
+    }
+    return false;
+  }
+
+  bool digit() const { return p_ < end_ && *p_ >= '0' && *p_ <= '9'; }
+
+  bool number(JVal* v) {
+    v->b = p_;
+    if (*p_ == '-') ++p_;
+    bool nonzero = false;
+    if (p_ < end_ && *p_ == '0') {
+      ++p_;
+    } else if (p_ < end_ && *p_ >= '1' && *p_ <= '9') {
+      while (digit()) nonzero |= *p_++ != '0';
+    } else {
+      return false;
+    }
+    bool is_float = false;
+    if (p_ + 1 < end_ && *p_ == '.' && p_[1] >= '0' && p_[1] <= '9') {
+      is_float = true;
+      ++p_;
+      while (digit()) nonzero |= *p_++ != '0';
+    }
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      const char* save = p_++;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (digit()) {
+        is_float = true;
+        while (digit()) ++p_;
+      } else {
+        p_ = save;  // not part of the number (what follows is then not JSON)
+      }
+    }
+    v->e = p_;
+    v->kind = is_float ? JVal::kFloat : JVal::kInt;
+    v->truthy = nonzero;
+    if (is_float && nonzero) {  // a float that underflows to 0.0 is false in Python
+      scratch_->assign(v->b, v->e);
+      v->truthy = std::strtod(scratch_->c_str(), nullptr) != 0.0;
+    }
+    return true;
+  }
+
+  const char* p_;
+  const char* end_;
+  std::string* scratch_;
+};
+
+}  // namespace
+
+SseScanner::SseScanner(int64_t max_event_bytes) : max_event_bytes_(max_event_bytes) {
+  if (max_event_bytes < 1) throw std::invalid_argument("max_event_bytes must be >= 1");
+}
+
+void SseScanner::start() noexcept {
+  buf_.clear();
+  gaps_.clear();
+  problem_data_.clear();
+  chunks_ = 0;
+  usage_tokens_ = -1;
+  first_ns_ = last_ns_ = 0;
+  held_over_ = 0;
+  problem_ = SseProblem::kNone;
+  done_ = finished_ = false;
+}
+
+bool SseScanner::feed(const char* data, size_t n, int64_t t) {
+  const size_t held = buf_.size();
+  buf_.append(data, n);
+  const char* b = buf_.data();
+  const size_t size = buf_.size();
+  size_t pos = 0;
+  // What was held has no event's end in it: search from its last 3 bytes on.
+  size_t from = held > 3 ? held - 3 : 0;
+  for (;;) {
+    const char* lf = static_cast<const char*>(memmem(b + from, size - from, "\n\n", 2));
+    if (lf != nullptr) {
+      event(b + pos, static_cast<size_t>(lf - (b + pos)), t);
+      pos = static_cast<size_t>(lf - b) + 2;
+    } else {
+      const char* crlf = static_cast<const char*>(memmem(b + from, size - from, "\r\n\r\n", 4));
+      if (crlf == nullptr) break;
+      event(b + pos, static_cast<size_t>(crlf - (b + pos)), t);
+      pos = static_cast<size_t>(crlf - b) + 4;
+    }
+    from = pos;
+  }
+  if (static_cast<int64_t>(size - pos) > max_event_bytes_) {  // bounded per event, not in total
+    held_over_ = static_cast<int64_t>(size - pos);
+    buf_.clear();
+    return false;
+  }
+  buf_.erase(0, pos);
+  return true;
+}
+
+void SseScanner::finish(int64_t t) {
+  const bool blank = std::all_of(buf_.begin(), buf_.end(), ascii_space);
+  if (!blank) {
+    event(buf_.data(), buf_.size(), t);
+  }
+}
+
+void SseScanner::event(const char* p, size_t n, int64_t t) {
+  if (n >= 7 && std::memcmp(p, "data: {", 7) == 0 && std::memchr(p, '\n', n) == nullptr) {
+    data(p + 6, n - 6, t);  // the usual one-line event
+    return;
+  }
+  // Each "data:" line less the prefix and its leading whitespace, joined with "\n"
+  // ("\r\n" ends a line as "\n" does).
+  joined_.clear();
+  bool any = false;
+  const char* end = p + n;
+  for (const char* line = p; line <= end;) {
+    const char* nl = static_cast<const char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)));
+    const char* le = nl != nullptr ? nl : end;
+    const char* content_end = (nl != nullptr && le > line && le[-1] == '\r') ? le - 1 : le;
+    if (content_end - line >= 5 && std::memcmp(line, "data:", 5) == 0) {
+      const char* q = line + 5;
+      while (q < content_end && ascii_space(*q)) ++q;
+      if (any) joined_.push_back('\n');
+      joined_.append(q, content_end);
+      any = true;
+    }
+    if (nl == nullptr) break;
+    line = nl + 1;
+  }
+  data(joined_.data(), joined_.size(), t);
+}
+
+void SseScanner::data(const char* p, size_t n, int64_t t) {
+  if (n == 0) return;
+  if (n == 6 && std::memcmp(p, "[DONE]", 6) == 0) {
+    done_ = true;
+    return;
+  }
+  // A plain token chunk (no usage, no error) is recognised without reading its JSON.
+  if (p[0] == '{' && p[n - 1] == '}' && !has(p, n, "\"usage\"", 7) && !has(p, n, "\"error\"", 7)) {
+    if (token_field(p, n)) {
+      token(t);
+    } else if (!finished_ && finish_field(p, n)) {
+      finished_ = true;
+    }
+    return;
+  }
+  json(p, n, t);
+}
+
+void SseScanner::json(const char* p, size_t n, int64_t t) {
+  std::string scratch;  // only floats need it: a rare event's cost
+  JVal doc;
+  if (!JsonReader(p, p + n, &scratch).document(&doc)) {
+    fail(SseProblem::kNotJson, p, n);
+    return;
+  }
+  if (doc.kind != JVal::kObject) {
+    fail(SseProblem::kNotObject, p, n);
+    return;
+  }
+  bool error = false;
+  JVal usage, choices;  // the last of each key counts, as in a Python dict
+  JsonReader::members(doc, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+    if (JsonReader::key_is(kb, ke, "error")) error = true;
+    else if (JsonReader::key_is(kb, ke, "usage")) usage = v;
+    else if (JsonReader::key_is(kb, ke, "choices")) choices = v;
+  });
+  if (error) {
+    fail(SseProblem::kErrorEvent, p, n);
+    return;
+  }
+  if (usage.kind == JVal::kObject) {
+    JVal tokens;
+    JsonReader::members(usage, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+      if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
+    });
+    int64_t x = 0;
+    if (JsonReader::int_value(tokens, &x)) usage_tokens_ = x;
+  }
+  if (choices.kind != JVal::kArray) return;  // a dict or a string iterates to no choice
+  JsonReader::elements(choices, &scratch, [&](const JVal& choice) {
+    if (choice.kind != JVal::kObject) return;
+    JVal delta, text, reason;
+    JsonReader::members(choice, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+      if (JsonReader::key_is(kb, ke, "delta")) delta = v;
+      else if (JsonReader::key_is(kb, ke, "text")) text = v;
+      else if (JsonReader::key_is(kb, ke, "finish_reason")) reason = v;
+    });
+    if (delta.kind == JVal::kObject) {
+      text = JVal{};
+      JsonReader::members(delta, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+        if (JsonReader::key_is(kb, ke, "content")) text = v;
+      });
+    }
+    if (text.truthy) token(t);
+    if (reason.truthy) finished_ = true;
+  });
+}
+
+void SseScanner::token(int64_t t) {
+  if (first_ns_ == 0) {
+    first_ns_ = t;
+  } else {
+    gaps_.push_back(t - last_ns_);
+  }
+  last_ns_ = t;
+  ++chunks_;
+}
+
+void SseScanner::fail(SseProblem why, const char* p, size_t n) {
+  if (problem_ != SseProblem::kNone) return;  // the first problem is the stream's
+  problem_ = why;
+  problem_data_.assign(p, n);
+}
+
+double time_sse_scan_ns(const char* stream, size_t n, int pieces, int64_t iterations) {
+  if (pieces < 1 || iterations < 1) throw std::invalid_argument("pieces and iterations must be >= 1");
+  SseScanner s(static_cast<int64_t>(n) + 1);
+  const size_t step = (n + static_cast<size_t>(pieces) - 1) / static_cast<size_t>(pieces);
+  auto pass = [&](int64_t t) {
+    s.start();
+    for (size_t off = 0; off < n; off += step) s.feed(stream + off, std::min(step, n - off), t);
+    s.finish(t);
+  };
+  pass(1);
+  const int64_t events = s.chunks() + (s.done() ? 1 : 0) + (s.usage_tokens() >= 0 ? 1 : 0);
+  if (events == 0) throw std::invalid_argument("the stream has no token, usage or [DONE] event");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) pass(i + 1);
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(iterations * events);
+}
+
+}  // namespace loadgen

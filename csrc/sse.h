@@ -1,0 +1,109 @@
+#pragma once
+// The Server-Sent Events scanner of an OpenAI-compatible streamed completion
+// (/v1/completions or /v1/chat/completions with "stream": true), for the native HTTP
+// client. It gives the answers of the asyncio client's TokenStream
+// (loadgen/net/openai_stream.py) on the same bytes split the same way:
+//
+// - Events end at the first "\n\n" of what is held, else at its first "\r\n\r\n".
+// - An event's data: the event less "data: " when it is one line starting "data: {",
+//   else its "data:" lines (after "\r\n" -> "\n"), each less "data:" and its leading
+//   ASCII whitespace, joined with "\n". Empty data is no event; "[DONE]" ends the stream.
+// - Fast path: data "{...}" without "usage" or "error" in quotes is a token when a
+//   non-empty "text" or "content" string is in it, else a finish when a "finish_reason"
+//   string is (no JSON is read).
+// - Else the data is read as JSON, as Python's json.loads reads it (NaN and Infinity
+//   included, duplicate keys: the last wins). Not JSON, not an object, and an "error" key
+//   are the stream's error (the first one is kept; later events still count). An int (or
+//   bool) usage.completion_tokens is the stream's usage; each choice (an object in the
+//   "choices" list) is a token when delta.content (delta an object), else text, is
+//   truthy in Python's sense, and a finish when its finish_reason is truthy.
+//
+// Where it differs from Python, on input no server sends: nesting deeper than
+// kMaxJsonDepth is not JSON (Python's limit depends on its stack); a completion_tokens
+// past int64 is clamped; a truthy "choices" that is a number or true (Python raises
+// TypeError there) counts no choice.
+//
+// Not thread-safe: one scanner per connection. In the steady state it allocates nothing:
+// the held bytes and the gaps keep their capacity from one stream to the next.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loadgen {
+
+/// Why a stream fails (its first problem); the Python side words the message.
+enum class SseProblem : uint8_t {
+  kNone = 0,
+  kNotJson = 1,     ///< an event is not JSON (problem_data(): its data)
+  kNotObject = 2,   ///< an event is not a JSON object (problem_data(): its data)
+  kErrorEvent = 3,  ///< an event has an "error" key (problem_data(): its data)
+  // What the HTTP client adds when the stream ends (http_client.h):
+  kHttpStatus = 4,  ///< the status was not 200 (the bytes held go with it)
+  kNoTokens = 5,    ///< no token, no finish_reason and no usage of 0
+  kNoDone = 6,      ///< no data: [DONE]
+  kTooLarge = 7,    ///< an event over the limit (its length goes with it)
+};
+
+/// Nesting deeper than this is not JSON.
+inline constexpr int kMaxJsonDepth = 900;
+
+class SseScanner {
+ public:
+  /// `max_event_bytes` (>= 1): the most bytes held with no end of event.
+  explicit SseScanner(int64_t max_event_bytes = 64LL << 20);
+
+  /// Before each stream: forgets the previous one (keeping capacity).
+  void start() noexcept;
+  /// A piece of body that arrived at `t_ns`. False when what is held with no end of
+  /// event is over max_event_bytes (held_over() bytes; nothing is held then).
+  bool feed(const char* data, size_t n, int64_t t_ns);
+  /// The stream's body ended at `t_ns`: what is held is an event when it is not all
+  /// ASCII whitespace.
+  void finish(int64_t t_ns);
+
+  int64_t chunks() const noexcept { return chunks_; }              ///< tokens seen
+  int64_t usage_tokens() const noexcept { return usage_tokens_; }  ///< -1: no usage
+  bool done() const noexcept { return done_; }                     ///< data: [DONE] came
+  bool finished() const noexcept { return finished_; }             ///< a finish_reason came
+  int64_t first_ns() const noexcept { return first_ns_; }          ///< 0: no token yet
+  int64_t last_ns() const noexcept { return last_ns_; }
+  /// The gaps between consecutive tokens (ns), in order.
+  const std::vector<int64_t>& gaps() const noexcept { return gaps_; }
+  SseProblem problem() const noexcept { return problem_; }
+  const std::string& problem_data() const noexcept { return problem_data_; }
+  /// The bytes held with no end of event (a non-200 answer's excerpt comes from them).
+  const std::string& held() const noexcept { return buf_; }
+  /// After feed() returned false: how many bytes were held.
+  int64_t held_over() const noexcept { return held_over_; }
+  int64_t max_event_bytes() const noexcept { return max_event_bytes_; }
+
+ private:
+  void event(const char* p, size_t n, int64_t t);
+  void data(const char* p, size_t n, int64_t t);
+  void json(const char* p, size_t n, int64_t t);
+  void token(int64_t t);
+  void fail(SseProblem why, const char* p, size_t n);
+
+  int64_t max_event_bytes_;
+  std::string buf_;
+  std::string joined_;  // a multi-line event's data
+  std::vector<int64_t> gaps_;
+  std::string problem_data_;
+  int64_t chunks_ = 0;
+  int64_t usage_tokens_ = -1;
+  int64_t first_ns_ = 0;
+  int64_t last_ns_ = 0;
+  int64_t held_over_ = 0;
+  SseProblem problem_ = SseProblem::kNone;
+  bool done_ = false;
+  bool finished_ = false;
+};
+
+/// Scans `stream` (one whole body) `iterations` times on one scanner, fed in `pieces`
+/// (>= 1) nearly equal pieces each time, and returns nanoseconds per event (events are
+/// counted on the first pass). Throws std::invalid_argument when it has no event.
+double time_sse_scan_ns(const char* stream, size_t n, int pieces, int64_t iterations);
+
+}  // namespace loadgen

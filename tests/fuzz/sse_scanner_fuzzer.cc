@@ -1,0 +1,91 @@
+// libFuzzer target for the native SSE scanner of OpenAI streams (csrc/sse.cc). Built by
+// scripts/fuzz.sh with clang -fsanitize=fuzzer,address,undefined.
+//
+// Byte 0 seeds how the input is split into pieces (some empty), byte 1 picks the event
+// bound. The rest is a stream's body. Each piece is stamped one tick later. Every run
+// must give sane results: a gap per token after the first, gaps >= 0, a problem's data
+// kept exactly when there is a problem. Without '\r' in the input, events end at "\n\n"
+// only, so that how the input is split cannot change the outcome (with a bound no event
+// reaches): split and whole runs must agree then. Anything else is a crash.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sse.h"
+
+namespace {
+
+using loadgen::SseProblem;
+using loadgen::SseScanner;
+
+#define CHECK(cond)                \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
+  } while (0)
+
+struct Run {
+  bool over = false;
+  int64_t chunks = 0, usage = -1;
+  bool done = false, finished = false;
+  SseProblem problem = SseProblem::kNone;
+  std::string data;
+};
+
+Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int64_t limit) {
+  SseScanner s(limit);
+  s.start();
+  Run run;
+  size_t off = 0;
+  int64_t t = 1;
+  for (size_t i = 0; i <= cuts.size(); ++i, ++t) {
+    const size_t end = i < cuts.size() ? cuts[i] : size;
+    if (!s.feed(reinterpret_cast<const char*>(data) + off, end - off, t)) {
+      CHECK(s.held_over() > limit && s.held().empty());
+      run.over = true;
+      break;
+    }
+    CHECK(static_cast<int64_t>(s.held().size()) <= limit);
+    off = end;
+  }
+  if (!run.over) s.finish(t);
+  CHECK(s.chunks() >= 0);
+  CHECK(s.gaps().size() == static_cast<size_t>(s.chunks() > 0 ? s.chunks() - 1 : 0));
+  for (const int64_t g : s.gaps()) CHECK(g >= 0);
+  CHECK((s.chunks() > 0) == (s.first_ns() > 0) && s.last_ns() >= s.first_ns());
+  CHECK((s.problem() == SseProblem::kNone) == s.problem_data().empty());
+  run.chunks = s.chunks();
+  run.usage = s.usage_tokens();
+  run.done = s.done();
+  run.finished = s.finished();
+  run.problem = s.problem();
+  run.data = s.problem_data();
+  return run;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  unsigned seed = data[0];
+  static const int64_t kLimits[] = {1, 16, 300, 1 << 20};
+  const int64_t limit = kLimits[data[1] & 3];
+  data += 2;
+  size -= 2;
+  std::vector<size_t> cuts;
+  for (size_t at = 0; seed != 0 && at < size;) {
+    at += seed % 17;
+    cuts.push_back(at < size ? at : size);
+    seed = ((seed * 1103515245u + 12345u) >> 16) & 0x7f;
+    if (seed == 0) seed = 1;
+    if (cuts.size() > 4096) break;
+  }
+  const Run split = scan(data, size, cuts, limit);
+  if (limit == (1 << 20) && std::memchr(data, '\r', size) == nullptr) {
+    const Run whole = scan(data, size, {}, limit);
+    CHECK(split.chunks == whole.chunks && split.usage == whole.usage && split.done == whole.done);
+    CHECK(split.finished == whole.finished && split.problem == whole.problem && split.data == whole.data);
+  }
+  return 0;
+}
