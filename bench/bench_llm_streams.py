@@ -38,8 +38,9 @@ Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word promp
   loadgen   ``loadgen run --scenario concurrency --concurrency N --max-tokens 256``;
             TTFT from each query's scheduled time (its predecessor's end), so its own
             issue delay counts in. Truth: every stream of the server's record.
-            ``loadgen_native`` (only when named in --tools): the same with
-            ``--http-engine native``, the streams read in the core.
+            It runs the client ``auto`` picks: the native one, the streams read in the
+            core. ``loadgen_asyncio`` (only when named in --tools): the same with
+            ``--http-engine asyncio``, the streams read in Python.
   aiperf    AIPerf 0.13.0 (``.servers/aiperf``), ``--concurrency N --benchmark-duration
             D --warmup-request-count N``; the first N streams (its warm-up) are left out
             of the truth.
@@ -68,7 +69,7 @@ Usage:
     python bench/bench_llm_streams.py --json /tmp/streams.json     # the ladder, 3 rounds, ~6 min
     python bench/bench_llm_streams.py --tools loadgen --levels 500,1000,2000 --tokens-per-chunk 1
     python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
-    python bench/bench_llm_streams.py --tools loadgen,loadgen_native --levels 1000,2000   # both HTTP clients
+    python bench/bench_llm_streams.py --tools loadgen,loadgen_asyncio --levels 1000,2000  # both HTTP clients
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ from bench_stream import truth as stream_truth  # noqa: E402
 from tests.servers.scripted_proc import start_scripted  # noqa: E402
 
 TOOLS = ("loadgen", "aiperf", "guidellm")
-#: Run only when named in --tools: loadgen on its native HTTP client (--http-engine native).
-EXTRA_TOOLS = ("loadgen_native",)
+#: Run only when named in --tools: loadgen on its asyncio HTTP client (--http-engine asyncio).
+EXTRA_TOOLS = ("loadgen_asyncio",)
 MS = 1_000_000
 
 
@@ -179,9 +180,9 @@ class Ladder(StreamBench):
             return res
         return argv, parse_run
 
-    def tool_loadgen_native(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
+    def tool_loadgen_asyncio(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.tool_loadgen(url, d, startup)
-        return argv + ["--http-engine", "native"], parse
+        return argv + ["--http-engine", "asyncio"], parse
 
     def tool_aiperf(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.aiperf(url, d)
@@ -429,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                     "250,500,1000,2000,4000; --quick 250)")
     ap.add_argument("--tools", default=",".join(TOOLS),
                     help=f"comma-separated, of {', '.join(TOOLS + EXTRA_TOOLS)} (default {','.join(TOOLS)}); "
-                         "loadgen_native is loadgen with --http-engine native")
+                         "loadgen_asyncio is loadgen with --http-engine asyncio")
     ap.add_argument("--duration-s", type=int, default=None, help="seconds per run (default 10, --quick 5)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds; medians of these (default 3, --quick 1)")
     ap.add_argument("--give-up-ms", type=float, default=20.0,
