@@ -5,8 +5,8 @@ Triton (tests/servers/triton.py, model add_one: Python backend, FP32 [1, 16]) is
 here with all its threads pinned to --server-cpu; each client runs as a child process
 pinned to --client-cpu. A loadgen client runs ``loadgen run --sut grpc://...`` (asyncio:
 the same run from Python with ``NetOptions(grpc_engine="asyncio")``, as the CLI has no
-flag for it). Loads: closed loop at each --conc and Poisson at each --rate (--max-in-flight
-64); perf_analyzer gets ``--concurrency-range C`` or ``--request-rate-range R
+flag for it). Loads: closed loop at each --conc and Poisson at each --rate (--max-in-flight,
+default 64); perf_analyzer gets ``--concurrency-range C`` or ``--request-rate-range R
 --request-distribution poisson`` with ``--measurement-interval 3000``.
 
 How it counts: the client's CPU (user + system, all threads, from /proc/PID/stat) and
@@ -37,18 +37,19 @@ sys.path.insert(0, ROOT)
 PERF_ANALYZER = os.path.join(ROOT, ".servers", "perf_analyzer", "perf_analyzer")
 TICK = os.sysconf("SC_CLK_TCK")
 
-# The asyncio client, run from Python: argv = [target, mode, value, duration_s].
+# The asyncio client, run from Python: argv = [target, mode, value, duration_s, max_in_flight].
 ASYNCIO_CHILD = """
 import json, sys
 from loadgen.engine import Engine, EngineSettings
 from loadgen.net import open_target
 from loadgen.net.options import NetOptions
-target, mode, value, duration = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+target, mode, value, duration, cap = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 load = (dict(mode="closed", concurrency=int(value)) if mode == "closed" else
-        dict(mode="poisson", target_qps=value, max_in_flight=64))
-sut = open_target(target, NetOptions(grpc_engine="asyncio"), pool_size=int(value) if mode == "closed" else 64)
+        dict(mode="poisson", target_qps=value, max_in_flight=cap))
+sut = open_target(target, NetOptions(grpc_engine="asyncio"), pool_size=int(value) if mode == "closed" else cap)
 res = Engine(EngineSettings(duration_s=duration, interval_s=0, spin_us=0, **load), sut).run()
 print(json.dumps({"issue_p99_ns": res.issue_delay.value_at_percentile(99), "valid": None,
+                  "cap_waits": res.counts.get("cap_waits"),
                   "failed": res.counts["failed"], "engine": sut.report()["grpc_engine"], "calls": None}))
 """
 
@@ -59,7 +60,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def argv_for(tool: str, grpc_target: str, load: str, duration_s: float) -> List[str]:
+def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int = 64) -> List[str]:
     closed, value = load.startswith("c"), load[1:]
     if tool == "perf_analyzer":
         shape = (["--concurrency-range", value] if closed else
@@ -68,9 +69,10 @@ def argv_for(tool: str, grpc_target: str, load: str, duration_s: float) -> List[
                 *shape]
     sut = f"grpc://{grpc_target}/add_one"
     if tool == "loadgen-asyncio":
-        return [sys.executable, "-c", ASYNCIO_CHILD, sut, "closed" if closed else "poisson", value, str(duration_s)]
+        return [sys.executable, "-c", ASYNCIO_CHILD, sut, "closed" if closed else "poisson", value, str(duration_s),
+                str(cap)]
     shape = (["--scenario", "concurrency", "--concurrency", value] if closed else
-             ["--scenario", "poisson", "--target-qps", value, "--max-in-flight", "64"])
+             ["--scenario", "poisson", "--target-qps", value, "--max-in-flight", str(cap)])
     return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--json", "--quiet", "--interval-s", "0",
             "--duration-s", str(duration_s), *shape]
 
@@ -78,7 +80,7 @@ def argv_for(tool: str, grpc_target: str, load: str, duration_s: float) -> List[
 def measure(a: argparse.Namespace, srv: Any, tool: str, load: str) -> Dict[str, Any]:
     duration = a.settle_s + a.window_s + 2.0
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen(["taskset", "-c", str(a.client_cpu), *argv_for(tool, srv.grpc_target, load, duration)],
+    proc = subprocess.Popen(["taskset", "-c", str(a.client_cpu), *argv_for(tool, srv.grpc_target, load, duration, a.max_in_flight)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         time.sleep(a.settle_s)
@@ -103,7 +105,8 @@ def measure(a: argparse.Namespace, srv: Any, tool: str, load: str) -> Dict[str, 
             return rec
         if "issue_delay_ns" in d:  # the CLI's result document
             d = {"issue_p99_ns": d["issue_delay_ns"]["p99"], "valid": d["valid"], "failed": d["counts"]["failed"],
-                 "engine": d["network"]["grpc_engine"], "calls": d["network"].get("grpc_calls")}
+                 "engine": d["network"]["grpc_engine"], "calls": d["network"].get("grpc_calls"),
+                 "cap_waits": d["counts"].get("cap_waits"), "invalid_reasons": d.get("invalid_reasons") or []}
         rec.update(d)
     return rec
 
@@ -119,11 +122,16 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=4.0)
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--server-cpu", type=int, default=1)
+    ap.add_argument("--max-in-flight", type=int, default=64,
+                    help="loadgen's in-flight cap in the Poisson runs (default 64; perf_analyzer has none)")
+    ap.add_argument("--tools", default="", help="comma-separated subset of loadgen, loadgen-asyncio, perf_analyzer")
     ap.add_argument("--json-out", help="write every run's record here")
     a = ap.parse_args(argv)
     from tests.servers.triton import start_triton
 
     tools = ["loadgen", "loadgen-asyncio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER) else [])
+    if a.tools:
+        tools = [t for t in tools if t in a.tools.split(",")]
     loads = [f"c{c}" for c in a.conc] + [f"p{r}" for r in a.rate]
     runs: List[Dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,7 +150,8 @@ def main(argv: List[str] | None = None) -> int:
                         print(f"   {tool:16s} {load:6s} {rec['qps']:7.0f} req/s  "
                               f"{rec['cpu_ms_per_1k'] or float('nan'):6.0f} ms CPU / 1000"
                               + (f"  issue p99 {rec['issue_p99_ns'] / 1e3:.0f} us valid {rec['valid']}"
-                                 f" calls {rec['calls']}"
+                                 f" calls {rec['calls']} cap waits {rec.get('cap_waits')}"
+                                 + "".join(f"\n      invalid: {r}" for r in rec.get("invalid_reasons", []))
                                  if "issue_p99_ns" in rec else "") + (f"  {rec['error']}" if "error" in rec else ""),
                               flush=True)
         finally:
