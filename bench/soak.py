@@ -266,6 +266,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--run-s", type=float, default=0.05, help="server soak: duration of each run (0.05 s)")
     p.add_argument("--warmup", type=int, default=None, help="server soak: warm-up runs (10%%, at least 3)")
     p.add_argument("--max-rss-growth-mb", type=float, default=16.0, help="server soak: RSS growth limit (16)")
+    p.add_argument("--workdir", help="server soak: where the servers keep their files (default: a new temporary folder)")
     p.add_argument("--json", metavar="PATH", help="write every figure here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -282,7 +283,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"  run {i + 1:>5}: fds {r['fds']}, threads {r['py_threads']}/{r['os_threads']}, "
                       f"RSS {r['rss_kb'] / 1024:.1f} MB", flush=True)
 
-        res = server_soak(args.runs, args.run_s, args.warmup, args.max_rss_growth_mb, on_run=progress)
+        res = server_soak(args.runs, args.run_s, args.warmup, args.max_rss_growth_mb, workdir=args.workdir,
+                          on_run=progress)
         print_server_soak(res)
     else:
         res = null_soak(args.queries, args.modes.split(","), args.concurrency, args.max_ratio, timeout_s=1800)

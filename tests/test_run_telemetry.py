@@ -38,7 +38,9 @@ def fake_gpus(monkeypatch):
 
 
 def _run(*flags):
-    options, given = resolve(dict(flags))
+    # What these runs check is the telemetry; the issue-delay bound is relaxed so that a
+    # busy moment of a shared two-core machine does not judge them invalid.
+    options, given = resolve({"max_issue_delay_ms": 50.0, **dict(flags)})
     return run_benchmark(options, given=given)
 
 
