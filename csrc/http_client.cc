@@ -626,6 +626,18 @@ void HttpClient::io_loop(Io* io) {
       std::string done_body;
       StreamEnd stream_end;
       bool reuse = false;
+      // A whole response on c, complete at t: its stream ends, or it waits to be judged.
+      const auto take_response = [&](int64_t t) {
+        if (c->sse) {
+          end_stream(c, t, c->parser.status(), &stream_end);
+        } else {
+          done_id = c->query;
+          done_t = t;
+          done_status = c->parser.status();
+          done_body = c->parser.take_body();
+        }
+        responses_.fetch_add(1, std::memory_order_relaxed);
+      };
       {
         std::unique_lock<std::mutex> lock(c->mu);
         if (c->state == Conn::kConnecting) {
@@ -669,15 +681,7 @@ void HttpClient::io_loop(Io* io) {
               }
               if (r == 0) {  // the server closed the connection
                 if (c->state == Conn::kBusy && c->parser.eof_completes()) {
-                  if (c->sse) {
-                    end_stream(c, t, c->parser.status(), &stream_end);
-                  } else {
-                    done_id = c->query;
-                    done_t = t;
-                    done_status = c->parser.status();
-                    done_body = c->parser.take_body();
-                  }
-                  responses_.fetch_add(1, std::memory_order_relaxed);
+                  take_response(t);
                   c->query = -1;
                   close_locked(c, nullptr, "");
                 } else {
@@ -708,15 +712,7 @@ void HttpClient::io_loop(Io* io) {
                 break;
               }
               // A whole response. Bytes past it put the connection out of step.
-              if (c->sse) {
-                end_stream(c, t, c->parser.status(), &stream_end);
-              } else {
-                done_id = c->query;
-                done_t = t;
-                done_status = c->parser.status();
-                done_body = c->parser.take_body();
-              }
-              responses_.fetch_add(1, std::memory_order_relaxed);
+              take_response(t);
               const bool keep = c->parser.keep_alive() && used == static_cast<size_t>(r);
               c->query = -1;
               if (keep) {
