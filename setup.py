@@ -3,8 +3,17 @@
 Every C++ source under csrc/ (plain C++17, no Python; subfolders such as csrc/mlperf/
 included) and in bindings/ (pybind11) is compiled into the one extension. Headers are
 listed in ``depends`` so that editing one rebuilds.
+
+The native gRPC client (csrc/grpc_client.cc) frames HTTP/2 with nghttp2: where its header
+is found (Debian/Ubuntu: ``apt-get install libnghttp2-dev``; Fedora: ``nghttp2-devel``;
+macOS: ``brew install nghttp2``) it is built in, else the build goes on without it and
+the gRPC targets run on grpcio (``loadgen._core.grpc_client_available()`` says which).
+LOADGEN_NGHTTP2=0 builds without it; LOADGEN_NGHTTP2=1 fails the build when it is missing.
 """
 
+import os
+import shutil
+import subprocess
 from glob import glob
 
 from pybind11.setup_helpers import Pybind11Extension
@@ -13,14 +22,51 @@ from setuptools import setup
 sources = sorted(glob("csrc/**/*.cc", recursive=True)) + sorted(glob("bindings/*.cc"))
 headers = sorted(glob("csrc/**/*.h", recursive=True)) + sorted(glob("bindings/*.h"))
 
+
+
+def _nghttp2():
+    """(include dirs, library dirs) of nghttp2, or None when its header is not found."""
+    wanted = os.environ.get("LOADGEN_NGHTTP2", "auto")
+    if wanted == "0":
+        return None
+    if shutil.which("pkg-config"):
+        try:
+            cflags = subprocess.run(["pkg-config", "--cflags", "libnghttp2"], capture_output=True, text=True, check=True)
+            libs = subprocess.run(["pkg-config", "--libs-only-L", "libnghttp2"], capture_output=True, text=True,
+                                  check=True)
+            inc = [f[2:] for f in cflags.stdout.split() if f.startswith("-I")]
+            return inc, [f[2:] for f in libs.stdout.split() if f.startswith("-L")]
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    for prefix in ("/usr", "/usr/local", "/opt/homebrew"):
+        if os.path.exists(os.path.join(prefix, "include", "nghttp2", "nghttp2.h")):
+            return [], [] if prefix == "/usr" else [os.path.join(prefix, "lib")]
+    if wanted == "1":
+        raise SystemExit("LOADGEN_NGHTTP2=1: nghttp2's header (nghttp2/nghttp2.h) was not found; install "
+                         "libnghttp2-dev (Debian/Ubuntu) or nghttp2-devel (Fedora)")
+    print("loadgen: nghttp2's header not found: building without the native gRPC client "
+          "(install libnghttp2-dev to have it)")
+    return None
+
+
+nghttp2 = _nghttp2()
+include_dirs, library_dirs, libraries, macros = ["csrc"], [], ["z"], []
+if nghttp2 is not None:
+    include_dirs += nghttp2[0]
+    library_dirs += nghttp2[1]
+    libraries.append("nghttp2")
+    macros.append(("LOADGEN_HAVE_NGHTTP2", "1"))
+
 ext = Pybind11Extension(
     "loadgen._core",
     sources,
-    include_dirs=["csrc"],
+    include_dirs=include_dirs,
+    library_dirs=library_dirs,
+    define_macros=macros,
     depends=headers,
     cxx_std=17,
     extra_compile_args=["-O3", "-Wall", "-Wextra", "-fvisibility=hidden"],
-    libraries=["z"],
+    libraries=libraries,
 )
 
 setup(ext_modules=[ext])

@@ -10,6 +10,7 @@
 #include "affinity.h"
 #include "clock.h"
 #include "engine.h"
+#include "grpc_client.h"
 #include "native_suts.h"
 #include "py_counts.h"
 #include "py_histogram.h"
@@ -136,7 +137,8 @@ void bind_engine(py::module_& m) {
       .value("fixed_delay", loadgen::SutKind::kFixedDelay)
       .value("queue", loadgen::SutKind::kQueue)
       .value("demo", loadgen::SutKind::kDemo)
-      .value("http", loadgen::SutKind::kHttp);
+      .value("http", loadgen::SutKind::kHttp)
+      .value("grpc", loadgen::SutKind::kGrpc);
   py::enum_<loadgen::SampleOrder>(m, "SampleOrder")
       .value("sequential", loadgen::SampleOrder::kSequential)
       .value("shuffled", loadgen::SampleOrder::kShuffled)
@@ -181,7 +183,7 @@ void bind_engine(py::module_& m) {
            py::arg("n"));
 
   py::class_<loadgen::HttpClientSettings>(m, "HttpClientSettings",
-                                          "The native HTTP/1.1 client's settings (SutKind.http).")
+                                          "The native network client's settings: HTTP/1.1 (SutKind.http) or gRPC (SutKind.grpc).")
       .def(py::init<>())
       .def_readwrite("host", &loadgen::HttpClientSettings::host)
       .def_readwrite("port", &loadgen::HttpClientSettings::port)
@@ -210,7 +212,15 @@ void bind_engine(py::module_& m) {
       .def_readwrite("sse", &loadgen::HttpClientSettings::sse)
       .def_readwrite("sse_check", &loadgen::HttpClientSettings::sse_check)
       .def_readwrite("input_tokens", &loadgen::HttpClientSettings::input_tokens)
-      .def_readwrite("significant_figures", &loadgen::HttpClientSettings::significant_figures);
+      .def_readwrite("significant_figures", &loadgen::HttpClientSettings::significant_figures)
+      .def_readwrite("grpc_path", &loadgen::HttpClientSettings::grpc_path)
+      .def_readwrite("authority", &loadgen::HttpClientSettings::authority)
+      .def_readwrite("metadata", &loadgen::HttpClientSettings::metadata)
+      .def_readwrite("max_in_flight", &loadgen::HttpClientSettings::max_in_flight);
+  m.def("grpc_client_available", &loadgen::grpc_client_available,
+        "Whether this build has the native gRPC client (it was built with nghttp2).");
+  m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
+        "The nghttp2 version the native gRPC client runs on (\"\" without it).");
 
   py::class_<NativeSutSettings>(m, "NativeSutSettings",
                                 "Which SUT a run drives (kind) and the native SUTs' parameters.")
@@ -411,8 +421,8 @@ void bind_engine(py::module_& m) {
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
       .def("http_take_unchecked",
            [](Engine& e, int64_t max, double timeout_s) -> py::object {
-             loadgen::HttpClient* h = e.native_http();
-             if (h == nullptr) throw py::value_error("the run's SUT is not the native HTTP client");
+             loadgen::NetClient* h = e.native_net();
+             if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::UncheckedResponse> got;
              bool more;
              {
@@ -430,8 +440,8 @@ void bind_engine(py::module_& m) {
            "None once the client is closed and none is left. problem: 0, or a failed stream's SseProblem.")
       .def("http_resolve",
            [](Engine& e, const py::list& verdicts) {
-             loadgen::HttpClient* h = e.native_http();
-             if (h == nullptr) throw py::value_error("the run's SUT is not the native HTTP client");
+             loadgen::NetClient* h = e.native_net();
+             if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::ResponseVerdict> vs;
              vs.reserve(verdicts.size());
              for (const py::handle& item : verdicts) {
@@ -457,7 +467,7 @@ void bind_engine(py::module_& m) {
       .def("http_stats",
            [](Engine& e) {
              py::dict d;
-             loadgen::HttpClient* h = e.native_http();
+             loadgen::NetClient* h = e.native_net();
              if (h == nullptr) return d;
              const loadgen::HttpClientStats st = h->stats();
              d["connects"] = st.connects;
@@ -470,7 +480,7 @@ void bind_engine(py::module_& m) {
              d["closed_by_timeout"] = st.closed_by_timeout;
              return d;
            },
-           "The native HTTP client's counters ({} for other SUTs).")
+           "The native network client's counters ({} for other SUTs).")
       .def("http_sse_figures",
            [](Engine& e) {
              py::dict d;

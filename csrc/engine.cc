@@ -210,14 +210,14 @@ Engine::Engine(EngineSettings settings)
       timeseries_(s_.highest_trackable_ns, s_.significant_figures) {
   if (s_.sut.kind == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[table_.capacity()]());
   // Inline issuing: the thread that resolves a query generates the next one. For the
-  // queue SUT that is its consumer. For the native HTTP client, its I/O thread: in a
+  // queue SUT that is its consumer. For the native HTTP and gRPC clients, an I/O thread: in a
   // closed loop the thread that read a response sends the next request (as wrk does);
   // in an open loop the I/O thread also waits for each scheduled time (epoll_pwait2 to
   // the nanosecond, as wrk2 does), so that timing and reading share one thread and one
   // core without one preempting the other.
   inline_issue_ = (s_.sut.kind == SutKind::kQueue &&
                    (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch)) ||
-                  (s_.sut.kind == SutKind::kHttp && !s_.follow_ups);
+                  (network_sut() && !s_.follow_ups);
   if (s_.records.sink != RecordSink::kNone) {
     records_ = std::make_unique<RequestLog>(s_.records, [this] { done_.notify(); });
   }

@@ -249,6 +249,8 @@ class Engine : private CompletionSink {
   int64_t table_capacity() const noexcept { return static_cast<int64_t>(table_.capacity()); }
   /// The native HTTP client, when the run's SUT is one (SutKind::kHttp), else null.
   HttpClient* native_http() noexcept { return native_.http(); }
+  /// The native network client (SutKind::kHttp or kGrpc), else null.
+  NetClient* native_net() noexcept { return native_.net(); }
 
  private:
   // Completes issued query `id` (see complete()); counts an id not in flight as unknown
@@ -362,6 +364,8 @@ class Engine : private CompletionSink {
   std::unique_ptr<ArrivalSchedule> schedule_;
   SampleSelector selector_;     // owned by whichever thread issues
   bool inline_issue_ = false;
+  // The SUT is a native network client (HTTP or gRPC).
+  bool network_sut() const noexcept { return s_.sut.kind == SutKind::kHttp || s_.sut.kind == SutKind::kGrpc; }
   int64_t inline_count_ = 0;          // inline issuing: queries generated (consumer_mutex_)
   int64_t inline_prev_scheduled_ = 0;
   // Inline open loop (consumer_mutex_): the next arrival, drawn but not yet due.

@@ -222,13 +222,13 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
 }
 
 int64_t Engine::next_due_ns() const noexcept {
-  if (!inline_issue_ || s_.sut.kind != SutKind::kHttp || s_.load_mode != LoadMode::kOpenLoop) return 0;
+  if (!inline_issue_ || !network_sut() || s_.load_mode != LoadMode::kOpenLoop) return 0;
   if (issuing_done_.load(std::memory_order_relaxed) || start_ns_.load(std::memory_order_relaxed) == 0) return 0;
   return inline_next_due_ns_.load(std::memory_order_relaxed);
 }
 
 void Engine::issue_ready() noexcept {
-  if (!inline_issue_ || s_.sut.kind != SutKind::kHttp) return;
+  if (!inline_issue_ || !network_sut()) return;
   constexpr int64_t kMax = 16;
   int64_t ids[kMax], samples[kMax], scheduled[kMax];
   const bool closed = s_.load_mode == LoadMode::kClosedLoop;

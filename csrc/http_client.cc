@@ -29,44 +29,19 @@ namespace loadgen {
 
 using detail::require;
 
+using netio::connect_kind;
+using netio::errno_text;
+
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
-
-std::string errno_text(int err) { return std::string(std::strerror(err)); }
-
-// The error class of a failed connect, as the asyncio client names it.
-const char* connect_kind(int err) {
-  if (err == ECONNREFUSED) return "connect_refused";
-  if (err == ETIMEDOUT) return "connect_timeout";
-  return "connect_error";
-}
-
-bool parse_address(const std::string& host, int port, sockaddr_storage* addr, socklen_t* len) {
-  std::memset(addr, 0, sizeof(*addr));
-  auto* v4 = reinterpret_cast<sockaddr_in*>(addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    *len = sizeof(sockaddr_in);
-    return true;
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(addr);
-  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    *len = sizeof(sockaddr_in6);
-    return true;
-  }
-  return false;
-}
 
 }  // namespace
 
 void validate(const HttpClientSettings& s) {
   sockaddr_storage addr{};
-  socklen_t len = 0;
-  require(parse_address(s.host, s.port, &addr, &len), "http.host must be a numeric IPv4 or IPv6 address, got '" +
+  unsigned len = 0;
+  require(netio::parse_address(s.host, s.port, &addr, &len), "http.host must be a numeric IPv4 or IPv6 address, got '" +
                                                            s.host + "'");
   require(s.port >= 1 && s.port <= 65535, "http.port must be in 1..65535, got " + std::to_string(s.port));
   require(s.connections >= 1 && s.connections <= (1 << 16),
@@ -115,11 +90,8 @@ struct HttpClient::Conn {
   bool sse_over = false;        // an event went over the limit: the rest is not read
 };
 
-struct HttpClient::Io {
-  int epfd = -1;
-  int wake = -1;
+struct HttpClient::Io : IoThread {
   std::vector<Conn*> conns;
-  std::thread thread;
   // sse: the figures of the streams this thread completed; the lock is this thread's
   // but for a reader's copy (sse_figures()), so taking it costs no contention.
   mutable std::mutex fig_mu;
@@ -127,20 +99,15 @@ struct HttpClient::Io {
   std::map<int64_t, int64_t> output_lengths;
 };
 
-HttpClient::HttpClient(HttpClientSettings settings) : s_(std::move(settings)) {
+HttpClient::HttpClient(HttpClientSettings settings)
+    : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse), s_(std::move(settings)) {
   validate(s_);
   HttpParserLimits limits;
   limits.max_body_bytes = s_.max_response_bytes;
   const int64_t nio = std::min<int64_t>(s_.io_threads, s_.connections);
   for (int64_t i = 0; i < nio; ++i) {
     auto io = std::make_unique<Io>();
-    io->epfd = epoll_create1(EPOLL_CLOEXEC);
-    io->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (io->epfd < 0 || io->wake < 0) throw std::runtime_error("http client: epoll/eventfd: " + errno_text(errno));
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;
-    epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wake, &ev);
+    open_io_thread(io.get(), "http client");
     if (s_.sse) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
     ios_.push_back(std::move(io));
   }
@@ -163,28 +130,13 @@ HttpClient::HttpClient(HttpClientSettings settings) : s_(std::move(settings)) {
 
 HttpClient::~HttpClient() {
   close();
-  for (auto& io : ios_) {
-    if (io->epfd >= 0) ::close(io->epfd);
-    if (io->wake >= 0) ::close(io->wake);
-  }
+  close_io_threads();
 }
 
 bool HttpClient::open(Conn* c, std::string* error, int* err) {
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-  parse_address(s_.host, s_.port, &addr, &len);
-  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int fd = netio::connect_nonblocking(s_.host, s_.port, err);
   if (fd < 0) {
-    *err = errno;
-    *error = errno_text(errno);
-    return false;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno != EINPROGRESS) {
-    *err = errno;
-    *error = errno_text(errno);
-    ::close(fd);
+    *error = errno_text(*err);
     return false;
   }
   c->fd = fd;
@@ -197,11 +149,7 @@ bool HttpClient::connect_blocking(Conn* c, int64_t timeout_ns) {
   std::string error;
   int err = 0;
   if (!open(c, &error, &err)) return false;
-  pollfd p{c->fd, POLLOUT, 0};
-  const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_ns / 1'000'000)));
-  int so_error = 0;
-  socklen_t sl = sizeof(so_error);
-  if (rc != 1 || getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &sl) != 0 || so_error != 0) {
+  if (netio::finish_connect(c->fd, timeout_ns) != 0) {
     ::close(c->fd);
     c->fd = -1;
     c->state = Conn::kClosed;
@@ -438,33 +386,7 @@ void HttpClient::release(Conn* c) noexcept {
   send_locked(c, *next);
 }
 
-void HttpClient::judge(int64_t id, int64_t t, int status, std::string&& body) noexcept {
-  {
-    std::shared_lock<std::shared_mutex> lock(cache_mutex_);
-    for (auto& [st, map] : cache_) {
-      if (st != status) continue;
-      auto it = map.find(body);
-      if (it == map.end()) break;
-      cache_hits_.fetch_add(1, std::memory_order_relaxed);
-      if (it->second.ok) {
-        sink_->complete_native(id, t);
-      } else {
-        sink_->fail_native(id, it->second.kind, it->second.message);
-      }
-      return;
-    }
-  }
-  hand_over(UncheckedResponse{id, t, status, std::move(body), 0});
-}
 
-void HttpClient::hand_over(UncheckedResponse&& u) noexcept {
-  checked_outside_.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(unchecked_mutex_);
-    unchecked_.push_back(std::move(u));
-  }
-  unchecked_cv_.notify_one();
-}
 
 void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept {
   SseScanner& s = *c->sse;
@@ -530,44 +452,7 @@ void HttpClient::finish_stream(StreamEnd&& e) noexcept {
   hand_over(UncheckedResponse{e.id, e.t, e.status, std::move(e.body), e.problem});
 }
 
-bool HttpClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns) {
-  std::unique_lock<std::mutex> lock(unchecked_mutex_);
-  unchecked_cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0)),
-                         [this] { return !unchecked_.empty() || closing_.load(); });
-  while (!unchecked_.empty() && out->size() < max) {
-    out->push_back(std::move(unchecked_.front()));
-    unchecked_.pop_front();
-  }
-  return !(out->empty() && closing_.load());
-}
 
-void HttpClient::resolve(std::vector<ResponseVerdict>& verdicts) {
-  for (ResponseVerdict& v : verdicts) {
-    if (v.ok) {
-      sink_->complete_native(v.id, v.t_ns);
-    } else {
-      sink_->fail_native(v.id, v.kind, v.message);
-    }
-  }
-  sink_->issue_ready();
-  if (s_.sse) return;  // a stream's verdict is not a function of its bytes alone: no cache
-  std::unique_lock<std::shared_mutex> lock(cache_mutex_);
-  for (ResponseVerdict& v : verdicts) {
-    if (cache_size_ >= static_cast<size_t>(s_.cache_entries) ||
-        v.body.size() > static_cast<size_t>(s_.cache_body_bytes)) {
-      continue;
-    }
-    VerdictMap* map = nullptr;
-    for (auto& [st, m] : cache_) {
-      if (st == v.status) map = &m;
-    }
-    if (map == nullptr) {
-      cache_.emplace_back(v.status, VerdictMap{});
-      map = &cache_.back().second;
-    }
-    if (map->emplace(std::move(v.body), Verdict{v.ok, v.kind, v.message}).second) ++cache_size_;
-  }
-}
 
 void HttpClient::expire(Io* io, int64_t now) noexcept {
   for (Conn* c : io->conns) {
@@ -582,40 +467,20 @@ void HttpClient::expire(Io* io, int64_t now) noexcept {
 }
 
 void HttpClient::io_loop(Io* io) {
-  set_current_thread_name("lg-http");
-  if (!s_.cpus.empty()) {
-    try {
-      pin_current_thread(s_.cpus);
-    } catch (const std::exception&) {
-      // A cpuset that shrank since the settings were checked: run unpinned.
-    }
-  }
-  std::vector<epoll_event> events(256);
-  std::vector<char> buf(kReadChunk);
-  int64_t next_scan = 0;
   // The first I/O thread is the open loop's timer: it sleeps until the next arrival is
   // due (to the nanosecond) and sends it; the others wake only for their sockets.
   const bool timer = io == ios_.front().get();
-  if (timer) set_min_timer_slack();
+  enter_io_thread("lg-http", s_.cpus, timer);
+  std::vector<epoll_event> events(256);
+  std::vector<char> buf(kReadChunk);
+  int64_t next_scan = 0;
   while (!closing_.load(std::memory_order_acquire)) {
-    int64_t wait_ns = 5'000'000;
-    if (timer) {
-      const int64_t due = sink_->next_due_ns();
-      if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns(), 0, wait_ns);
-    }
-    timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
-    int n = epoll_pwait2(io->epfd, events.data(), static_cast<int>(events.size()), &ts, nullptr);
-    if (n < 0 && errno == ENOSYS) {  // a kernel before 5.11: whole milliseconds
-      n = epoll_wait(io->epfd, events.data(), static_cast<int>(events.size()),
-                     static_cast<int>((wait_ns + 999'999) / 1'000'000));
-    }
+    const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), io_wait_ns(timer));
     for (int i = 0; i < n; ++i) {
       Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
       const uint32_t ev = events[static_cast<size_t>(i)].events;
       if (c == nullptr) {  // the wake-up eventfd
-        uint64_t v;
-        while (::read(io->wake, &v, sizeof(v)) > 0) {
-        }
+        drain_wake(*io);
         continue;
       }
       // A finished response's query is judged after the connection's lock is released
@@ -746,13 +611,7 @@ void HttpClient::io_loop(Io* io) {
 
 void HttpClient::close() noexcept {
   if (closing_.exchange(true)) return;
-  for (auto& io : ios_) {
-    const uint64_t one = 1;
-    if (io->wake >= 0) (void)!::write(io->wake, &one, sizeof(one));
-  }
-  for (auto& io : ios_) {
-    if (io->thread.joinable()) io->thread.join();
-  }
+  join_io_threads();
   for (auto& c : conns_) {
     std::lock_guard<std::mutex> lock(c->mu);
     if (c->fd >= 0) {
@@ -761,7 +620,7 @@ void HttpClient::close() noexcept {
     }
     c->state = Conn::kClosed;
   }
-  unchecked_cv_.notify_all();
+  close_checks();
 }
 
 bool HttpClient::sse_read(Conn* c, StreamEnd* out) noexcept {
@@ -803,19 +662,6 @@ SseFigures HttpClient::sse_figures() const {
   out.output_lengths.assign(lengths.begin(), lengths.end());
   out.input_tokens_sent = input_tokens_sent_.load();
   return out;
-}
-
-HttpClientStats HttpClient::stats() const {
-  HttpClientStats st;
-  st.connects = connects_.load();
-  st.connect_failures = connect_failures_.load();
-  st.connections_opened_before_run = warm_.load();
-  st.bytes_sent = bytes_sent_.load();
-  st.responses = responses_.load();
-  st.cache_hits = cache_hits_.load();
-  st.checked_outside = checked_outside_.load();
-  st.closed_by_timeout = closed_by_timeout_.load();
-  return st;
 }
 
 }  // namespace loadgen

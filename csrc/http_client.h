@@ -17,9 +17,11 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hdr_histogram.h"
+#include "net_client.h"
 
 namespace loadgen {
 
@@ -55,6 +57,16 @@ struct HttpClientSettings {
   std::vector<int64_t> input_tokens;
   /// sse: the figures' histograms keep this many significant figures (1..5).
   int significant_figures = 3;
+  /// gRPC (SutKind::kGrpc, grpc_client.h): `requests` are serialized messages of the
+  /// unary method at this path (e.g. /inference.GRPCInferenceService/ModelInfer), sent
+  /// as calls multiplexed over `connections` HTTP/2 connections.
+  std::string grpc_path;
+  /// gRPC: the :authority of each call (host:port; empty: host and port).
+  std::string authority;
+  /// gRPC: metadata sent with each call (names in lower case).
+  std::vector<std::pair<std::string, std::string>> metadata;
+  /// gRPC: calls in flight at most, over all connections (>= 1); the rest wait in order.
+  int64_t max_in_flight = 64;
 };
 
 /// The figures of the streams completed (sse): what the asyncio client's OpenAISUT
@@ -76,63 +88,16 @@ struct SseFigures {
 /// Throws std::invalid_argument naming the bad field (http.port, http.connections, ...).
 void validate(const HttpClientSettings& s);
 
-/// A response waiting for the Python side's verdict.
-struct UncheckedResponse {
-  int64_t id = 0;
-  int64_t t_ns = 0;  ///< when its last bytes arrived (the completion time)
-  int status = 0;
-  std::string body;
-  /// sse: why the stream failed (an SseProblem, never kNone): body holds its data
-  /// (kNotJson, kNotObject, kErrorEvent), the bytes held (kHttpStatus) or the event's
-  /// length in decimal (kTooLarge). 0 for a response to judge by status and body.
-  int problem = 0;
-};
-
-/// The Python side's verdict on one response: ok, or failed with an error kind and message.
-struct ResponseVerdict {
-  int64_t id = 0;
-  int64_t t_ns = 0;
-  int status = 0;
-  std::string body;   ///< the response's body (for the cache)
-  bool ok = true;
-  std::string kind;
-  std::string message;
-};
-
-/// Counters of the client (any thread; approximate while running).
-struct HttpClientStats {
-  int64_t connects = 0;
-  int64_t connect_failures = 0;
-  int64_t connections_opened_before_run = 0;
-  int64_t bytes_sent = 0;
-  int64_t responses = 0;
-  int64_t cache_hits = 0;
-  int64_t checked_outside = 0;  ///< responses handed to the Python side's check
-  int64_t closed_by_timeout = 0;
-};
-
-class HttpClient {
+class HttpClient final : public NetClient {
  public:
   explicit HttpClient(HttpClientSettings settings);
-  ~HttpClient();
-  HttpClient(const HttpClient&) = delete;
-  HttpClient& operator=(const HttpClient&) = delete;
+  ~HttpClient() override;
 
-  /// Opens the warm connections and starts the I/O threads; completions go to `sink`.
-  void start(CompletionSink& sink);
+  void start(CompletionSink& sink) override;
   /// Sends query `id` (its request is requests[sample % size]), scheduled at
   /// `scheduled_ns`. Called by the issue thread.
-  void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept;
-  /// Closes every connection and joins the threads. Idempotent.
-  void close() noexcept;
-
-  /// Up to `max` responses waiting for a verdict, waiting up to `timeout_ns` for one.
-  /// Returns false once the client is closed and none is left.
-  bool take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns);
-  /// Completes or fails each response's query by its verdict, and remembers the
-  /// verdict for those bytes.
-  void resolve(std::vector<ResponseVerdict>& verdicts);
-  HttpClientStats stats() const;
+  void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept override;
+  void close() noexcept override;
   /// sse: the figures so far, over all I/O threads. Any thread, during a run too.
   SseFigures sse_figures() const;
 
@@ -155,12 +120,6 @@ class HttpClient {
     int problem = 0;
     std::string body;
   };
-  struct Verdict {
-    bool ok = true;
-    std::string kind;
-    std::string message;
-  };
-
   void io_loop(Io* io);
   // Opens `c` (non-blocking connect, finished by its I/O thread). False on an immediate failure.
   bool open(Conn* c, std::string* error, int* err);
@@ -177,13 +136,11 @@ class HttpClient {
   int write_some(Conn* c) noexcept;
   // Closes c after a failed write, failing its query as the asyncio client would.
   void fail_write(Conn* c, int err) noexcept;
-  void judge(int64_t id, int64_t t, int status, std::string&& body) noexcept;
   // sse: ends c's stream (its lock held) at t with `status`: records a good one in its
   // I/O thread's figures, or says why it failed.
   void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
   // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
   void finish_stream(StreamEnd&& e) noexcept;
-  void hand_over(UncheckedResponse&& u) noexcept;
   // sse: after a read was parsed (c's lock held): reports a first token, or ends a
   // stream whose event went over the limit (true: c was closed, *out says why).
   bool sse_read(Conn* c, StreamEnd* out) noexcept;
@@ -192,7 +149,6 @@ class HttpClient {
   void expire(Io* io, int64_t now) noexcept;
 
   HttpClientSettings s_;
-  CompletionSink* sink_ = nullptr;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Io>> ios_;
   // The idle connections and the queries waiting for one.
@@ -200,21 +156,8 @@ class HttpClient {
   std::vector<Conn*> idle_;
   std::deque<Pending> pending_;
   std::atomic<int64_t> open_{0};  // connections open or opening
-  std::atomic<bool> closing_{false};
-
-  // The verdict cache: per status, body -> verdict.
-  using VerdictMap = std::unordered_map<std::string, Verdict>;
-  mutable std::shared_mutex cache_mutex_;
-  std::vector<std::pair<int, VerdictMap>> cache_;
-  size_t cache_size_ = 0;
-
-  std::mutex unchecked_mutex_;
-  std::condition_variable unchecked_cv_;
-  std::deque<UncheckedResponse> unchecked_;
 
   std::atomic<int64_t> input_tokens_sent_{0};
-  std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
-      cache_hits_{0}, checked_outside_{0}, closed_by_timeout_{0};
 };
 
 }  // namespace loadgen

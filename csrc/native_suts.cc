@@ -9,6 +9,7 @@
 
 #include "affinity.h"
 #include "clock.h"
+#include "grpc_client.h"
 #include "require.h"
 #include "rng.h"
 
@@ -19,6 +20,7 @@ using detail::require;
 void validate(const NativeSutSettings& s) {
   require(s.delay_ns >= 0, "sut.delay_ns must be >= 0, got " + std::to_string(s.delay_ns));
   if (s.kind == SutKind::kHttp) validate(s.http);
+  if (s.kind == SutKind::kGrpc) validate_grpc(s.http);
   if (s.kind != SutKind::kDemo) return;
   require(s.workers >= 1 && s.workers <= 4096,
           "sut.workers must be in 1..4096, got " + std::to_string(s.workers));
@@ -36,21 +38,26 @@ NativeSut::NativeSut(const NativeSutSettings& settings, uint64_t ring_capacity, 
     ring_.reset(new std::atomic<int64_t>[ring_capacity]());
     due_.reset(new std::atomic<int64_t>[ring_capacity]());
   }
-  if (s_.kind == SutKind::kHttp) http_ = std::make_unique<HttpClient>(s_.http);
+  if (s_.kind == SutKind::kHttp) {
+    auto h = std::make_unique<HttpClient>(s_.http);
+    http_ = h.get();
+    net_ = std::move(h);
+  }
+  if (s_.kind == SutKind::kGrpc) net_ = make_grpc_client(s_.http);
 }
 
 NativeSut::~NativeSut() { close(); }
 
 void NativeSut::start(CompletionSink& sink) {
   sink_ = &sink;
-  if (http_) http_->start(sink);
+  if (net_) net_->start(sink);
   if (s_.kind == SutKind::kFixedDelay) thread_ = std::thread([this] { fixed_delay_loop(); });
   if (s_.kind == SutKind::kDemo) thread_ = std::thread([this] { demo_loop(); });
 }
 
 void NativeSut::submit(int64_t id, int64_t issued_ns, int64_t sample, int64_t scheduled_ns) noexcept {
-  if (http_) {
-    http_->submit(id, sample, scheduled_ns);
+  if (net_) {
+    net_->submit(id, sample, scheduled_ns);
     return;
   }
   if (!ring_) {  // the null SUT
@@ -70,7 +77,7 @@ void NativeSut::finish() noexcept {
 }
 
 void NativeSut::close() noexcept {
-  if (http_) http_->close();
+  if (net_) net_->close();
   closing_.store(true, std::memory_order_release);
   submitted_.notify();
   if (thread_.joinable()) thread_.join();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "http_client.h"
+#include "net_client.h"
 #include "notifier.h"
 
 namespace loadgen {
@@ -22,6 +23,7 @@ enum class SutKind {
   kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
   kDemo,        ///< a simulated batching inference server (see NativeSutSettings)
   kHttp,        ///< the native HTTP/1.1 client (http_client.h) against a real server
+  kGrpc,        ///< the native gRPC client (grpc_client.h) against a real server
 };
 
 /// Which SUT a run drives, and the native SUTs' parameters. Durations in ns.
@@ -41,7 +43,7 @@ struct NativeSutSettings {
   /// The fixed-delay and demo SUTs' thread runs on these CPUs (empty: not pinned), as
   /// --pin auto places an in-process SUT away from the issue thread and dispatcher.
   std::vector<int> cpus;
-  /// The native HTTP client's settings (kind kHttp).
+  /// The native network client's settings (kinds kHttp and kGrpc).
   HttpClientSettings http;
 };
 
@@ -97,7 +99,9 @@ class NativeSut {
   /// for the HTTP client).
   void submit(int64_t id, int64_t issued_ns, int64_t sample = 0, int64_t scheduled_ns = 0) noexcept;
   /// The native HTTP client (kind kHttp), else null.
-  HttpClient* http() noexcept { return http_.get(); }
+  HttpClient* http() noexcept { return http_; }
+  /// The native network client (kinds kHttp and kGrpc), else null.
+  NetClient* net() noexcept { return net_.get(); }
   /// No more queries will be submitted: the thread ends once it completed them all.
   void finish() noexcept;
   /// Stops completing (outstanding queries are left to the caller) and joins. Idempotent.
@@ -121,7 +125,8 @@ class NativeSut {
   std::atomic<bool> closing_{false};
   Notifier submitted_;
   std::thread thread_;
-  std::unique_ptr<HttpClient> http_;
+  std::unique_ptr<NetClient> net_;
+  HttpClient* http_ = nullptr;  // net_, when it is the HTTP client
 };
 
 }  // namespace loadgen

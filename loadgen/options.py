@@ -1,5 +1,4 @@
-"""The options of ``loadgen run``: one typed structure, its defaults, and where values
-come from.
+"""The options of ``loadgen run``: one typed structure, its defaults, and where values come from.
 
 Precedence, lowest first: defaults < config file (``--config``, TOML, keys equal the long
 flag names) < ``LOADGEN_<FLAG_NAME>`` environment variables < command-line flags. Every
@@ -246,10 +245,7 @@ def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, floa
     rate to Q over D (ramp 'linear'; the first stage starts from 0). 'D:A-B' always ramps
     from A to B. Returns [(duration_s, start_qps, end_qps)].
     """
-    if isinstance(text, (list, tuple)):
-        parts = [str(p) for p in text]
-    else:
-        parts = [p for p in str(text).split(",") if p.strip()]
+    parts = [str(p) for p in text] if isinstance(text, (list, tuple)) else [p for p in str(text).split(",") if p.strip()]
     if not parts:
         raise ValueError("needs at least one stage, like 10s:100,30s:1000")
     stages: List[Tuple[float, float, float]] = []
@@ -399,7 +395,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "KServe, the output names, datatypes and shapes are checked)"),
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
                "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (default: native where it can)", "ENGINE"),
-    OptionSpec("io_threads", _int(1, 256), "network, --http-engine native: epoll threads (default 1)", "N"),
+    OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default 1)", "N"),
+    OptionSpec("grpc_engine", _choice("auto", "native", "callback", "asyncio"), "gRPC: the client: native (HTTP/2 in "
+               "the core; plain grpc://), callback or asyncio (grpcio), or auto (default: native where it can)", "ENGINE"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
@@ -525,6 +523,7 @@ class RunOptions:
     grpc_contents: str = D.GRPC_CONTENTS
     http_engine: str = "auto"
     io_threads: int = 1
+    grpc_engine: str = "auto"
     model: Optional[str] = None
     max_tokens: int = D.MAX_TOKENS
     prompt_words: int = D.PROMPT_WORDS

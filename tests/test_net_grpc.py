@@ -1,7 +1,8 @@
 """The KServe v2 gRPC clients against a scripted gRPC server in this process
-(tests/servers/grpc_scripted.py): the callback client (the default) and the asyncio one
-give the same counts, error classes, timeouts and checks; the CLI runs the callback
-client and says so. Every run is bounded in count and time."""
+(tests/servers/grpc_scripted.py): the native client (the core's HTTP/2, the default where
+the build has it), the callback client and the asyncio one give the same counts, error
+classes, timeouts and checks; the CLI runs the client it picks and says so. Every run is
+bounded in count and time."""
 
 import dataclasses
 import gc
@@ -22,9 +23,11 @@ from loadgen.sut.forms import classify_sut
 from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.test_cli_run import run_json
 
-#: The asyncio client and the callback client on each of its call paths: grpcio's core
-#: binding (the default where its probe passes) and .future().
-ENGINES = ("callback", "callback-future", "asyncio")
+#: The native client, the asyncio client and the callback client on each of its call
+#: paths: grpcio's core binding (the default where its probe passes) and .future().
+ENGINES = ("native", "callback", "callback-future", "asyncio")
+#: The clients on grpcio (TLS, and where the build has no native client).
+GRPCIO_ENGINES = ENGINES[1:]
 
 
 def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=None, ca_file=None, **load):
@@ -36,7 +39,7 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
     net = dataclasses.replace(net, grpc_engine=engine)
     sut = open_target(srv.url(), net, pool_size=pool)
     assert sut.report()["grpc_engine"] == engine
-    assert classify_sut(sut) == ("callback" if engine == "callback" else "loop")
+    assert classify_sut(sut) == {"callback": "callback", "native": "native_http"}.get(engine, "loop")
     if calls == "future":
         sut.core_calls = False
     res = Engine(settings, sut).run()
@@ -104,15 +107,20 @@ def test_open_loop_keeps_its_rate_and_its_in_flight_cap(grpc_engine):
     assert res.counts["failed"] == 0 and res.counts["completed"] >= 30
 
 
-def test_the_cli_runs_the_callback_client_and_sends_the_headers():
+@pytest.mark.parametrize("flag", [None, "callback"])
+def test_the_cli_runs_the_client_it_picks_and_sends_the_headers(flag):
     with ScriptedGrpc() as srv:
         _, doc = run_json("--sut", srv.url(), "--scenario", "concurrency", "--concurrency", "2", "--query-count",
                           "50", "--header", "X-Tenant: a", "--interval-s", "0", "--max-issue-delay-ms", "50",
-                          timeout=60)
+                          *(["--grpc-engine", flag] if flag else []), timeout=60)
         assert srv.last_metadata.get("x-tenant") == "a"
     net = doc["network"]
-    assert net["grpc_engine"] == "callback"
-    assert net["grpc_experiments"] == "-event_engine_client"
+    if flag is None:  # auto: the native client
+        assert net["grpc_engine"] == "native" and net["grpc_experiments"] is None
+        assert net["native"]["responses"] == 50 and net["nghttp2"]
+    else:
+        assert net["grpc_engine"] == "callback"
+        assert net["grpc_experiments"] == "-event_engine_client"
     assert doc["counts"]["completed"] == 50 == net["responses_checked"]
 
 
@@ -164,7 +172,7 @@ def _threads_in(function):
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-@pytest.mark.parametrize("grpc_engine", ENGINES)
+@pytest.mark.parametrize("grpc_engine", GRPCIO_ENGINES)
 def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path, grpc_engine):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",

@@ -40,6 +40,7 @@ def net_options(o: Any):
         ca_file=o.ca_file,
         insecure=o.insecure,
         http_engine=o.http_engine,
+        grpc_engine=o.grpc_engine,
         io_threads=o.io_threads,
         timeout_ms=o.timeout_ms,
         connections=o.connections,
@@ -143,23 +144,41 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
             from loadgen.net.openai_stream import OpenAISUT
 
             sut = OpenAISUT(target, net, pool_size, significant_figures)
-    elif net.grpc_engine == "asyncio":
-        from loadgen.net.kserve_grpc import KServeGrpcSUT
-
-        sut = KServeGrpcSUT(target, net, pool_size)
-    elif net.grpc_engine in ("auto", "callback"):
-        from loadgen.net.grpc_callback import KServeGrpcCallbackSUT
-
-        sut = KServeGrpcCallbackSUT(target, net, pool_size)
-    else:
-        raise ValueError(f"grpc_engine must be 'auto', 'callback' or 'asyncio', got {net.grpc_engine!r}")
     from loadgen.net.native_http import native_refusal, native_sut
 
     refused = native_refusal(target, net)
     if net.http_engine == "native" and refused:  # said before the server is asked anything
-        raise ValueError(f"--http-engine native: {refused}; use --http-engine asyncio (or auto)")
+        hint = "--grpc-engine to choose the gRPC client" if target.kind == "kserve_grpc" else "--http-engine asyncio (or auto)"
+        raise ValueError(f"--http-engine native: {refused}; use {hint}")
+    if target.kind == "kserve_grpc":
+        return _grpc_sut(target, net, pool_size)
     sut.prepare()
     # auto: the native client wherever it runs the target.
     if net.http_engine in ("native", "auto") and not refused:
         return native_sut(sut, net.io_threads)
     return sut
+
+
+def _grpc_sut(target: Any, net: Any, pool_size: int) -> Any:
+    """The KServe gRPC client ``net.grpc_engine`` asks for, prepared: native (the core's
+    HTTP/2 client; auto where this build has it and the target is plain grpc://),
+    callback (grpcio's synchronous channel; auto elsewhere) or asyncio."""
+    if net.grpc_engine not in ("auto", "native", "callback", "asyncio"):
+        raise ValueError(f"grpc_engine must be 'auto', 'native', 'callback' or 'asyncio', got {net.grpc_engine!r}")
+    from loadgen.net.native_grpc import NativeGrpcSUT, native_grpc_refusal
+
+    refused = native_grpc_refusal(target)
+    if net.grpc_engine == "native" and refused:  # said before the server is asked anything
+        raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine callback (or auto)")
+    native = net.grpc_engine == "native" or (net.grpc_engine == "auto" and refused is None)
+    if net.grpc_engine == "asyncio" or native:
+        from loadgen.net.kserve_grpc import KServeGrpcSUT
+
+        sut: Any = KServeGrpcSUT(target, net, pool_size)
+    else:
+        from loadgen.net.grpc_callback import KServeGrpcCallbackSUT
+
+        sut = KServeGrpcCallbackSUT(target, net, pool_size)
+    sut.prepare()
+    return NativeGrpcSUT(sut, net.io_threads) if native else sut
+

@@ -27,7 +27,7 @@ from loadgen import _core
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut"]
+__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut", "numeric_host"]
 
 _TAKE_MAX = 256
 
@@ -63,7 +63,7 @@ def native_sut(inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> "Na
     return cls(inner, io_threads, cpus)
 
 
-def _numeric_host(host: str, port: int) -> str:
+def numeric_host(host: str, port: int) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
@@ -88,12 +88,15 @@ class NativeHttpSUT:
             raise ValueError(f"--http-engine native: {why}")
         if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
             raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
+        self._take(inner, io_threads, cpus)
+
+    def _take(self, inner: Any, io_threads: int, cpus: Sequence[int]) -> None:
         self.inner = inner
         self.io_threads = io_threads
         self.cpus = list(cpus)
         self.protocol = inner.protocol
         self.core: Optional[_core.Engine] = None
-        self.host = _numeric_host(inner.target.host, inner.target.port)
+        self.host = numeric_host(inner.target.host, inner.target.port)
         self.check_errors = 0
 
     def native_settings(self) -> _core.NativeSutSettings:

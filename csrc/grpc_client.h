@@ -1,0 +1,43 @@
+#pragma once
+// The native gRPC client (SutKind::kGrpc): unary calls of one method, with prepared
+// request messages, multiplexed over HTTP/2 connections opened before the run (framing
+// by nghttp2). The issuing thread submits each call and writes its frames itself at the
+// query's scheduled time; I/O threads (epoll) read the responses, and a call's end (its
+// trailers, a reset, the connection's loss) completes or fails its query natively. In a
+// closed loop the I/O thread that read a response issues the next call; in an open loop
+// the first I/O thread also waits for each arrival (see Engine::next_due_ns).
+//
+// A call's outcome is judged as the HTTP client's responses are (net_client.h): status
+// 0 with its response message, or a non-zero status with its message, keyed into the
+// verdict cache and otherwise handed to the Python side's check (which names failures
+// as the grpcio clients do: grpc_<CODE>). What the gRPC library would decide itself is
+// decided here with grpcio's codes: a non-200 HTTP status as the gRPC spec maps it, a
+// stream reset by its HTTP/2 error code, a lost connection or failed connect as
+// UNAVAILABLE, a response over max_response_bytes as RESOURCE_EXHAUSTED. A per-query
+// timeout resets the call's stream (CANCEL) and leaves the count to the engine; no
+// grpc-timeout is sent, so the server never ends a call for its deadline.
+//
+// The build has this client where nghttp2's header was found (setup.py); else
+// make_grpc_client() throws and grpc_client_available() is false.
+
+#include <memory>
+
+#include "http_client.h"
+#include "net_client.h"
+
+namespace loadgen {
+
+/// Whether this build has the native gRPC client (built with nghttp2).
+bool grpc_client_available() noexcept;
+
+/// The version of nghttp2 the client runs on ("" without it).
+const char* grpc_client_nghttp2_version() noexcept;
+
+/// Checks the settings of a gRPC client (HttpClientSettings with grpc_path); throws
+/// std::invalid_argument naming the bad field (http.port, grpc.path, ...).
+void validate_grpc(const HttpClientSettings& s);
+
+/// The client, not started. Throws std::runtime_error when the build has no nghttp2.
+std::unique_ptr<NetClient> make_grpc_client(const HttpClientSettings& settings);
+
+}  // namespace loadgen

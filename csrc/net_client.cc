@@ -1,0 +1,239 @@
+#include "net_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "affinity.h"
+#include "clock.h"
+#include "native_suts.h"
+
+namespace loadgen {
+
+namespace netio {
+
+std::string errno_text(int err) { return std::string(std::strerror(err)); }
+
+const char* connect_kind(int err) noexcept {
+  if (err == ECONNREFUSED) return "connect_refused";
+  if (err == ETIMEDOUT) return "connect_timeout";
+  return "connect_error";
+}
+
+bool parse_address(const std::string& host, int port, sockaddr_storage* addr, unsigned* len) noexcept {
+  std::memset(addr, 0, sizeof(*addr));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(addr);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+int connect_nonblocking(const std::string& host, int port, int* err) noexcept {
+  sockaddr_storage addr{};
+  unsigned len = 0;
+  if (!parse_address(host, port, &addr, &len)) {
+    *err = EINVAL;
+    return -1;
+  }
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = errno;
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno != EINPROGRESS) {
+    *err = errno;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int finish_connect(int fd, int64_t timeout_ns) noexcept {
+  pollfd p{fd, POLLOUT, 0};
+  const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_ns / 1'000'000)));
+  if (rc == 0) return ETIMEDOUT;
+  if (rc < 0) return errno;
+  int so_error = 0;
+  socklen_t sl = sizeof(so_error);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &sl) != 0) return errno;
+  return so_error;
+}
+
+int wait_events(int epfd, epoll_event* events, int max, int64_t wait_ns) noexcept {
+  wait_ns = std::max<int64_t>(wait_ns, 0);
+  timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000), static_cast<long>(wait_ns % 1'000'000'000)};
+  int n = epoll_pwait2(epfd, events, max, &ts, nullptr);
+  if (n < 0 && errno == ENOSYS) n = epoll_wait(epfd, events, max, static_cast<int>((wait_ns + 999'999) / 1'000'000));
+  return n;
+}
+
+}  // namespace netio
+
+void NetClient::judge(int64_t id, int64_t t, int status, std::string&& body) noexcept {
+  {
+    std::shared_lock<std::shared_mutex> lock(cache_mutex_);
+    for (auto& [st, map] : cache_) {
+      if (st != status) continue;
+      auto it = map.find(body);
+      if (it == map.end()) break;
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      if (it->second.ok) {
+        sink_->complete_native(id, t);
+      } else {
+        sink_->fail_native(id, it->second.kind, it->second.message);
+      }
+      return;
+    }
+  }
+  hand_over(UncheckedResponse{id, t, status, std::move(body), 0});
+}
+
+void NetClient::hand_over(UncheckedResponse&& u) noexcept {
+  checked_outside_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(unchecked_mutex_);
+    unchecked_.push_back(std::move(u));
+  }
+  unchecked_cv_.notify_one();
+}
+
+void NetClient::close_checks() noexcept {
+  { std::lock_guard<std::mutex> lock(unchecked_mutex_); }  // a waiter sees closing_ after its check
+  unchecked_cv_.notify_all();
+}
+
+bool NetClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns) {
+  std::unique_lock<std::mutex> lock(unchecked_mutex_);
+  unchecked_cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0)),
+                         [this] { return !unchecked_.empty() || closing_.load(); });
+  while (!unchecked_.empty() && out->size() < max) {
+    out->push_back(std::move(unchecked_.front()));
+    unchecked_.pop_front();
+  }
+  return !(out->empty() && closing_.load());
+}
+
+void NetClient::resolve(std::vector<ResponseVerdict>& verdicts) {
+  for (ResponseVerdict& v : verdicts) {
+    if (v.ok) {
+      sink_->complete_native(v.id, v.t_ns);
+    } else {
+      sink_->fail_native(v.id, v.kind, v.message);
+    }
+  }
+  sink_->issue_ready();
+  if (!cacheable_) return;
+  std::unique_lock<std::shared_mutex> lock(cache_mutex_);
+  for (ResponseVerdict& v : verdicts) {
+    if (cache_size_ >= static_cast<size_t>(cache_entries_) || v.body.size() > static_cast<size_t>(cache_body_bytes_)) {
+      continue;
+    }
+    VerdictMap* map = nullptr;
+    for (auto& [st, m] : cache_) {
+      if (st == v.status) map = &m;
+    }
+    if (map == nullptr) {
+      cache_.emplace_back(v.status, VerdictMap{});
+      map = &cache_.back().second;
+    }
+    if (map->emplace(std::move(v.body), Verdict{v.ok, v.kind, v.message}).second) ++cache_size_;
+  }
+}
+
+void NetClient::open_io_thread(IoThread* io, const char* who) {
+  io->epfd = epoll_create1(EPOLL_CLOEXEC);
+  io->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  const int err = errno;
+  io_threads_.push_back(io);  // closed by close_io_threads(), whatever happens next
+  if (io->epfd < 0 || io->wake < 0) throw std::runtime_error(std::string(who) + ": epoll/eventfd: " +
+                                                             netio::errno_text(err));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;
+  epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wake, &ev);
+}
+
+void NetClient::close_io_threads() noexcept {
+  for (IoThread* io : io_threads_) {
+    if (io->epfd >= 0) ::close(io->epfd);
+    if (io->wake >= 0) ::close(io->wake);
+    io->epfd = io->wake = -1;
+  }
+  io_threads_.clear();
+}
+
+void NetClient::join_io_threads() noexcept {
+  for (auto& io : io_threads_) {
+    const uint64_t one = 1;
+    if (io->wake >= 0) (void)!::write(io->wake, &one, sizeof(one));
+  }
+  for (auto& io : io_threads_) {
+    if (io->thread.joinable()) io->thread.join();
+  }
+}
+
+void NetClient::enter_io_thread(const char* name, const std::vector<int>& cpus, bool timer) noexcept {
+  set_current_thread_name(name);
+  if (!cpus.empty()) {
+    try {
+      pin_current_thread(cpus);
+    } catch (const std::exception&) {
+      // A cpuset that shrank since the settings were checked: run unpinned.
+    }
+  }
+  if (timer) set_min_timer_slack();
+}
+
+int64_t NetClient::io_wait_ns(bool timer) const noexcept {
+  int64_t wait_ns = 5'000'000;
+  if (timer) {
+    const int64_t due = sink_->next_due_ns();
+    if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns(), 0, wait_ns);
+  }
+  return wait_ns;
+}
+
+void NetClient::drain_wake(const IoThread& io) noexcept {
+  uint64_t v;
+  while (::read(io.wake, &v, sizeof(v)) > 0) {
+  }
+}
+
+HttpClientStats NetClient::stats() const {
+  HttpClientStats st;
+  st.connects = connects_.load();
+  st.connect_failures = connect_failures_.load();
+  st.connections_opened_before_run = warm_.load();
+  st.bytes_sent = bytes_sent_.load();
+  st.responses = responses_.load();
+  st.cache_hits = cache_hits_.load();
+  st.checked_outside = checked_outside_.load();
+  st.closed_by_timeout = closed_by_timeout_.load();
+  return st;
+}
+
+}  // namespace loadgen

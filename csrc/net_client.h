@@ -1,0 +1,171 @@
+#pragma once
+// What the native network clients share: the judging of responses by their bytes. A
+// response's verdict (complete, or fail with an error kind and message) is a function of
+// its status and body, so a cache (status and body -> verdict) answers most responses
+// natively; the rest wait for the Python side's check, which takes them in batches
+// (take_unchecked) and hands back verdicts (resolve), and the cache learns them.
+//
+// NetClient is the interface the engine drives: the HTTP/1.1 client (http_client.h) and
+// the gRPC client over HTTP/2 (grpc_client.h) implement it.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+struct epoll_event;
+struct sockaddr_storage;
+
+namespace loadgen {
+
+class CompletionSink;
+
+/// Socket and epoll helpers of the native clients.
+namespace netio {
+/// `host` (numeric IPv4 or IPv6) and `port` as a socket address; false when host is not numeric.
+bool parse_address(const std::string& host, int port, sockaddr_storage* addr, unsigned* len) noexcept;
+/// A non-blocking TCP socket (TCP_NODELAY) whose connect to host:port has started; -1
+/// with *err set when it failed at once.
+int connect_nonblocking(const std::string& host, int port, int* err) noexcept;
+/// Waits up to `timeout_ns` for a connect_nonblocking() socket's connect: 0 or its error.
+int finish_connect(int fd, int64_t timeout_ns) noexcept;
+/// epoll_pwait2 to the nanosecond; epoll_wait in whole milliseconds on kernels before 5.11.
+int wait_events(int epfd, epoll_event* events, int max, int64_t wait_ns) noexcept;
+std::string errno_text(int err);
+/// The error class of a failed connect, as the asyncio HTTP client names it.
+const char* connect_kind(int err) noexcept;
+}  // namespace netio
+
+/// A response waiting for the Python side's verdict.
+struct UncheckedResponse {
+  int64_t id = 0;
+  int64_t t_ns = 0;  ///< when its last bytes arrived (the completion time)
+  int status = 0;
+  std::string body;
+  /// 0 for a response to judge by status and body. The HTTP client's OpenAI streams: why
+  /// the stream failed (an SseProblem, sse.h), body holding its data (kNotJson, kNotObject,
+  /// kErrorEvent), the bytes held (kHttpStatus) or the event's length in decimal (kTooLarge).
+  int problem = 0;
+};
+
+/// The Python side's verdict on one response: ok, or failed with an error kind and message.
+struct ResponseVerdict {
+  int64_t id = 0;
+  int64_t t_ns = 0;
+  int status = 0;
+  std::string body;   ///< the response's body (for the cache)
+  bool ok = true;
+  std::string kind;
+  std::string message;
+};
+
+/// Counters of a client (any thread; approximate while running).
+struct HttpClientStats {
+  int64_t connects = 0;
+  int64_t connect_failures = 0;
+  int64_t connections_opened_before_run = 0;
+  int64_t bytes_sent = 0;
+  int64_t responses = 0;
+  int64_t cache_hits = 0;
+  int64_t checked_outside = 0;  ///< responses handed to the Python side's check
+  int64_t closed_by_timeout = 0;
+};
+
+/// A native network client: a native SUT whose queries go to a real server.
+class NetClient {
+ public:
+  /// An I/O thread: its epoll set and the eventfd that wakes it (data.ptr null in the set).
+  /// A client's own I/O thread type derives from it.
+  struct IoThread {
+    int epfd = -1;
+    int wake = -1;
+    std::thread thread;
+  };
+
+  /// `cache_entries` distinct responses at most in the verdict cache, each at most
+  /// `cache_body_bytes` long; `cacheable` false: no verdict is cached (a verdict that is
+  /// not a function of the bytes alone).
+  NetClient(int64_t cache_entries, int64_t cache_body_bytes, bool cacheable)
+      : cache_entries_(cache_entries), cache_body_bytes_(cache_body_bytes), cacheable_(cacheable) {}
+  virtual ~NetClient() = default;
+  NetClient(const NetClient&) = delete;
+  NetClient& operator=(const NetClient&) = delete;
+
+  /// Opens the warm connections and starts the I/O threads; completions go to `sink`.
+  virtual void start(CompletionSink& sink) = 0;
+  /// Sends query `id` (its request is the prepared request sample % size), scheduled at
+  /// `scheduled_ns`. Called by the issuing thread.
+  virtual void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept = 0;
+  /// Closes every connection and joins the threads. Idempotent.
+  virtual void close() noexcept = 0;
+  /// The client's counters.
+  HttpClientStats stats() const;
+
+  /// Up to `max` responses waiting for a verdict, waiting up to `timeout_ns` for one.
+  /// Returns false once the client is closed and none is left.
+  bool take_unchecked(std::vector<UncheckedResponse>* out, size_t max, int64_t timeout_ns);
+  /// Completes or fails each response's query by its verdict, and remembers the
+  /// verdict for those bytes.
+  void resolve(std::vector<ResponseVerdict>& verdicts);
+
+ protected:
+  /// Completes or fails query `id` by the cached verdict for (status, body), or hands the
+  /// response to the Python side's check.
+  void judge(int64_t id, int64_t t, int status, std::string&& body) noexcept;
+  /// Hands a response to the Python side's check.
+  void hand_over(UncheckedResponse&& u) noexcept;
+  /// The client is closing: take_unchecked() returns false once nothing is left.
+  void close_checks() noexcept;
+
+  /// Opens `io`'s epoll set and eventfd (not its thread) and keeps it among the client's
+  /// I/O threads; throws std::runtime_error. `io` lives until close_io_threads().
+  void open_io_thread(IoThread* io, const char* who);
+  /// Wakes every I/O thread (closing_ is set) and joins it.
+  void join_io_threads() noexcept;
+  /// Closes the I/O threads' descriptors (the derived client's destructor, after close()).
+  void close_io_threads() noexcept;
+  /// Names the calling I/O thread and pins it to `cpus` (when given); the timer thread
+  /// also gets the finest timer slack.
+  static void enter_io_thread(const char* name, const std::vector<int>& cpus, bool timer) noexcept;
+  /// How long an I/O thread waits for events: 5 ms, or (the timer thread) until the next
+  /// arrival is due.
+  int64_t io_wait_ns(bool timer) const noexcept;
+  /// Empties an I/O thread's wake-up eventfd.
+  static void drain_wake(const IoThread& io) noexcept;
+
+  CompletionSink* sink_ = nullptr;
+  std::atomic<bool> closing_{false};
+  std::vector<IoThread*> io_threads_;
+  std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
+      closed_by_timeout_{0};
+
+ private:
+  struct Verdict {
+    bool ok = true;
+    std::string kind;
+    std::string message;
+  };
+  using VerdictMap = std::unordered_map<std::string, Verdict>;
+
+  const int64_t cache_entries_;
+  const int64_t cache_body_bytes_;
+  const bool cacheable_;
+  mutable std::shared_mutex cache_mutex_;
+  std::vector<std::pair<int, VerdictMap>> cache_;  // per status, body -> verdict
+  size_t cache_size_ = 0;
+
+  std::mutex unchecked_mutex_;
+  std::condition_variable unchecked_cv_;
+  std::deque<UncheckedResponse> unchecked_;
+  std::atomic<int64_t> cache_hits_{0}, checked_outside_{0};
+};
+
+}  // namespace loadgen
