@@ -337,7 +337,7 @@ void bind_engine(py::module_& m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init<EngineSettings>(), py::arg("settings"))
-      .def("start", &Engine::start)
+      .def("start", &Engine::start, py::call_guard<py::gil_scoped_release>())
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Engine::abort, py::call_guard<py::gil_scoped_release>())
       .def("wait",

@@ -15,8 +15,9 @@ import time
 import numpy as np
 import pytest
 
+from loadgen import _core
 from tests.servers.mlserver import find_mlserver, start_mlserver
-from tests.servers.procs import ServerUnavailable, require_servers, wait_for_count
+from tests.servers.procs import ServerUnavailable, native_grpc_or_skip, require_servers, wait_for_count
 from tests.servers.scripted_proc import start_scripted
 from tests.servers.triton import find_triton, start_triton
 from tests.test_cli_run import clean_env, run_cli
@@ -82,6 +83,10 @@ def _sut(server, protocol, model="add_one"):
     return ("--sut", _targets(server, model)[name], *((f"--{name}-engine", engine_name) if engine_name else ()))
 
 
+#: The gRPC client auto picks: native where the build has it.
+_AUTO_GRPC = "native" if _core.grpc_client_available() else "callback"
+
+
 def _targets(server, model="add_one"):
     return {"http": f"{server.http_url}/v2/models/{model}/infer", "grpc": f"grpc://{server.grpc_target}/{model}"}
 
@@ -101,7 +106,7 @@ def test_mlserver_completed_count_equals_the_servers(mlserver, protocol, load):
     net = doc["network"]
     assert net["protocol"] == ("kserve_v2_http" if protocol.startswith("http") else "kserve_v2_grpc")
     assert net.get("http_engine", "asyncio") == ("native" if protocol == "http-native" else "asyncio")
-    assert net.get("grpc_engine") == {"grpc": "native", "grpc-callback": "callback"}.get(protocol)
+    assert net.get("grpc_engine") == {"grpc": _AUTO_GRPC, "grpc-callback": "callback"}.get(protocol)
     assert net["responses_checked"] == c["completed"]
     assert net["model_metadata"]["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
     deltas = doc["server_metrics"]["deltas"]
@@ -121,7 +126,7 @@ def test_triton_completed_count_equals_the_servers(triton, protocol):
     assert doc["server_metrics"]["deltas"]['nv_inference_request_success{model="add_one",version="1"}'] == 400
     assert doc["network"]["model_metadata"]["platform"] == "python"
     if protocol.startswith("grpc"):  # the CLI's gRPC client: native unless asked otherwise
-        assert doc["network"]["grpc_engine"] == ("native" if protocol == "grpc" else "callback")
+        assert doc["network"]["grpc_engine"] == (_AUTO_GRPC if protocol == "grpc" else "callback")
 
 
 @pytest.mark.parametrize("grpc_engine", ["native", "callback", "asyncio"])
@@ -132,6 +137,8 @@ def test_triton_counts_equal_the_servers_on_every_grpc_client(triton, grpc_engin
     from loadgen.net import open_target
     from loadgen.net.options import NetOptions
 
+    if grpc_engine == "native":
+        native_grpc_or_skip()
     before = triton.inference_count()
     sut = open_target(_targets(triton)["grpc"], NetOptions(grpc_engine=grpc_engine), pool_size=8)
     res = Engine(EngineSettings(interval_s=0, **settings), sut).run()

@@ -33,6 +33,22 @@ def require_servers() -> bool:
     return os.environ.get("LOADGEN_REQUIRE_SERVERS", "") not in ("", "0")
 
 
+def native_grpc_or_skip() -> None:
+    """Skips the calling test where this build has no native gRPC client (built without
+    nghttp2's header); fails it instead where servers are required (CI installs
+    libnghttp2-dev and builds with LOADGEN_NGHTTP2=1)."""
+    import pytest
+
+    from loadgen import _core
+
+    if _core.grpc_client_available():
+        return
+    why = "this build has no native gRPC client (install libnghttp2-dev and reinstall loadgen)"
+    if require_servers():
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def post_json(url: str, body: dict, timeout_s: float = 10.0) -> dict:
     """POSTs ``body`` as JSON; the JSON answer (asserting status 200)."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(),
