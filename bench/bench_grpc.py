@@ -1,22 +1,24 @@
-"""Client CPU per 1000 gRPC requests against Triton in steady state: loadgen's two gRPC
-clients (callback, the CLI's; asyncio) and Triton's perf_analyzer when it is installed.
+"""Client CPU per 1000 gRPC requests against Triton in steady state: loadgen's gRPC
+clients (native, the default: HTTP/2 in the core; callback and asyncio on grpcio) and
+Triton's perf_analyzer when it is installed, in the same sitting.
 
 Triton (tests/servers/triton.py, model add_one: Python backend, FP32 [1, 16]) is started
 here with all its threads pinned to --server-cpu; each client runs as a child process
-pinned to --client-cpu. A loadgen client runs ``loadgen run --sut grpc://...`` (asyncio:
-the same run from Python with ``NetOptions(grpc_engine="asyncio")``, as the CLI has no
-flag for it). Loads: closed loop at each --conc and Poisson at each --rate (--max-in-flight,
-default 64); perf_analyzer gets ``--concurrency-range C`` or ``--request-rate-range R
---request-distribution poisson`` with ``--measurement-interval 3000``.
+pinned to --client-cpu. A loadgen client runs ``loadgen run --sut grpc://...`` with
+``--grpc-engine`` native, callback or asyncio. Loads: closed loop at each --conc and
+Poisson at each --rate (--max-in-flight, default 64); perf_analyzer gets
+``--concurrency-range C`` or ``--request-rate-range R --request-distribution poisson``
+with ``--measurement-interval 3000``.
 
 How it counts: the client's CPU (user + system, all threads, from /proc/PID/stat) and
 Triton's own inference count are read --settle-s into the run and again --window-s later;
 CPU per 1000 requests is their ratio, so start-up, warm-up and shut-down are left out and
 every client is counted the same way. Each figure is the median of --rounds runs, the
-clients taking turns. loadgen's p99 issue delay and validity are shown beside it.
+clients taking turns; the last column is loadgen's (native) CPU over perf_analyzer's.
+loadgen's p99 issue delay and validity are shown beside it.
 
     python bench/bench_grpc.py                      # c1, c8, c32, Poisson 3410; 3 rounds
-    python bench/bench_grpc.py --conc 1 --rate 0 --rounds 1
+    python bench/bench_grpc.py --conc 1 --rate 0 --rounds 1 --tools loadgen,perf_analyzer
 """
 
 from __future__ import annotations
@@ -37,23 +39,6 @@ sys.path.insert(0, ROOT)
 PERF_ANALYZER = os.path.join(ROOT, ".servers", "perf_analyzer", "perf_analyzer")
 TICK = os.sysconf("SC_CLK_TCK")
 
-# The asyncio client, run from Python: argv = [target, mode, value, duration_s, max_in_flight].
-ASYNCIO_CHILD = """
-import json, sys
-from loadgen.engine import Engine, EngineSettings
-from loadgen.net import open_target
-from loadgen.net.options import NetOptions
-target, mode, value, duration, cap = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-load = (dict(mode="closed", concurrency=int(value)) if mode == "closed" else
-        dict(mode="poisson", target_qps=value, max_in_flight=cap))
-sut = open_target(target, NetOptions(grpc_engine="asyncio"), pool_size=int(value) if mode == "closed" else cap)
-res = Engine(EngineSettings(duration_s=duration, interval_s=0, spin_us=0, **load), sut).run()
-print(json.dumps({"issue_p99_ns": res.issue_delay.value_at_percentile(99), "valid": None,
-                  "cap_waits": res.counts.get("cap_waits"),
-                  "failed": res.counts["failed"], "engine": sut.report()["grpc_engine"], "calls": None}))
-"""
-
-
 def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -68,13 +53,11 @@ def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int
         return [PERF_ANALYZER, "-m", "add_one", "-u", grpc_target, "-i", "grpc", "--measurement-interval", "3000",
                 *shape]
     sut = f"grpc://{grpc_target}/add_one"
-    if tool == "loadgen-asyncio":
-        return [sys.executable, "-c", ASYNCIO_CHILD, sut, "closed" if closed else "poisson", value, str(duration_s),
-                str(cap)]
+    engine = tool.partition("-")[2] or "native"
     shape = (["--scenario", "concurrency", "--concurrency", value] if closed else
              ["--scenario", "poisson", "--target-qps", value, "--max-in-flight", str(cap)])
-    return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--json", "--quiet", "--interval-s", "0",
-            "--duration-s", str(duration_s), *shape]
+    return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--grpc-engine", engine, "--json", "--quiet",
+            "--interval-s", "0", "--duration-s", str(duration_s), *shape]
 
 
 def measure(a: argparse.Namespace, srv: Any, tool: str, load: str) -> Dict[str, Any]:
@@ -124,12 +107,13 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--max-in-flight", type=int, default=64,
                     help="loadgen's in-flight cap in the Poisson runs (default 64; perf_analyzer has none)")
-    ap.add_argument("--tools", default="", help="comma-separated subset of loadgen, loadgen-asyncio, perf_analyzer")
+    ap.add_argument("--tools", default="", help="comma-separated subset of loadgen (native), loadgen-callback, loadgen-asyncio, perf_analyzer")
     ap.add_argument("--json-out", help="write every run's record here")
     a = ap.parse_args(argv)
     from tests.servers.triton import start_triton
 
-    tools = ["loadgen", "loadgen-asyncio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER) else [])
+    tools = ["loadgen", "loadgen-callback", "loadgen-asyncio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER)
+                                                                   else [])
     if a.tools:
         tools = [t for t in tools if t in a.tools.split(",")]
     loads = [f"c{c}" for c in a.conc] + [f"p{r}" for r in a.rate]
@@ -156,13 +140,19 @@ def main(argv: List[str] | None = None) -> int:
                               flush=True)
         finally:
             srv.stop()
-    print("\n| load | " + " | ".join(tools) + " |\n|---|" + "---:|" * len(tools))
+    ratio = "loadgen" in tools and "perf_analyzer" in tools
+    print("\n| load | " + " | ".join(tools) + (" | loadgen / perf_analyzer CPU |" if ratio else " |")
+          + "\n|---|" + "---:|" * (len(tools) + ratio))
     for load in loads:
-        cells = []
+        cells, cpu = [], {}
         for tool in tools:
             v = [r["cpu_ms_per_1k"] for r in runs if r["tool"] == tool and r["load"] == load and r["cpu_ms_per_1k"]]
             q = [r["qps"] for r in runs if r["tool"] == tool and r["load"] == load]
-            cells.append(f"{statistics.median(v):.0f} ms ({statistics.median(q):.0f}/s)" if v else "-")
+            cpu[tool] = statistics.median(v) if v else None
+            cells.append(f"{cpu[tool]:.0f} ms ({statistics.median(q):.0f}/s)" if v else "-")
+        if ratio:
+            cells.append(f"{cpu['loadgen'] / cpu['perf_analyzer']:.2f}x" if cpu["loadgen"] and cpu["perf_analyzer"]
+                         else "-")
         print(f"| {load} | " + " | ".join(cells) + " |")
     if a.json_out:
         with open(a.json_out, "w") as f:
