@@ -671,7 +671,9 @@ void Engine::reap_timeouts(int64_t now) noexcept {
     }
     if (st == InFlightTable::kIssuing || st == InFlightTable::kClaimed) return;  // in transition; look again later
     // Deadlines are scheduled + timeout, so they come in queue order.
-    if (now - sl.scheduled_ns < s_.timeout_ns) return;
+    // The slot may be freed and refilled meanwhile (the transition below then fails):
+    // scheduled_ns is read atomically, as fill() writes it.
+    if (now - __atomic_load_n(&sl.scheduled_ns, __ATOMIC_RELAXED) < s_.timeout_ns) return;
     if (table_.transition(id, st, InFlightTable::kClaimed)) {
       count_resolution(id, timed_out_);
       log_resolution(id, RecordStatus::kTimedOut, now);

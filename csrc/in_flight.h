@@ -111,7 +111,9 @@ class InFlightTable {
   /// Issuing thread only.
   Slot& fill(int64_t id, int64_t scheduled_ns, int64_t issued_ns) noexcept {
     Slot& s = slot(id);
-    s.scheduled_ns = scheduled_ns;
+    // Atomic (relaxed) as the timeout reaper may read a slot being reused: it reads
+    // scheduled_ns after checking the slot's word, and its claim fails if the word changed.
+    __atomic_store_n(&s.scheduled_ns, scheduled_ns, __ATOMIC_RELAXED);
     s.issued_ns = issued_ns;
     s.first_token_ns.store(0, std::memory_order_relaxed);
     return s;

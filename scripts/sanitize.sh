@@ -3,9 +3,9 @@
 #
 #   bash scripts/sanitize.sh asan   ASan + UBSan build; the C++-facing tests (histogram,
 #                                   codec, engine, recorder, MLPerf loop, SSE scanner and
-#                                   the native client's OpenAI streams)
+#                                   the native client's OpenAI streams, the native gRPC client)
 #   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests (and the
-#                                   native client's OpenAI streams read while they run)
+#                                   native clients' OpenAI streams and gRPC calls)
 #   ... asan -- -k codec            arguments after "--" go to pytest (a subset)
 #   SANITIZE_TESTS="tests/test_codec.py tests/test_histogram.py" ... asan
 #                                   these test files instead of the mode's list
@@ -41,7 +41,8 @@ case "$mode" in
            tests/test_native_sse.py::test_native_scanner_agrees_with_token_stream
            tests/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
            tests/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
-           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api)
+           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api
+           tests/test_native_grpc.py)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
@@ -54,7 +55,8 @@ case "$mode" in
            tests/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
            tests/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
            tests/test_records.py::test_every_sut_form_gets_one_row_per_query
-           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api)
+           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api
+           tests/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread)
     ;;
   *)
     echo "usage: $0 asan|tsan [-- pytest arguments]" >&2

@@ -89,3 +89,29 @@ def test_after_a_goaway_or_a_dropped_connection_the_client_reconnects():
         assert srv.connections == 1 + 20  # the readiness probe's, and one per GOAWAY or drop
         assert report["connects"] == 20  # the first before the run; each GOAWAY or drop then a new one
         assert res.counts["completed"] == (60 if mode == "goaway" else 40)
+
+
+@pytest.mark.parametrize("mode", ["closed", "poisson"])
+def test_in_process_calls_with_no_grpcio_thread(mode):
+    """The native client with nothing of grpcio running (as the sanitizer runs drive it):
+    the requests prepared from --input, no readiness calls; calls answered, dropped every
+    seventh and timed out, the connection reopened, the counts adding up."""
+    native_grpc_or_skip()
+    from loadgen.net.kserve_grpc import KServeGrpcSUT
+    from loadgen.net.native_grpc import NativeGrpcSUT
+    from loadgen.net.targets import parse_target
+    from loadgen.net.tensors import parse_input_spec
+
+    with H2Scripted("drop", every=7) as srv:
+        net = NetOptions(grpc_engine="native", inputs=(parse_input_spec("INPUT0:FP32:1x16"),), timeout_ms=1000)
+        inner = KServeGrpcSUT(parse_target(srv.url()), net, pool_size=4)
+        inner.prepare_requests()
+        sut = NativeGrpcSUT(inner, io_threads=2)
+        load = (dict(mode="closed", concurrency=4, query_count=300) if mode == "closed" else
+                dict(mode="poisson", target_qps=1500, duration_s=0.3, max_in_flight=4))
+        res = Engine(EngineSettings(interval_s=0, grace_s=2, timeout_ms=1000, **load), sut).run()
+        c = res.counts
+        assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"] > 200
+        assert set(res.errors) <= {"grpc_UNAVAILABLE"} and c["failed"] >= c["issued"] // 7 - 1
+        assert c["completed"] >= c["issued"] // 2
+        assert sut.report()["native"]["responses"] >= c["completed"]

@@ -318,6 +318,12 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
                                      "give --input NAME:DTYPE:SHAPE or --payload FILE") from None
         finally:
             channel.close()
+        self.prepare_requests()
+
+    def prepare_requests(self) -> None:
+        """Serializes the run's requests (from --payload or synthetic samples of the
+        metadata's or --input's specs); what prepare() does once the server answered."""
+        name, version = self.target.model, self.target.version
         self.expected = self.expected_outputs()
         if self.net.payload and payload_kind(self.net.payload) == "jsonl":
             bodies = read_jsonl(self.net.payload)[: self.net.sample_count]
