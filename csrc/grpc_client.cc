@@ -165,6 +165,13 @@ nghttp2_nv header(const std::string& name, const std::string& value) {
 }
 
 class GrpcClient;
+struct Conn;
+
+// An I/O thread's batch: while it acts on what one event brought (ended calls, the calls
+// they make room for, the next ones issued inline), the connections it submits calls on
+// are written once, after the batch, not once per call: fewer writes for us and fewer
+// packets (and wake-ups) for the server. Null on every other thread, which writes at once.
+thread_local std::vector<Conn*>* tl_cork = nullptr;
 
 // One call in progress on a connection.
 struct Call {
@@ -211,6 +218,7 @@ struct Conn {
   std::vector<Call*> live;
   std::vector<std::unique_ptr<Call>> spare;
   std::vector<Ended>* ended = nullptr;  // where calls that end under the lock go
+  bool corked = false;  // calls submitted on its I/O thread wait for that thread's flush
 };
 
 struct Io : NetClient::IoThread {
@@ -263,6 +271,8 @@ class GrpcClient final : public NetClient {
   void io_loop(Io* io);
   void on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vector<Ended>& ended) noexcept;
   void watch(Conn* c, bool out) noexcept;
+  // Ends an I/O thread's batch (tl_cork): writes the calls submitted on each connection.
+  void uncork(std::vector<Conn*>& cork, std::vector<Ended>& ended) noexcept;
   std::string unavailable(const std::string& why) const {
     return "connection to " + s_.host + ":" + std::to_string(s_.port) + " " + why;
   }
@@ -677,11 +687,18 @@ bool GrpcClient::send_on(Conn* c, const Pending& p) noexcept {
     call->stream_id = sid;
     call->live_index = c->live.size();
     c->live.push_back(call.release());
-    c->ended = &ended;
-    c->read_t = 0;
-    flush(c);
-    c->ended = nullptr;
     sent = true;
+    if (tl_cork != nullptr) {
+      if (!c->corked) {
+        c->corked = true;
+        tl_cork->push_back(c);
+      }
+    } else {
+      c->ended = &ended;
+      c->read_t = 0;
+      flush(c);
+      c->ended = nullptr;
+    }
   }
   if (!ended.empty()) deliver(ended);
   return sent;
@@ -872,12 +889,29 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
   if (c->state.load() != Conn::kOpen) reconnect();
 }
 
+void GrpcClient::uncork(std::vector<Conn*>& cork, std::vector<Ended>& ended) noexcept {
+  tl_cork = nullptr;
+  for (Conn* c : cork) {
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->corked = false;
+      c->ended = &ended;
+      c->read_t = 0;
+      flush(c);
+      c->ended = nullptr;
+    }
+    if (!ended.empty()) deliver(ended);  // a connection that failed as it was written
+  }
+  cork.clear();
+}
+
 void GrpcClient::io_loop(Io* io) {
   const bool timer = io == ios_.front().get();  // the open loop's timer (see HttpClient::io_loop)
   enter_io_thread("lg-grpc", s_.cpus, timer);
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   std::vector<Ended> ended;
+  std::vector<Conn*> cork;
   int64_t next_scan = 0;
   while (!closing_.load(std::memory_order_acquire)) {
     const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), io_wait_ns(timer));
@@ -887,10 +921,16 @@ void GrpcClient::io_loop(Io* io) {
         drain_wake(*io);
         continue;
       }
+      tl_cork = &cork;
       on_event(c, events[static_cast<size_t>(i)].events, buf, ended);
       sink_->issue_ready();  // closed loop: the next call goes out from here
+      uncork(cork, ended);
     }
-    if (n <= 0) sink_->issue_ready();
+    if (n <= 0) {
+      tl_cork = &cork;
+      sink_->issue_ready();
+      uncork(cork, ended);
+    }
     const int64_t now = now_ns();
     if (now >= next_scan) {
       expire(io, now);
