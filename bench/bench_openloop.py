@@ -14,6 +14,7 @@ Usage:
     python bench/bench_openloop.py                      # 50k req/s, 5 s runs, 3 rounds
     python bench/bench_openloop.py --rate 20000 --rounds 1 --duration-s 2
     python bench/bench_openloop.py --io-threads 1,2 --client-cpu 0,1   # also with 2 I/O threads (client on both cores)
+    python bench/bench_openloop.py --spin-us 0,20    # also polling the last 20 us before each arrival
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ from bench_http import Nginx, run_proc
 
 
 def run_one(url: str, tpl: str, client: str, a: argparse.Namespace) -> Dict[str, Any]:
-    engine, _, io = client.partition("/io")
+    engine, _, rest = client.partition("/io")
+    io, _, spin = rest.partition("/spin")
     argv = ["taskset", "-c", a.client_cpu, sys.executable, "-m", "loadgen", "run", "--sut", url,
             "--request-template", tpl, "--scenario", "poisson", "--target-qps", str(a.rate),
             "--duration-s", str(a.duration_s), "--http-engine", engine, "--max-in-flight", str(a.max_in_flight),
             "--max-issue-delay-ms", "1000", "--interval-s", "0", "--json", "--quiet", "--no-html"]
     if io:
         argv += ["--io-threads", io]
+    if spin:
+        argv += ["--spin-us", spin]
     r = run_proc(argv, a.duration_s + 60)
     if r["rc"] not in (0, 1):
         return {"engine": client, "error": r["stderr"][-500:]}
@@ -60,11 +64,15 @@ def main() -> int:
     ap.add_argument("--client-cpu", default="0", help="the client's CPUs, as taskset -c takes them (0 or 0,2)")
     ap.add_argument("--io-threads", default="1", help="the native client's --io-threads values to run, comma-separated "
                     "(each is one client: native/ioN; 1 is plain native)")
+    ap.add_argument("--spin-us", default="0", help="loadgen's --spin-us values to run the native client with, "
+                    "comma-separated (each is one client: native/ioN/spinS; within it of each arrival the timing "
+                    "I/O thread polls rather than sleeps)")
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args()
     ctx = machine_context()
-    clients = [f"native/io{n}" if n != "1" else "native" for n in a.io_threads.split(",")] + ["asyncio"]
+    clients = [f"native/io{n}" + (f"/spin{sp}" if sp != "0" else "") if n != "1" or sp != "0" else "native"
+               for n in a.io_threads.split(",") for sp in a.spin_us.split(",")] + ["asyncio"]
     print(f"bench_openloop: poisson {a.rate}/s, {a.duration_s} s, {a.rounds} round(s); {ctx['cpu_model']}; "
           f"git {ctx['git']}; {ctx['date_utc']}", flush=True)
     runs: List[Dict[str, Any]] = []

@@ -345,6 +345,7 @@ class Engine : private CompletionSink {
   // Open loop with the native HTTP client: when the next arrival is due (0: not known,
   // or waiting for room rather than for time).
   int64_t next_due_ns() const noexcept override;
+  int64_t spin_ns() const noexcept override { return s_.spin_ns; }
   void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept override {
     try {
       fail(id, kind, message);

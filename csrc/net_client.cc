@@ -212,7 +212,8 @@ int64_t NetClient::io_wait_ns(bool timer) const noexcept {
   int64_t wait_ns = 5'000'000;
   if (timer) {
     const int64_t due = sink_->next_due_ns();
-    if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns(), 0, wait_ns);
+    // Within the spin of an arrival the wait is 0: the thread polls its sockets until due.
+    if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns() - sink_->spin_ns(), 0, wait_ns);
   }
   return wait_ns;
 }

@@ -104,7 +104,7 @@ def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
     assert "--http-engine native" in proc.stderr and says.lower() in proc.stderr.lower(), proc.stderr
 
 
-@pytest.mark.parametrize("mode", ["closed", "poisson"])
+@pytest.mark.parametrize("mode", ["closed", "poisson", "poisson-spin"])
 def test_in_process_runs_through_the_python_api(tmp_path, mode):
     """The native client in this process (as the sanitizer runs drive it): the engine
     API, with a check that fails some responses, and the counts against the server's."""
@@ -117,8 +117,10 @@ def test_in_process_runs_through_the_python_api(tmp_path, mode):
         sut = open_target(f"{srv.url}/v2/models/m/infer", NetOptions(http_engine="native", connections=4),
                           pool_size=4)
         assert isinstance(sut, NativeHttpSUT)
+        # poisson-spin: the timing I/O thread polls the last 200 us before each arrival.
         settings = (EngineSettings(mode="closed", concurrency=4, query_count=900) if mode == "closed" else
-                    EngineSettings(mode="poisson", target_qps=3000, query_count=900, max_in_flight=4))
+                    EngineSettings(mode="poisson", target_qps=3000, query_count=900, max_in_flight=4,
+                                   spin_us=200 if mode == "poisson-spin" else 0))
         result = Engine(settings, sut).run()
         stats = srv.stats()
     c = result.counts
