@@ -204,11 +204,23 @@ def test_runs_in_one_process_leave_threads_and_fds_where_they_were(grpc_engine):
             time.sleep(0.02)
         return counts()
 
+    def steady(hold_s=1.0, timeout_s=5.0):
+        """counts() once unchanged for hold_s (they settle within 0.1 s of a run here), or
+        the last value after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        last, since = counts(), time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - since < hold_s:
+            time.sleep(0.02)
+            now = counts()
+            if now != last:
+                last, since = now, time.monotonic()
+        return last
+
     loads = [dict(mode="closed", concurrency=4, query_count=40), dict(mode="constant", target_qps=200, duration_s=0.2)]
     with ScriptedGrpc() as srv:
         for load in loads:  # grpcio's own threads and pollers start with the first runs
             _run(srv, grpc_engine, **load)
-        base = settled(None)
+        base = steady()
         for i in range(10):
             res, _ = _run(srv, grpc_engine, **loads[i % 2])
             assert res.counts["failed"] == 0

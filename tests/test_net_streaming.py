@@ -29,11 +29,11 @@ def _percentile(values, p):
 
 
 def _stream_errors_ms(tmp_path, endpoint):
-    """One 64-stream run of 8 s (about 1,400 streams): (reported - truth) for TTFT and ITL
-    at p50, p90 and the mean, in ms, and the run's document."""
+    """One 64-stream run of 5 s (about 870 streams, 27,000 gaps): (reported - truth) for
+    TTFT and ITL at p50, p90 and the mean, in ms, and the run's document."""
     with start_scripted(tmp_path, "--ttft-ms", "50", "--itl-ms", "10", "--tokens", "32") as srv:
         doc = run_doc("--sut", f"openai+{srv.url}/v1/{endpoint}", "--model", "m", "--scenario", "concurrency",
-                      "--concurrency", "64", "--duration-s", "8", "--grace-s", "5")
+                      "--concurrency", "64", "--duration-s", "5", "--grace-s", "5")
         stats = srv.stats()
     streams = [s for s in stats["streams"] if len(s["token_write_ns"]) == 32]
     truth_ttft = [s["token_write_ns"][0] - s["recv_ns"] for s in streams]
@@ -62,7 +62,7 @@ def test_streaming_ttft_and_itl_agree_with_the_servers_truth_at_64_streams(tmp_p
             break
     assert all(abs(e) < 2.0 for e in errors.values()), attempts
     c = doc["counts"]
-    assert c["failed"] == 0 and c["completed"] > 64 * 15
+    assert c["failed"] == 0 and c["completed"] > 64 * 9  # 64 * 5 s / 0.36 s = 890 at most
     assert doc["network"]["tokens"]["source"] == "usage"
     assert doc["network"]["tokens"]["output_tokens"] == 32 * c["completed"] == c["tokens"]
     assert 9e6 < doc["tpot_ns"]["p50"] < 11e6
