@@ -16,8 +16,12 @@ import shutil
 import subprocess
 from glob import glob
 
-from pybind11.setup_helpers import Pybind11Extension
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension
 from setuptools import setup
+
+# The sources compile side by side, one per core (LOADGEN_BUILD_JOBS=N for N): build_ext's
+# own --parallel only builds whole extensions side by side, and there is one.
+ParallelCompile("LOADGEN_BUILD_JOBS", default=0).install()
 
 sources = sorted(glob("csrc/**/*.cc", recursive=True)) + sorted(glob("bindings/*.cc"))
 headers = sorted(glob("csrc/**/*.h", recursive=True)) + sorted(glob("bindings/*.h"))

@@ -127,7 +127,7 @@ def test_warmup_is_refused_where_it_has_no_meaning(mode, extra):
 def test_cli_reports_the_warmup_in_the_result_and_summary(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "loadgen", "run", "--sut", "demo", "--scenario", "constant", "--target-qps", "500",
-         "--duration-s", "0.5", "--warmup-s", "0.3", "--output", str(tmp_path)],
+         "--duration-s", "0.5", "--warmup-s", "0.3", "--max-issue-delay-ms", "50", "--output", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
