@@ -136,7 +136,7 @@ class NetClient {
   /// also gets the finest timer slack.
   static void enter_io_thread(const char* name, const std::vector<int>& cpus, bool timer) noexcept;
   /// How long an I/O thread waits for events: 5 ms, or (the timer thread) until the next
-  /// arrival is due, less the engine's spin (--spin-us), within which it polls.
+  /// arrival is due, less the engine's spin (--spin-us, at least 20 us), within which it polls.
   int64_t io_wait_ns(bool timer) const noexcept;
   /// Empties an I/O thread's wake-up eventfd.
   static void drain_wake(const IoThread& io) noexcept;

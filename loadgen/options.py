@@ -350,7 +350,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("seed", _int(0, 2**64 - 1), f"base seed; the per-stream seeds default to it (default {D.SEED})", "N"),
     OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, 1e6), f"issue thread (open loop on a native client: its timing I/O thread, polling): spin this long before each scheduled time (default {D.SPIN_US:g}; "
+    OptionSpec("spin_us", _float(0, 1e6), f"issue thread (open loop on a native client: its timing I/O thread, polling, at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: all (default; honours CUDA_VISIBLE_DEVICES and "
