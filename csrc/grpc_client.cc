@@ -759,31 +759,25 @@ void GrpcClient::reconnect() noexcept {
   }
   for (auto& cp : conns_) {
     Conn* c = cp.get();
-    std::vector<Ended> ended;
-    {
-      std::lock_guard<std::mutex> lock(c->mu);
-      if (c->state.load() == Conn::kDraining) {
-        if (!c->live.empty()) continue;  // its calls end first
-        c->ended = &ended;
-        close_conn(c, "");
-        c->ended = nullptr;
-      }
-      if (c->state.load() != Conn::kClosed) continue;
-      int err = 0;
-      c->fd = netio::connect_nonblocking(s_.host, s_.port, &err);
-      if (c->fd < 0) {
-        connect_failed(c, err);
-        return;
-      }
-      c->state = Conn::kConnecting;
-      c->connect_deadline = now_ns() + s_.connect_timeout_ns;
-      epoll_event ev{};
-      ev.events = EPOLLOUT | EPOLLRDHUP;
-      ev.data.ptr = c;
-      epoll_ctl(c->io->epfd, EPOLL_CTL_ADD, c->fd, &ev);
-      c->want_out = true;
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->state.load() == Conn::kDraining) {
+      if (!c->live.empty()) continue;  // its calls end first
+      close_conn(c, "");               // no call left to end
     }
-    if (!ended.empty()) deliver(ended);
+    if (c->state.load() != Conn::kClosed) continue;
+    int err = 0;
+    c->fd = netio::connect_nonblocking(s_.host, s_.port, &err);
+    if (c->fd < 0) {
+      connect_failed(c, err);
+      return;
+    }
+    c->state = Conn::kConnecting;
+    c->connect_deadline = now_ns() + s_.connect_timeout_ns;
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLRDHUP;
+    ev.data.ptr = c;
+    epoll_ctl(c->io->epfd, EPOLL_CTL_ADD, c->fd, &ev);
+    c->want_out = true;
     return;
   }
 }
