@@ -774,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="triton: closed-loop concurrencies (default 1,8,32; 8 sets the Poisson rate)")
     ap.add_argument("--poisson-qps", type=float, default=3410.0,
                     help="triton: open-loop Poisson rate of loadgen and perf_analyzer (default "
-                         f"3410; 0: {POISSON_FRACTION:.0%} of loadgen's concurrency-8 rate)")
+                         f"3410; 0: {POISSON_FRACTION * 100:.0f}%% of loadgen's concurrency-8 rate)")
     ap.add_argument("--perf-analyzer", metavar="PATH", default=None,
                     help="triton: perf_analyzer to run beside loadgen (default "
                          ".servers/perf_analyzer/perf_analyzer; when absent the table compares "
