@@ -32,14 +32,16 @@ What is measured (``--cases`` takes these names, comma-separated):
            gRPC; bench/triton_peers.py says how it is run). Closed loop at concurrency 1,
            8 and 32 (wrk: that many connections), and open loop, Poisson arrivals at
            --poisson-qps (3410/s; 0: 70% of loadgen's concurrency-8 rate per protocol):
-           loadgen with --max-in-flight 64, twice (with the default --spin-us 100, the
+           loadgen with no in-flight cap, as perf_analyzer has none (HTTP: 64 connections;
+           the native gRPC client: up to 4096 calls), twice (with --spin-us 100, the
            issue thread busy-waiting up to 100 us before each arrival, and with --spin-us
            0), and ``perf_analyzer --request-rate-range R --request-distribution poisson
            --async``. Figures: req/s, p50 and p99 latency (each tool's own), client CPU in
            ms per 1000 requests that Triton served during the run, 'steady' (net of the
            tool's start-up, measured by a one-request run of loadgen and of perf_analyzer
            in every round), whether an open loop kept up (loadgen: its validity verdict,
-           which includes its p99 issue delay; perf_analyzer: its send rate and its own
+           which includes its p99 issue delay, and no request waiting in the client for a
+           free connection or call; perf_analyzer: its send rate and its own
            warning that requests were delayed), and on loadgen's rows the ratios loadgen /
            perf_analyzer of the same round(s): steady CPU, CPU with start-up, req/s.
            perf_analyzer is installed by ``bash tests/servers/install_perf_analyzer.sh
@@ -250,6 +252,7 @@ def parse_loadgen_result(d: dict[str, Any]) -> dict[str, Any]:
             "target_qps": (d.get("throughput") or {}).get("target_qps"),
             "scheduled_qps": (d.get("throughput") or {}).get("scheduled_qps"),
             "issue_delay_p99_ns": (d.get("issue_delay_ns") or {}).get("p99"),
+            "queued_in_client": ((d.get("network") or {}).get("native") or {}).get("queued_in_client"),
             "error_messages": (d.get("errors") or {}).get("messages", [])[:3]}
 
 
@@ -617,8 +620,8 @@ class Bench:
                 else:
                     sut, extra = protos[proto]
                     argv, parse = (self.loadgen(sut, *extra, "--scenario", "poisson", "--target-qps",
-                                                str(rate), "--max-in-flight", "64", "--spin-us",
-                                                spin, "--duration-s", d), parse_loadgen)
+                                                str(rate), "--spin-us", spin, "--duration-s", d),
+                                   parse_loadgen)
                 runs.append(self.measure(tool, argv, parse, srv.pid, count, proto=proto,
                                          load=_poisson_label(rate, spin, tool), mode="open",
                                          round=rnd + 1))

@@ -90,13 +90,14 @@ def parse_perf_analyzer(text: str) -> dict[str, Any]:
 
 def open_loop_kept_up(r: dict[str, Any]) -> Optional[bool]:
     """Whether an open-loop run kept to its schedule by the tool's own account: loadgen's
-    verdict (valid: among others, its p99 issue delay within --max-issue-delay-ms), or no
-    "not able to keep up" warning from perf_analyzer. None unless tagged mode="open"."""
+    verdict (valid: among others, its p99 issue delay within --max-issue-delay-ms) with no
+    request that waited in the client for a free connection or call, or no "not able to
+    keep up" warning from perf_analyzer. None unless tagged mode="open"."""
     if r.get("mode") != "open":
         return None
     if r["tool"] == "perf_analyzer":
         return None if r.get("delayed_share") is None else r["delayed_share"] == 0.0
-    return r.get("valid")
+    return None if r.get("valid") is None else bool(r["valid"]) and not r.get("queued_in_client")
 
 
 def base_load(load: str) -> str:
@@ -134,6 +135,7 @@ def triton_rows(runs: list[dict[str, Any]], startup_cpu_s: dict[tuple, Optional[
                     "sent_qps": med([r.get("sent_qps", r.get("scheduled_qps")) for r in rs]),
                     "delayed_share": med([r.get("delayed_share") for r in rs]),
                     "issue_delay_p99_ns": med([r.get("issue_delay_p99_ns") for r in rs]),
+                    "queued_in_client": med([r.get("queued_in_client") for r in rs]),
                     "kept_up": [open_loop_kept_up(r) for r in rs],
                     "server_cpu_share": med([r["server_cpu_share"] for r in rs]),
                     "others_cores": med([r["others_cores"] for r in rs]),
@@ -170,7 +172,8 @@ def triton_table(rows: list[dict[str, Any]], measured: bool) -> list[str]:
             f"{fmt_qps(r['sent_qps'])}, {sum(kept)}/{len(kept)}"
             + (f" ({r['delayed_share']:.0%} late)" if r["delayed_share"] else "")
             + (f" (issue delay p99 {fmt_ns(r['issue_delay_p99_ns'])})"
-               if r["issue_delay_p99_ns"] is not None else ""))
+               if r["issue_delay_p99_ns"] is not None else "")
+            + (f" ({r['queued_in_client']:.0f} waited in the client)" if r.get("queued_in_client") else ""))
         if not measured:
             cmp = f"| {ms(PERF_ANALYZER_MS_PER_1K)} | {fmt_ratio(r['over_perf_analyzer'])} |"
         elif r["tool"] == "loadgen":

@@ -478,6 +478,7 @@ void bind_engine(py::module_& m) {
              d["cache_hits"] = st.cache_hits;
              d["checked_outside"] = st.checked_outside;
              d["closed_by_timeout"] = st.closed_by_timeout;
+             d["queued"] = st.queued;
              return d;
            },
            "The native network client's counters ({} for other SUTs).")

@@ -626,6 +626,7 @@ void GrpcClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexce
     std::lock_guard<std::mutex> pool(pool_mutex_);
     if (!pending_.empty() || in_flight_ >= s_.max_in_flight) {
       pending_.push_back(p);
+      queued_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     ++in_flight_;

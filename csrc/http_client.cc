@@ -200,6 +200,7 @@ void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexce
         idle_.pop_back();
       } else {
         pending_.push_back(p);
+        queued_.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (c == nullptr) {

@@ -242,6 +242,7 @@ HttpClientStats NetClient::stats() const {
   st.cache_hits = cache_hits_.load();
   st.checked_outside = checked_outside_.load();
   st.closed_by_timeout = closed_by_timeout_.load();
+  st.queued = queued_.load();
   return st;
 }
 

@@ -77,6 +77,7 @@ struct HttpClientStats {
   int64_t cache_hits = 0;
   int64_t checked_outside = 0;  ///< responses handed to the Python side's check
   int64_t closed_by_timeout = 0;
+  int64_t queued = 0;  ///< queries that waited in the client for a free connection (HTTP) or call (gRPC)
 };
 
 /// A native network client: a native SUT whose queries go to a real server.
@@ -145,7 +146,7 @@ class NetClient {
   std::atomic<bool> closing_{false};
   std::vector<IoThread*> io_threads_;
   std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
-      closed_by_timeout_{0};
+      closed_by_timeout_{0}, queued_{0};
 
  private:
   struct Verdict {

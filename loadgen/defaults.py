@@ -52,6 +52,7 @@ MAX_ISSUE_DELAY_MS = 1.0
 # ---------------------------------------------------------------------------- network
 READY_TIMEOUT_S = 30.0
 OPEN_LOOP_CONNECTIONS = 64  # an uncapped open loop
+OPEN_LOOP_GRPC_CALLS = 4096  # an uncapped open loop on the native gRPC client: calls in flight at most
 GRPC_CONTENTS = "raw"
 MAX_TOKENS = 128
 PROMPT_WORDS = 64

@@ -105,6 +105,9 @@ def test_open_loop_report_keeps_the_rate_sent_and_the_delay_warning(peers):
     assert peers.open_loop_kept_up({"tool": "perf_analyzer", "mode": "open", **on_time}) is True
     assert peers.open_loop_kept_up({"tool": "perf_analyzer", "mode": "open", **late}) is False
     assert peers.open_loop_kept_up({"tool": "loadgen", "mode": "open", "valid": False}) is False
+    assert peers.open_loop_kept_up({"tool": "loadgen", "mode": "open", "valid": True, "queued_in_client": 0}) is True
+    # Valid, but requests waited in the client for a connection: not sent on schedule.
+    assert peers.open_loop_kept_up({"tool": "loadgen", "mode": "open", "valid": True, "queued_in_client": 3}) is False
     assert peers.open_loop_kept_up({"tool": "loadgen", "valid": True}) is None  # closed loop
 
 

@@ -44,6 +44,20 @@ def test_counts_equal_the_servers_and_every_response_is_checked(tmp_path, load):
     assert native["checked_in_python"] <= doc["settings"]["effective"]["sample_count"]
     assert native["verdict_cache_hits"] + native["checked_in_python"] == c["completed"]
     assert net["bytes_sent"] > 0 and net["connects"] >= 1
+    if "concurrency" in load:  # one connection per query in flight: none waits for one
+        assert native["queued_in_client"] == 0
+
+
+def test_queries_that_wait_for_a_connection_are_counted_and_their_wait_is_latency(tmp_path):
+    # 2 connections, 20 ms an answer: 100 answers/s at most, for 200 arrivals/s.
+    with start_scripted(tmp_path, "--delay-ms", "20") as srv:
+        doc = _run("--sut", f"{srv.url}/v2/models/m/infer", *NATIVE, "--scenario", "constant", "--target-qps",
+                   "200", "--duration-s", "0.5", "--connections", "2")
+    c, native = doc["counts"], doc["network"]["native"]
+    assert c["completed"] == c["issued"] == 100 and c["failed"] == 0
+    assert 40 <= native["queued_in_client"] < 100
+    # Measured from the scheduled time: the last answers waited about 250 ms.
+    assert doc["latency_ns"]["max"] > 150e6
 
 
 def test_auto_picks_the_native_client_where_it_runs_the_target(tmp_path):

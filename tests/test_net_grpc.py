@@ -41,7 +41,8 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
     if engine == "native":
         native_grpc_or_skip()
     net = dataclasses.replace(net, grpc_engine=engine)
-    sut = open_target(srv.url(), net, pool_size=pool)
+    sut = open_target(srv.url(), net, pool_size=pool,
+                      uncapped=load.get("mode") != "closed" and not load.get("max_in_flight"))
     assert sut.report()["grpc_engine"] == engine
     assert classify_sut(sut) == {"callback": "callback", "native": "native_http"}.get(engine, "loop")
     if calls == "future":
@@ -109,6 +110,21 @@ def test_open_loop_keeps_its_rate_and_its_in_flight_cap(grpc_engine):
         res, _ = _run(srv, grpc_engine, mode="poisson", target_qps=100, duration_s=1.0, max_in_flight=4)
         assert srv.max_busy <= 4
     assert res.counts["failed"] == 0 and res.counts["completed"] >= 30
+
+
+@pytest.mark.parametrize("grpc_engine", ["native", "callback"])
+def test_an_uncapped_open_loop_sends_past_64_calls_on_the_native_client(grpc_engine):
+    # 0.5 s per call at 300 queries per second: about 150 calls at the server at once. The
+    # native client's streams keep up (no call waits in the client); grpcio's clients keep
+    # one call per worker, 64 for an uncapped open loop, and the rest wait for a worker.
+    with ScriptedGrpc(delay_s=0.5, threads=256) as srv:
+        res, report = _run(srv, grpc_engine, mode="constant", target_qps=300, duration_s=0.8)
+        assert res.counts["completed"] == srv.answered == res.counts["issued"]
+    if grpc_engine == "native":
+        assert srv.max_busy > 100
+        assert report["native"]["queued_in_client"] == 0
+    else:
+        assert srv.max_busy <= 64
 
 
 @pytest.mark.parametrize("flag", [None, "callback"])

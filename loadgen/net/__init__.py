@@ -102,13 +102,14 @@ def open_from_options(o: Any, settings: Any):
                          f"{o.scenario}" + (" and --inline-dispatch" if settings.inline_dispatch else ""))
     try:
         return open_target(o.sut, net, pool_size=pool_size_for(settings),
-                           significant_figures=o.significant_figures)
+                           significant_figures=o.significant_figures,
+                           uncapped=settings.mode != "closed" and not settings.max_in_flight)
     except ValueError as e:
         raise ValueError(net.redactor().text(str(e))) from None
 
 
-def open_target(url: str, net: "NetOptions", *, pool_size: int,
-                significant_figures: int = 3) -> "Union[NetworkSUT, NativeHttpSUT]":
+def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figures: int = 3,
+                uncapped: bool = False) -> "Union[NetworkSUT, NativeHttpSUT]":
     """The prepared network SUT for a ``--sut`` URL: ready server, serialized requests.
 
     Args:
@@ -116,6 +117,9 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
         net: the client options.
         pool_size: connections (HTTP) to open when ``net.connections`` is 0: the load's
             concurrency or in-flight cap.
+        uncapped: the load is an open loop with no in-flight cap: the native gRPC client
+            then keeps up to ``OPEN_LOOP_GRPC_CALLS`` calls in flight (HTTP/2 streams cost
+            little), not ``pool_size``.
 
     Raises:
         ValueError: bad URL or options, server not ready in time, payload that does not fit.
@@ -151,7 +155,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
         hint = "--grpc-engine to choose the gRPC client" if target.kind == "kserve_grpc" else "--http-engine asyncio (or auto)"
         raise ValueError(f"--http-engine native: {refused}; use {hint}")
     if target.kind == "kserve_grpc":
-        return _grpc_sut(target, net, pool_size)
+        return _grpc_sut(target, net, pool_size, uncapped)
     sut.prepare()
     # auto: the native client wherever it runs the target.
     if net.http_engine in ("native", "auto") and not refused:
@@ -159,7 +163,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int,
     return sut
 
 
-def _grpc_sut(target: Any, net: Any, pool_size: int) -> Any:
+def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> Any:
     """The KServe gRPC client ``net.grpc_engine`` asks for, prepared: native (the core's
     HTTP/2 client; auto where this build has it and the target is plain grpc://),
     callback (grpcio's synchronous channel; auto elsewhere) or asyncio."""
@@ -180,5 +184,9 @@ def _grpc_sut(target: Any, net: Any, pool_size: int) -> Any:
 
         sut = KServeGrpcCallbackSUT(target, net, pool_size)
     sut.prepare()
-    return NativeGrpcSUT(sut, net.io_threads) if native else sut
+    if not native:
+        return sut
+    if uncapped:  # the engine sets no cap: nor does the client, short of a backlog this deep
+        sut.in_flight = max(sut.in_flight, defaults.OPEN_LOOP_GRPC_CALLS)
+    return NativeGrpcSUT(sut, net.io_threads)
 

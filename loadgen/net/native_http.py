@@ -152,7 +152,8 @@ class NativeHttpSUT:
         out["responses_checked"] = checked + stats.get("cache_hits", 0) if checked else 0
         out["native"] = {"responses": stats.get("responses", 0), "verdict_cache_hits": stats.get("cache_hits", 0),
                          "checked_in_python": stats.get("checked_outside", 0),
-                         "closed_by_timeout": stats.get("closed_by_timeout", 0), "check_errors": self.check_errors}
+                         "closed_by_timeout": stats.get("closed_by_timeout", 0),
+                         "queued_in_client": stats.get("queued", 0), "check_errors": self.check_errors}
         return out
 
 
