@@ -6,9 +6,10 @@ Triton (tests/servers/triton.py, model add_one: Python backend, FP32 [1, 16]) is
 here with all its threads pinned to --server-cpu; each client runs as a child process
 pinned to --client-cpu. A loadgen client runs ``loadgen run --sut grpc://...`` with
 ``--grpc-engine`` native, callback or asyncio. Loads: closed loop at each --conc and
-Poisson at each --rate (--max-in-flight, default 64); perf_analyzer gets
-``--concurrency-range C`` or ``--request-rate-range R --request-distribution poisson``
-with ``--measurement-interval 3000``.
+Poisson at each --rate (no in-flight cap unless --max-in-flight, as perf_analyzer has
+none); perf_analyzer gets ``--concurrency-range C`` or ``--request-rate-range R
+--request-distribution poisson --async`` (without --async its sending threads each wait
+for a response, and the run is no open loop) with ``--measurement-interval 3000``.
 
 How it counts: the client's CPU (user + system, all threads, from /proc/PID/stat) and
 Triton's own inference count are read --settle-s into the run and again --window-s later;
@@ -45,17 +46,17 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int = 64) -> List[str]:
+def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int = 0) -> List[str]:
     closed, value = load.startswith("c"), load[1:]
     if tool == "perf_analyzer":
         shape = (["--concurrency-range", value] if closed else
-                 ["--request-rate-range", value, "--request-distribution", "poisson"])
+                 ["--request-rate-range", value, "--request-distribution", "poisson", "--async"])
         return [PERF_ANALYZER, "-m", "add_one", "-u", grpc_target, "-i", "grpc", "--measurement-interval", "3000",
                 *shape]
     sut = f"grpc://{grpc_target}/add_one"
     engine = tool.partition("-")[2] or "native"
     shape = (["--scenario", "concurrency", "--concurrency", value] if closed else
-             ["--scenario", "poisson", "--target-qps", value, "--max-in-flight", str(cap)])
+             ["--scenario", "poisson", "--target-qps", value, *(["--max-in-flight", str(cap)] if cap else [])])
     return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--grpc-engine", engine, "--json", "--quiet",
             "--interval-s", "0", "--duration-s", str(duration_s), *shape]
 
@@ -105,8 +106,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=4.0)
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--server-cpu", type=int, default=1)
-    ap.add_argument("--max-in-flight", type=int, default=64,
-                    help="loadgen's in-flight cap in the Poisson runs (default 64; perf_analyzer has none)")
+    ap.add_argument("--max-in-flight", type=int, default=0,
+                    help="loadgen's in-flight cap in the Poisson runs (default 0: none, as perf_analyzer has none)")
     ap.add_argument("--tools", default="", help="comma-separated subset of loadgen (native), loadgen-callback, loadgen-asyncio, perf_analyzer")
     ap.add_argument("--json-out", help="write every run's record here")
     a = ap.parse_args(argv)

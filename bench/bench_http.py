@@ -49,6 +49,10 @@ What is measured (``--cases`` takes these names, comma-separated):
            back to a reference figure, labelled as such: about 110 ms of client CPU per
            1000 requests, measured once on this kind of machine.
 
+loadgen's modules' bytecode is cached in a temporary folder (PYTHONPYCACHEPREFIX, with
+PYTHONDONTWRITEBYTECODE dropped), as in an installed copy: it is compiled there before
+the first run.
+
 How CPU is counted. Every client is a child process started as ``taskset -c CLIENT_CPU
 TOOL ...`` (taskset execs the tool, so the child is the tool itself). Its CPU is
 ru_utime + ru_stime of the rusage that os.wait4 returns when the child is reaped. On
@@ -117,14 +121,22 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # ============================================================ processes and CPU
 
-def run_proc(argv: list[str], timeout_s: float, cwd: str | None = None) -> dict[str, Any]:
+def run_proc(argv: list[str], timeout_s: float, cwd: str | None = None,
+             probe_at: tuple[float, ...] = (), probe: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """Runs argv to its end (SIGKILL to its process group after timeout_s); returns rc,
-    stdout, stderr, wall_s and the CPU of its process tree from os.wait4's rusage."""
+    stdout, stderr, wall_s and the CPU of its process tree from os.wait4's rusage. With
+    probe, "probes" holds probe(pid) at each probe_at second after the start (while the
+    process runs), as (seconds, value)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd, start_new_session=True)
         timed_out = False
+        due = list(probe_at) if probe else []
+        probes: list[tuple[float, Any]] = []
         while True:
+            if due and time.perf_counter() - t0 >= due[0]:
+                due.pop(0)
+                probes.append((time.perf_counter() - t0, probe(p.pid)))  # type: ignore[misc]
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
@@ -138,7 +150,7 @@ def run_proc(argv: list[str], timeout_s: float, cwd: str | None = None) -> dict[
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"rc": p.returncode, "timed_out": timed_out, "wall_s": wall_s,
+        return {"rc": p.returncode, "timed_out": timed_out, "wall_s": wall_s, "probes": probes,
                 "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "cpu_s": ru.ru_utime + ru.ru_stime,
                 "stdout": out.read().decode("utf-8", "replace"),
                 "stderr": err.read().decode("utf-8", "replace")}
@@ -345,7 +357,11 @@ class Bench:
         cpu0 = tree_cpu_s(server_pid) if server_pid else 0.0
         cnt0 = server_count() if server_count else None
         busy0 = busy_cpu_s()
-        r = run_proc(self.pin + argv, self.timeout_s, cwd=self.tmp)
+        # The run's middle, where every tool is past its start-up and before its end: the
+        # client's CPU and the requests the server counted there ("in the run").
+        window = (1.5, self.a.duration_s - 0.5) if server_count and self.a.duration_s >= 3 else ()
+        r = run_proc(self.pin + argv, self.timeout_s, cwd=self.tmp, probe_at=window,
+                     probe=lambda pid: (tree_cpu_s(pid), server_count()["inferences"]))  # type: ignore[misc]
         busy = busy_cpu_s() - busy0
         server_s = tree_cpu_s(server_pid) - cpu0 if server_pid else 0.0
         rec: dict[str, Any] = {"tool": tool, **tags, "rc": r["rc"], "wall_s": r["wall_s"],
@@ -356,6 +372,9 @@ class Bench:
         if server_count:
             cnt1 = server_count()
             rec["server_counts"] = {k: cnt1.get(k, 0) - cnt0[k] for k in cnt0}
+            if len(r["probes"]) == 2:
+                (_, (c0, n0)), (_, (c1, n1)) = r["probes"]
+                rec["window_cpu_ms_per_1k"] = 1e6 * (c1 - c0) / (n1 - n0) if n1 > n0 else None
         try:
             rec.update(parse(r["stdout"]))
         except Exception as e:  # noqa: BLE001 - any unreadable output fails this run only
@@ -803,6 +822,14 @@ def main(argv: list[str] | None = None) -> int:
 
     os.sched_setaffinity(0, {args.server_cpu})
     t0 = time.perf_counter()
+    # loadgen runs as an installed copy does: with its modules' bytecode cached (pip
+    # compiles it at install). Without a cache every start compiles some 90 modules
+    # (about 0.15 s of CPU), which is not the tool's cost.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    pycache = tempfile.TemporaryDirectory(prefix="bench_http_pycache_")
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", pycache.name)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO, "loadgen")], check=False,
+                   capture_output=True, timeout=300)
     ctx = machine_context()
     print(f"bench_http: {', '.join(cases)}; {args.duration_s} s runs, {args.rounds} round(s); "
           f"client cpu {args.client_cpu}, server cpu {args.server_cpu}; {ctx['cpu_model']}, "

@@ -132,6 +132,7 @@ def triton_rows(runs: list[dict[str, Any]], startup_cpu_s: dict[tuple, Optional[
                     "cpu_ms_per_1k": [r["cpu_ms_per_1k"] for r in rs],
                     "served_cpu_ms_per_1k": [1e6 * r["cpu_s"] / n for r, n in zip(rs, served)],
                     "steady_cpu_ms_per_1k": steady,
+                    "window_cpu_ms_per_1k": med([r.get("window_cpu_ms_per_1k") for r in rs]),
                     "sent_qps": med([r.get("sent_qps", r.get("scheduled_qps")) for r in rs]),
                     "delayed_share": med([r.get("delayed_share") for r in rs]),
                     "issue_delay_p99_ns": med([r.get("issue_delay_p99_ns") for r in rs]),
@@ -149,7 +150,13 @@ def triton_rows(runs: list[dict[str, Any]], startup_cpu_s: dict[tuple, Optional[
         pa_steady = pa["steady_cpu_ms_per_1k"] if pa else (None if measured else PERF_ANALYZER_MS_PER_1K)
         r["perf_analyzer_ms_per_1k"] = pa_steady
         r["over_perf_analyzer"] = ratio(r["steady_cpu_ms_per_1k"], pa_steady)
+        wrk = next((p for p in rows if p["tool"] == "wrk" and p["proto"] == r["proto"]
+                    and p["load"] == base_load(r["load"])), None)
+        if wrk and r["tool"] == "loadgen":
+            r["over_wrk"] = ratio(r["steady_cpu_ms_per_1k"], wrk["steady_cpu_ms_per_1k"])
+            r["over_wrk_in_run"] = ratio(r["window_cpu_ms_per_1k"], wrk["window_cpu_ms_per_1k"])
         if pa:
+            r["over_perf_analyzer_in_run"] = ratio(r["window_cpu_ms_per_1k"], pa["window_cpu_ms_per_1k"])
             r["over_perf_analyzer_with_startup"] = ratio(med(r["served_cpu_ms_per_1k"]),
                                                          med(pa["served_cpu_ms_per_1k"]))
             r["over_perf_analyzer_qps"] = ratio(med(r["qps"]), med(pa["qps"]))
@@ -158,14 +165,16 @@ def triton_rows(runs: list[dict[str, Any]], startup_cpu_s: dict[tuple, Optional[
 
 def triton_table(rows: list[dict[str, Any]], measured: bool) -> list[str]:
     """The case's table, in Markdown, with the loadgen / perf_analyzer ratios on loadgen's
-    rows (steady CPU, CPU with start-up, req/s). An open loop's 'sent/s, kept up' is the
-    rate the tool sent at and in how many rounds it kept up, with perf_analyzer's share of
-    requests sent late or loadgen's p99 issue delay."""
-    pa_head = ("loadgen / perf_analyzer: steady CPU | with start-up | req/s" if measured else
+    rows (CPU in the run, steady CPU, CPU with start-up, req/s) and, over HTTP, loadgen /
+    wrk (in the run, steady). An open loop's 'sent/s, kept up' is the rate the tool sent at
+    and in how many rounds it kept up, with perf_analyzer's share of requests sent late or
+    loadgen's p99 issue delay."""
+    pa_head = ("loadgen / perf_analyzer: in the run | steady | with start-up | req/s" if measured else
                "perf_analyzer (reference, not measured here) | steady / reference")
     lines = [f"| protocol | load | tool | req/s | p50 | p99 | client CPU ms / 1000 req "
-             f"| steady | open loop: sent/s, kept up | {pa_head} | Triton CPU | others |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|" + "---:|" * (5 if measured else 4)]
+             f"| steady | in the run | open loop: sent/s, kept up | {pa_head} | loadgen / wrk: in the run, "
+             f"steady | Triton CPU | others |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (7 if measured else 5)]
     for r in rows:
         kept = [k for k in r["kept_up"] if k is not None]
         open_loop = "-" if not kept else (
@@ -177,16 +186,19 @@ def triton_table(rows: list[dict[str, Any]], measured: bool) -> list[str]:
         if not measured:
             cmp = f"| {ms(PERF_ANALYZER_MS_PER_1K)} | {fmt_ratio(r['over_perf_analyzer'])} |"
         elif r["tool"] == "loadgen":
-            cmp = (f"| {fmt_ratio(r['over_perf_analyzer'])} | "
+            cmp = (f"| {fmt_ratio(r.get('over_perf_analyzer_in_run'))} | {fmt_ratio(r['over_perf_analyzer'])} | "
                    f"{fmt_ratio(r.get('over_perf_analyzer_with_startup'))} | "
                    f"{fmt_ratio(r.get('over_perf_analyzer_qps'))} |")
         else:
-            cmp = "| - | - | - |"
+            cmp = "| - | - | - | - |"
+        vs_wrk = (f"{fmt_ratio(r.get('over_wrk_in_run'))}, {fmt_ratio(r.get('over_wrk'))}"
+                  if "over_wrk" in r else "-")
         lines.append(
             f"| {r['proto']} | {r['load']} | {r['tool']} | {spread(r['qps'], fmt_qps)} | "
             f"{fmt_ns(r['p50_ns'])} | {fmt_ns(r['p99_ns'])} | "
             f"{spread(r['served_cpu_ms_per_1k'], ms)} | {ms(r['steady_cpu_ms_per_1k'])} | "
-            f"{open_loop} {cmp} {pct(r['server_cpu_share'])} | {cores(r['others_cores'])} |")
+            f"{ms(r.get('window_cpu_ms_per_1k'))} | {open_loop} {cmp} {vs_wrk} | {pct(r['server_cpu_share'])} | "
+            f"{cores(r['others_cores'])} |")
     return lines
 
 

@@ -142,8 +142,9 @@ def run(tool, load, cpu_s, served, qps, **extra):
 
 
 def test_rows_compare_loadgen_with_perf_analyzer_of_the_same_run(peers):
-    runs = [run("loadgen", "c8", 1.5, 10_000, 3000.0),
-            run("perf_analyzer", "c8", 1.02, 10_000, 3300.0),  # perf_analyzer sent 10k, counted fewer
+    runs = [run("loadgen", "c8", 1.5, 10_000, 3000.0, window_cpu_ms_per_1k=40.0),
+            run("perf_analyzer", "c8", 1.02, 10_000, 3300.0,  # perf_analyzer sent 10k, counted fewer
+                window_cpu_ms_per_1k=100.0),
             run("loadgen", "poisson 3410/s, spin 0 us", 1.0, 10_000, 3400.0, mode="open",
                 valid=True, scheduled_qps=3410.0, issue_delay_p99_ns=40_000),
             run("perf_analyzer", "poisson 3410/s", 0.52, 5_000, 1600.0, mode="open",
@@ -162,8 +163,22 @@ def test_rows_compare_loadgen_with_perf_analyzer_of_the_same_run(peers):
     assert op["over_perf_analyzer"] == pytest.approx(50 / 100)  # 0.5 s / 10k vs 0.5 s / 5k
     assert op["kept_up"] == [True] and by[("perf_analyzer", "poisson 3410/s")]["kept_up"] == [False]
     table = "\n".join(peers.triton_table(rows, measured=True))
-    assert "| 1.00x | 1.47x | 0.91x |" in table and "| 1.6k, 0/1 (99% late) |" in table
+    assert c8["over_perf_analyzer_in_run"] == pytest.approx(0.4) and "over_wrk" not in c8
+    assert "| 40.0 ms | - | 0.40x | 1.00x | 1.47x | 0.91x | - |" in table
+    assert "| 1.6k, 0/1 (99% late) |" in table
     assert "| 3.4k, 1/1 (issue delay p99 40.00 us) |" in table
+
+
+def test_http_rows_compare_loadgen_with_wrk_in_the_run_and_net_of_start_up(peers):
+    runs = [{**run("loadgen", "c32", 1.2, 20_000, 5000.0, window_cpu_ms_per_1k=24.0), "proto": "http"},
+            {**run("wrk", "c32", 0.55, 22_000, 5500.0, window_cpu_ms_per_1k=25.0), "proto": "http"}]
+    rows = peers.triton_rows(runs, {("loadgen", "http"): 0.6}, {"http": ["c32"]}, measured=True)
+    lg = next(r for r in rows if r["tool"] == "loadgen")
+    assert lg["steady_cpu_ms_per_1k"] == pytest.approx(30.0)  # (1.2 - 0.6) s / 20k
+    assert lg["over_wrk"] == pytest.approx(30.0 / 25.0)  # wrk: 0.55 s / 22k, start-up kept
+    assert lg["over_wrk_in_run"] == pytest.approx(24.0 / 25.0)
+    table = "\n".join(peers.triton_table(rows, measured=True))
+    assert "| 0.96x, 1.20x |" in table
 
 
 def test_without_perf_analyzer_the_reference_figure_is_labelled(peers):
