@@ -93,6 +93,25 @@ int wait_events(int epfd, epoll_event* events, int max, int64_t wait_ns) noexcep
 
 }  // namespace netio
 
+size_t NetClient::BodyHash::operator()(const std::string& s) const noexcept {
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  const char* p = s.data();
+  size_t n = s.size();
+  uint64_t h = n * kMul;
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * kMul;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  h = (h ^ w) * kMul;
+  return static_cast<size_t>(h ^ (h >> 32));
+}
+
 void NetClient::judge(int64_t id, int64_t t, int status, std::string&& body) noexcept {
   {
     std::shared_lock<std::shared_mutex> lock(cache_mutex_);

@@ -154,7 +154,12 @@ class NetClient {
     std::string kind;
     std::string message;
   };
-  using VerdictMap = std::unordered_map<std::string, Verdict>;
+  /// A response body's hash: 8 bytes a step (std::hash's murmur was a sixth of the I/O
+  /// thread's instructions per response). Equal keys are still compared byte for byte.
+  struct BodyHash {
+    size_t operator()(const std::string& s) const noexcept;
+  };
+  using VerdictMap = std::unordered_map<std::string, Verdict, BodyHash>;
 
   const int64_t cache_entries_;
   const int64_t cache_body_bytes_;

@@ -127,6 +127,16 @@ def test_an_uncapped_open_loop_sends_past_64_calls_on_the_native_client(grpc_eng
         assert srv.max_busy <= 64
 
 
+def test_the_cli_leaves_an_uncapped_open_loop_uncapped_on_the_native_client():
+    native_grpc_or_skip()
+    with ScriptedGrpc(delay_s=0.5, threads=256) as srv:
+        _, doc = run_json("--sut", srv.url(), "--scenario", "constant", "--target-qps", "300", "--duration-s", "0.8",
+                          "--interval-s", "0", "--max-issue-delay-ms", "50", timeout=60)
+        assert srv.max_busy > 100
+    assert doc["network"]["grpc_engine"] == "native" and doc["network"]["native"]["queued_in_client"] == 0
+    assert doc["counts"]["completed"] == doc["counts"]["issued"] == 240
+
+
 @pytest.mark.parametrize("flag", [None, "callback"])
 def test_the_cli_runs_the_client_it_picks_and_sends_the_headers(flag):
     with ScriptedGrpc() as srv:
