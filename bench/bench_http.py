@@ -378,7 +378,8 @@ class Bench:
         busy0 = busy_cpu_s()
         # The run's middle, where every tool is past its start-up and before its end: the
         # client's CPU and the requests the server counted there ("in the run").
-        window = (1.5, self.a.duration_s - 0.5) if server_count and self.a.duration_s >= 3 else ()
+        # (Triton's case: the server counts "inferences".)
+        window = (1.5, self.a.duration_s - 0.5) if cnt0 and "inferences" in cnt0 and self.a.duration_s >= 3 else ()
         r = run_proc(self.pin + argv, self.timeout_s, cwd=self.tmp, probe_at=window,
                      probe=lambda pid: (tree_runtime_s(pid), server_count()["inferences"]))  # type: ignore[misc]
         busy = busy_cpu_s() - busy0
