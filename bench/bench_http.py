@@ -95,7 +95,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bench_engine import fmt_ns, fmt_qps, fmt_ratio, machine_context, med, ratio, spread
 from triton_peers import (INSTALL_HINT, PERF_ANALYZER_MS_PER_1K, find_perf_analyzer,
@@ -193,22 +193,28 @@ def tree_cpu_s(pid: int) -> float:
     return total / _CLK_TCK
 
 
-def tree_runtime_s(pid: int) -> float:
-    """CPU time of pid and its living descendants, every thread, from the scheduler's
-    nanosecond count (/proc/PID/task/TID/schedstat); /proc/PID/stat counts in 10 ms ticks,
-    too coarse for a few seconds' window."""
-    total = 0
+def tree_threads(pid: int) -> Iterator[tuple[int, str]]:
+    """(process, thread id) of every thread of pid and of its living descendants."""
     for p in process_tree(pid):
         try:
             tids = os.listdir(f"/proc/{p}/task")
         except OSError:
             continue
         for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, IndexError, ValueError):
-                pass
+            yield p, tid
+
+
+def tree_runtime_s(pid: int) -> float:
+    """CPU time of pid and its living descendants, every thread, from the scheduler's
+    nanosecond count (/proc/PID/task/TID/schedstat); /proc/PID/stat counts in 10 ms ticks,
+    too coarse for a few seconds' window."""
+    total = 0
+    for p, tid in tree_threads(pid):
+        try:
+            with open(f"/proc/{p}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
     return total / 1e9
 
 
@@ -222,17 +228,12 @@ def busy_cpu_s() -> float:
 def pin_tree(pid: int, cpus: set) -> int:
     """Pins every thread of pid and of its descendants to cpus; returns the thread count."""
     n = 0
-    for p in process_tree(pid):
+    for _, tid in tree_threads(pid):
         try:
-            tids = os.listdir(f"/proc/{p}/task")
+            os.sched_setaffinity(int(tid), cpus)
+            n += 1
         except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(int(tid), cpus)
-                n += 1
-            except OSError:
-                pass
+            pass
     return n
 
 

@@ -186,7 +186,7 @@ def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> 
     sut.prepare()
     if not native:
         return sut
-    if uncapped:  # the engine sets no cap: nor does the client, short of a backlog this deep
-        sut.in_flight = max(sut.in_flight, defaults.OPEN_LOOP_GRPC_CALLS)
-    return NativeGrpcSUT(sut, net.io_threads)
+    # The engine sets no cap: nor does the client, short of a backlog this deep.
+    calls = max(sut.in_flight, defaults.OPEN_LOOP_GRPC_CALLS) if uncapped else sut.in_flight
+    return NativeGrpcSUT(sut, net.io_threads, max_calls=calls)
 

@@ -39,17 +39,20 @@ class NativeGrpcSUT(NativeHttpSUT):
         inner: the prepared :class:`~loadgen.net.kserve_grpc.KServeGrpcSUT`.
         io_threads: epoll threads the connections are spread over.
         cpus: the I/O threads' CPUs (empty: not pinned).
+        max_calls: calls in flight at most (default: the inner client's ``in_flight``).
     """
 
     native_http = True  # the engine runs it as it runs the native HTTP client (SUT form native_http)
 
-    def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> None:
+    def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = (),
+                 max_calls: Optional[int] = None) -> None:
         why = native_grpc_refusal(inner.target)
         if why is not None:
             raise ValueError(f"--grpc-engine native: {why}")
         import grpc
 
         self._take(inner, io_threads, cpus)
+        self.max_calls = int(max_calls if max_calls is not None else inner.in_flight)
         self._codes = {c.value[0]: c for c in grpc.StatusCode}
         self._unknown = grpc.StatusCode.UNKNOWN
 
@@ -60,7 +63,7 @@ class NativeGrpcSUT(NativeHttpSUT):
         inner = self.inner
         h.grpc_path = RPC["ModelInfer"]
         h.metadata = list(inner.metadata_md or ())
-        h.max_in_flight = int(inner.in_flight)
+        h.max_in_flight = self.max_calls
         h.warm_connections = h.connections
         s.http = h
         return s

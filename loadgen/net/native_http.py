@@ -27,7 +27,7 @@ from loadgen import _core
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut", "numeric_host"]
+__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
@@ -63,7 +63,7 @@ def native_sut(inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> "Na
     return cls(inner, io_threads, cpus)
 
 
-def numeric_host(host: str, port: int) -> str:
+def _numeric_host(host: str, port: int) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
@@ -96,7 +96,7 @@ class NativeHttpSUT:
         self.cpus = list(cpus)
         self.protocol = inner.protocol
         self.core: Optional[_core.Engine] = None
-        self.host = numeric_host(inner.target.host, inner.target.port)
+        self.host = _numeric_host(inner.target.host, inner.target.port)
         self.check_errors = 0
 
     def native_settings(self) -> _core.NativeSutSettings:
