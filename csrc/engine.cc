@@ -561,6 +561,14 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
   }
   const InFlightTable::Slot& sl = table_.slot(id);
   const int64_t t = completed_ns > 0 ? completed_ns : now_ns();
+  if (s_.timeout_ns > 0 && t - sl.scheduled_ns >= s_.timeout_ns) {
+    // Past its deadline: timed out, whether the reaper or the answer got here first
+    // (the monitor thread may run late on a busy machine).
+    count_resolution(id, timed_out_);
+    log_resolution(id, RecordStatus::kTimedOut, t);
+    release(id, t);
+    return true;
+  }
   if (in_warmup(sl.scheduled_ns)) {
     warmup_completed_.fetch_add(1, std::memory_order_relaxed);
   } else {

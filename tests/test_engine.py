@@ -1183,3 +1183,25 @@ def test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time():
     assert_counts_add_up(c)
     assert c["timed_out"] == 400  # 5 ms service against a 2 ms timeout
     assert c["unknown_completions"] == 0
+
+
+class StampedSUT:
+    """Batched SUT that completes each query at once, stamped `after_ns` past its
+    scheduled time (a time the clock may not have reached yet)."""
+
+    def __init__(self, after_ns):
+        self.after_ns = after_ns
+
+    def issue(self, batch):
+        batch.complete_many(batch.ids, batch.scheduled_ns + self.after_ns)
+
+
+@pytest.mark.parametrize("after_ms,timed_out", [(60, True), (40, False)])
+def test_an_answer_stamped_past_its_deadline_is_timed_out_before_the_reaper_looks(after_ms, timed_out):
+    # The deadline is the scheduled time plus the timeout, whoever sees the answer first:
+    # here the answer arrives before the monitor thread could reap it.
+    s = settings(mode="constant", target_qps=1000, query_count=50, timeout_ms=50, grace_s=1.0)
+    result, _ = run_engine(s, StampedSUT(after_ms * 1_000_000))
+    c = result.counts
+    assert_counts_add_up(c)
+    assert (c["timed_out"], c["completed"]) == ((50, 0) if timed_out else (0, 50))
