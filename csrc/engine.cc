@@ -564,9 +564,7 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
   if (s_.timeout_ns > 0 && t - sl.scheduled_ns >= s_.timeout_ns) {
     // Past its deadline: timed out, whether the reaper or the answer got here first
     // (the monitor thread may run late on a busy machine).
-    count_resolution(id, timed_out_);
-    log_resolution(id, RecordStatus::kTimedOut, t);
-    release(id, t);
+    time_out(id, t);
     return true;
   }
   if (in_warmup(sl.scheduled_ns)) {
@@ -610,6 +608,12 @@ void Engine::release(int64_t id, int64_t t) noexcept {
   // Inline, room is work for the consumer: an async consumer waits on the eventfd
   // (synchronous inline consumers sleep on room_, notified above).
   if (inline_issue_) queued_.notify_eventfd();
+}
+
+void Engine::time_out(int64_t id, int64_t t) noexcept {
+  count_resolution(id, timed_out_);
+  log_resolution(id, RecordStatus::kTimedOut, t);
+  release(id, t);
 }
 
 int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept {
@@ -683,9 +687,7 @@ void Engine::reap_timeouts(int64_t now) noexcept {
     // scheduled_ns is read atomically, as fill() writes it.
     if (now - __atomic_load_n(&sl.scheduled_ns, __ATOMIC_RELAXED) < s_.timeout_ns) return;
     if (table_.transition(id, st, InFlightTable::kClaimed)) {
-      count_resolution(id, timed_out_);
-      log_resolution(id, RecordStatus::kTimedOut, now);
-      release(id, now);
+      time_out(id, now);
       timeout_queue_.pop_front();
     }
   }

@@ -259,6 +259,8 @@ class Engine : private CompletionSink {
                          bool count_unknown, int64_t n_input = -1) noexcept;
   // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
   void release(int64_t id, int64_t t = 0) noexcept;
+  /// Resolves a claimed query as timed out at time t (its deadline passed).
+  void time_out(int64_t id, int64_t t) noexcept;
   // Whether a query scheduled at `scheduled_ns` belongs to the warm-up (never before
   // the start time is known: warmup_end_ns_ starts at INT64_MIN).
   bool in_warmup(int64_t scheduled_ns) const noexcept {
