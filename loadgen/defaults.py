@@ -48,6 +48,8 @@ TRACE_UNIT = "ms"
 # --------------------------------------------------------------------------- validity
 MAX_ERROR_RATE = 0.0
 MAX_ISSUE_DELAY_MS = 1.0
+MAX_LATENESS_SHARE = 0.1  # a late generator invalidates a run past this share of the p99 latency
+MIN_OFFERED_FRACTION = 0.95  # ... or when it offered less than this share of the scheduled load
 
 # ---------------------------------------------------------------------------- network
 READY_TIMEOUT_S = 30.0

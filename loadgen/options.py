@@ -369,8 +369,12 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("significant_figures", _int(1, 5), f"histogram precision in decimal digits (default {D.SIGNIFICANT_FIGURES})", "N"),
     OptionSpec("max_error_rate", _float(0, 1), f"invalid when (failed + timed out) / issued exceeds this "
                f"(default {D.MAX_ERROR_RATE:g})", "FRACTION"),
-    OptionSpec("max_issue_delay_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "invalid as generator overload when the p99 issue "
-               f"delay exceeds this (default {D.MAX_ISSUE_DELAY_MS:g})", "MS"),
+    OptionSpec("max_issue_delay_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "a p99 issue delay above this is "
+               "generator lateness: invalid as generator overload when it is also above --max-lateness-share of the "
+               f"p99 latency or the offered load fell short of the schedule, else a warning (default "
+               f"{D.MAX_ISSUE_DELAY_MS:g})", "MS"),
+    OptionSpec("max_lateness_share", _float(0, 1), "the share of the p99 latency that the p99 issue delay may be "
+               f"before a late generator makes the run invalid (default {D.MAX_LATENESS_SHARE:g})", "FRACTION"),
     OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
                "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True),
     OptionSpec("payload", _str, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
@@ -509,6 +513,7 @@ class RunOptions:
     significant_figures: int = D.SIGNIFICANT_FIGURES
     max_error_rate: float = D.MAX_ERROR_RATE
     max_issue_delay_ms: float = D.MAX_ISSUE_DELAY_MS
+    max_lateness_share: float = D.MAX_LATENESS_SHARE
     input: List[str] = field(default_factory=list)
     payload: Optional[str] = None
     request_template: Optional[str] = None

@@ -1,7 +1,8 @@
 """The result document of a run: one versioned JSON document (``"schema":
 "loadgen.result/1"``) holding the settings, counts, every histogram (percentiles and the
 encoded HDR payload, and a ``"histograms"`` index of their units), the time series,
-validity with reasons, errors and the environment. Everything else is rendered from it
+validity with reasons, the diagnosis (which side limited the run, with its numbers) and
+named warnings, errors and the environment. Everything else is rendered from it
 (:mod:`loadgen.results.render`).
 """
 
@@ -23,6 +24,7 @@ from loadgen.results.goodput import goodput_section
 from loadgen.results.thresholds import evaluate_thresholds
 from loadgen.scenarios import Scenario
 from loadgen.scenarios.base import common_invalid_reasons, require
+from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram, ReportingSUT
 from loadgen.units import ns_to_s
@@ -176,7 +178,8 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
     doc["errors"] = {"counts": result.errors, "messages": result.error_messages}
     doc["environment"] = environment(o.pin_cpus)
     doc["thresholds"] = evaluate_thresholds(doc, o.fail_if, o.require)
-    return doc
+    # Which side limited the run; diagnosed again when the host's figures are added.
+    return add_diagnosis(doc)
 
 
 def _settings_section(o: RunOptions, result: RunResult, given: Dict[str, Any]) -> Dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypeVar
 from loadgen import defaults
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions
+from loadgen.scenarios.diagnosis import judge_lateness, lateness_reason
 from loadgen.stats.early_stopping import rank_over_bound
 from loadgen.sut.spec import is_network_sut
 from loadgen.units import NS_PER, ms_to_ns
@@ -36,8 +37,8 @@ class Scenario:
         summary: one line on what it does and what its metric means.
         mlperf: True for MLPerf's four (min duration/count and early stopping apply).
         default_percentile: the metric's percentile when ``--latency-percentile`` is unset.
-        checks_overload: whether the generator-overload rule applies (not for offline,
-            where every query is due at t = 0 by design).
+        checks_overload: whether the generator-lateness rule applies (not for offline,
+            where every query is due at t = 0 by design; see :mod:`loadgen.scenarios.diagnosis`).
         uses: the options of :data:`SCENARIO_OPTIONS` (those only some scenarios read)
             that this one reads; the others, given, do not apply to it.
     """
@@ -227,20 +228,22 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
     reasons += _bound_reasons(result, o)
     reasons += _out_of_range_reasons(c)
     if scenario.checks_overload and result.issue_delay.total_count:
-        p99 = result.issue_delay.value_at_percentile(99)
-        if p99 > ms_to_ns(o.max_issue_delay_ms):
-            why = (
-                f"{c['cap_waits']} queries waited for the in-flight cap (--max-in-flight), "
-                "so the SUT's backlog held the generator back"
-                if c.get("cap_waits")
-                else "the generator could not issue on schedule (CPU starved, or the SUT "
-                "adapter is too slow); latencies include that delay"
-            )
-            reasons.append(
-                f"generator overload: p99 issue delay is {_ms(p99)}, above "
-                f"{o.max_issue_delay_ms:g} ms (--max-issue-delay-ms): {why}"
-            )
+        reasons += _lateness_reasons(result, o)
     return reasons
+
+
+def _lateness_reasons(result: RunResult, o: RunOptions) -> List[str]:
+    """The generator's lateness, judged by :func:`loadgen.scenarios.diagnosis.judge_lateness`:
+    invalid only where it fell short of the schedule or is a material part of latency."""
+    lateness = judge_lateness(
+        issue_delay_p99_ns=result.issue_delay.value_at_percentile(99),
+        latency_p99_ns=result.latency.value_at_percentile(99) if result.latency.total_count else 0,
+        issue_duration_s=result.issue_duration_s, points=result.timeseries,
+        open_loop=result.settings.mode not in ("closed", "offline"), max_issue_delay_ms=o.max_issue_delay_ms,
+        max_lateness_share=o.max_lateness_share)
+    if not lateness.invalid:
+        return []
+    return [lateness_reason(lateness, o.max_issue_delay_ms, o.max_lateness_share, result.counts.get("cap_waits", 0))]
 
 
 def _bound_reasons(result: RunResult, o: RunOptions) -> List[str]:

@@ -3,14 +3,17 @@ machine's CPU busy and steal time, per interval, from ``/proc``.
 
 Roles come from thread names and ids: the engine's native threads name themselves
 ``lg-issue``, ``lg-monitor``, ``lg-sut`` and ``lg-records`` (the JSON lines writer of
-``--record-requests``); the dispatcher (which runs the event loop
+``--record-requests``), the native HTTP and gRPC clients' I/O threads ``lg-http`` and
+``lg-grpc`` (role ``io``); the dispatcher (which runs the event loop
 for network targets and async SUTs) is known by its thread id; the main thread is the
 process id; everything else (a SUT's own threads, gRPC's, the samplers) is ``other``.
 
 Per-thread CPU time is read from ``/proc/self/task/<tid>/stat`` (user + system, in clock
 ticks of 1/``SC_CLK_TCK`` s, usually 10 ms): figures for intervals much shorter than a
 second are coarse, and the saturation rule judges only intervals of at least
-:data:`MIN_JUDGED_S`.
+:data:`MIN_JUDGED_S`. How long each thread waited on a run queue, ready to run but not
+running (a busy or CPU-limited machine), is read from ``/proc/self/task/<tid>/schedstat``
+(its second field, in ns) where the kernel keeps it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu"]
+__all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu",
+           "read_thread_wait"]
 
 #: An event loop busier than this fraction of an interval is saturated.
 SATURATED_FRACTION = 0.9
 #: Intervals shorter than this are not judged (tick resolution).
 MIN_JUDGED_S = 0.5
 
-_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut", "lg-records": "records"}
-ROLES = ("issue", "dispatcher", "monitor", "native_sut", "records", "main", "other")
+_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut", "lg-records": "records",
+                "lg-http": "io", "lg-grpc": "io"}
+ROLES = ("issue", "dispatcher", "io", "monitor", "native_sut", "records", "main", "other")
 
 
 def _ticks_per_s() -> int:
@@ -65,6 +70,24 @@ def read_thread_cpu(proc: str = "/proc") -> Dict[int, Tuple[str, int]]:
     return out
 
 
+def read_thread_wait(proc: str = "/proc") -> Dict[int, int]:
+    """tid -> ns it has waited on a run queue (ready, not running), of every thread of
+    this process whose ``schedstat`` the kernel keeps; empty where it keeps none."""
+    out: Dict[int, int] = {}
+    base = os.path.join(proc, "self", "task")
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(os.path.join(base, tid, "schedstat"), encoding="ascii", errors="replace") as f:
+                out[int(tid)] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # ended meanwhile, or no schedstats
+            continue
+    return out
+
+
 def read_machine_cpu(proc: str = "/proc") -> Optional[Tuple[int, int, int]]:
     """(total, idle + iowait, steal) ticks of all CPUs from /proc/stat; None if unreadable."""
     try:
@@ -93,6 +116,7 @@ def _rss_bytes(proc: str) -> Optional[int]:
 class _Snapshot:
     t_ns: int
     threads: Dict[int, Tuple[str, int]]
+    waits: Dict[int, int]
     machine: Optional[Tuple[int, int, int]]
     rss: Optional[int]
 
@@ -116,6 +140,7 @@ class HostSampler:
     # Every thread's last-seen (name, ticks), ended ones too: a thread that ends keeps
     # the CPU it used up to the last poll (at most poll_s of it is not seen).
     _known: Dict[int, Tuple[str, int]] = field(default_factory=dict)
+    _waits: Dict[int, int] = field(default_factory=dict)  # likewise, run-queue waits (ns)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: Optional[threading.Thread] = None
     error: str = ""
@@ -123,11 +148,12 @@ class HostSampler:
     def poll(self) -> None:
         """Reads every thread's CPU time now (the thread does this every ``poll_s``)."""
         self._known.update(read_thread_cpu(self.proc))
+        self._waits.update(read_thread_wait(self.proc))
 
     def snapshot(self) -> None:
         """Takes one sample now (the thread does this every interval)."""
         self.poll()
-        self._snaps.append(_Snapshot(time.monotonic_ns(), dict(self._known),
+        self._snaps.append(_Snapshot(time.monotonic_ns(), dict(self._known), dict(self._waits),
                                      read_machine_cpu(self.proc), _rss_bytes(self.proc)))
 
     def start(self) -> None:
@@ -165,9 +191,11 @@ class HostSampler:
 
     def intervals(self, origin_ns: Optional[int] = None) -> List[Dict[str, Any]]:
         """One entry per pair of successive samples: its start offset and length (s,
-        from ``origin_ns`` on the monotonic clock, default the first sample), the CPU of each role as a fraction of one CPU, the
-        busiest thread of each role, RSS, and the machine's busy and steal fractions."""
-        hz = _ticks_per_s()
+        from ``origin_ns`` on the monotonic clock, default the first sample), the CPU of
+        each role as a fraction of one CPU, the busiest thread of each role, the time the
+        role's threads waited on a run queue (``run_queue_wait_ms``, summed over them;
+        absent where the kernel keeps no schedstats), RSS, and the machine's busy and
+        steal fractions."""
         dispatcher = self.dispatcher_tid()
         out: List[Dict[str, Any]] = []
         t0 = origin_ns if origin_ns is not None else (self._snaps[0].t_ns if self._snaps else 0)
@@ -175,18 +203,11 @@ class HostSampler:
             length_s = (b.t_ns - a.t_ns) / 1e9
             if length_s <= 0:
                 continue
-            cpu: Dict[str, float] = {}
-            busiest: Dict[str, float] = {}
-            for tid, (name, ticks) in b.threads.items():
-                before = a.threads.get(tid)
-                used = (ticks - before[1] if before is not None else ticks) / hz / length_s
-                role = self._role(tid, name, dispatcher)
-                cpu[role] = cpu.get(role, 0.0) + used
-                busiest[role] = max(busiest.get(role, 0.0), used)
             entry: Dict[str, Any] = {"t_s": (a.t_ns - t0) / 1e9, "length_s": length_s,
-                                        "cpu": {r: round(v, 4) for r, v in sorted(cpu.items())},
-                                        "busiest_thread": {r: round(v, 4) for r, v in sorted(busiest.items())},
-                                        "rss_bytes": b.rss}
+                                     **self._cpu(a, b, length_s, dispatcher), "rss_bytes": b.rss}
+            waits = self._waits_ms(a, b, dispatcher)
+            if waits:
+                entry["run_queue_wait_ms"] = waits
             if a.machine is not None and b.machine is not None and b.machine[0] > a.machine[0]:
                 total = b.machine[0] - a.machine[0]
                 entry["machine_busy"] = round(1.0 - (b.machine[1] - a.machine[1]) / total, 4)
@@ -194,9 +215,32 @@ class HostSampler:
             out.append(entry)
         return out
 
+    def _cpu(self, a: _Snapshot, b: _Snapshot, length_s: float, dispatcher: Optional[int]) -> Dict[str, Any]:
+        """``cpu`` (per role) and ``busiest_thread`` (per role) between two samples."""
+        hz = _ticks_per_s()
+        cpu: Dict[str, float] = {}
+        busiest: Dict[str, float] = {}
+        for tid, (name, ticks) in b.threads.items():
+            before = a.threads.get(tid)
+            used = (ticks - before[1] if before is not None else ticks) / hz / length_s
+            role = self._role(tid, name, dispatcher)
+            cpu[role] = cpu.get(role, 0.0) + used
+            busiest[role] = max(busiest.get(role, 0.0), used)
+        return {"cpu": {r: round(v, 4) for r, v in sorted(cpu.items())},
+                "busiest_thread": {r: round(v, 4) for r, v in sorted(busiest.items())}}
+
+    def _waits_ms(self, a: _Snapshot, b: _Snapshot, dispatcher: Optional[int]) -> Dict[str, float]:
+        """Per role, the ms its threads waited on a run queue between two samples."""
+        waits: Dict[str, float] = {}
+        for tid, ns in b.waits.items():
+            name = b.threads.get(tid, ("", 0))[0]
+            role = self._role(tid, name, dispatcher)
+            waits[role] = waits.get(role, 0.0) + (ns - a.waits.get(tid, 0)) / 1e6
+        return {r: round(v, 3) for r, v in sorted(waits.items())}
+
     def report(self, event_loop: bool, origin_ns: Optional[int] = None) -> Dict[str, Any]:
-        """The ``host`` section: per-interval figures, totals per role (CPU seconds),
-        peak RSS, and ``saturated``: intervals in which the dispatcher's event loop was
+        """The ``host`` section: per-interval figures, totals per role (CPU seconds and
+        ``run_queue_wait_ms``, where the kernel keeps schedstats), peak RSS, and ``saturated``: intervals in which the dispatcher's event loop was
         busier than :data:`SATURATED_FRACTION` (judged only when ``event_loop``: a
         dispatcher that runs a synchronous SUT is busy with the SUT's own work)."""
         ivs = self.intervals(origin_ns)
@@ -204,6 +248,10 @@ class HostSampler:
         for iv in ivs:
             for role, frac in iv["cpu"].items():
                 cpu_s[role] = cpu_s.get(role, 0.0) + frac * float(iv["length_s"])
+        wait_ms: Dict[str, float] = {}
+        for iv in ivs:
+            for role, ms in (iv.get("run_queue_wait_ms") or {}).items():
+                wait_ms[role] = wait_ms.get(role, 0.0) + ms
         rss = [int(iv["rss_bytes"]) for iv in ivs if iv.get("rss_bytes") is not None]
         saturated = []
         if event_loop:
@@ -214,6 +262,7 @@ class HostSampler:
         out: Dict[str, Any] = {
             "interval_s": self.interval_s,
             "cpu_s": {r: round(v, 3) for r, v in sorted(cpu_s.items())},
+            **({"run_queue_wait_ms": {r: round(v, 3) for r, v in sorted(wait_ms.items())}} if wait_ms else {}),
             "peak_rss_bytes": max(rss) if rss else None,
             "event_loop_judged": event_loop,
             "saturated": saturated,

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from loadgen import placement
 from loadgen.engine import Engine, EngineSettings
 from loadgen.options import RunOptions
+from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.telemetry.gpu import GpuSampler
 from loadgen.telemetry.gpu_select import GpuSelection, parse_gpus
 from loadgen.telemetry.host import SATURATED_FRACTION, HostSampler
@@ -131,7 +132,8 @@ class RunTelemetry:
 
     def add_to(self, doc: Dict[str, Any], placement_section: Optional[Dict[str, Any]]) -> None:
         """Adds the ``host`` (and ``placement``) sections; a saturated event loop makes
-        the run invalid, saying when and how busy."""
+        the run invalid, saying when and how busy. The diagnosis is made again with the
+        host's figures."""
         if self.host is None or self.engine is None:
             return
         self._add_gpu(doc)
@@ -153,6 +155,7 @@ class RunTelemetry:
                       "(more workers or --pin help)")
             doc["invalid_reasons"].append(reason)
             doc["valid"] = False
+        add_diagnosis(doc)  # again, with the host's figures (CPU, run-queue waits, steal)
 
     def _add_gpu(self, doc: Dict[str, Any]) -> None:
         """The ``gpu`` section, and each time-series interval's GPU figures (``gpu``: by
