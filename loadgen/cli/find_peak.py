@@ -17,14 +17,18 @@ from loadgen.cli.common import (
 from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
 from loadgen.results import ThresholdError
 
-__all__ = ["PEAK_FLAGS", "register"]
+__all__ = ["EXIT_GENERATOR_LIMIT", "PEAK_FLAGS", "register"]
+
+#: No answer: the generator (or its client) could not offer the load on this machine, so
+#: the search could not tell where the SUT's limit is; the SUT's peak is at least the
+#: ``lower_bound`` of the ``peak`` section.
+EXIT_GENERATOR_LIMIT = 3
 
 # flag, PeakSettings field, type, metavar, help. None of them is a `loadgen run` flag.
 PEAK_FLAGS: Tuple[Tuple[str, str, Callable[[str], Any], str, str], ...] = (
     ("--over", "over", str, "rate|concurrency", "what to search: the highest open-loop rate within the bound "
      "(rate, default) or the concurrency where throughput stops growing (concurrency)"),
-    ("--precision", "precision", float, "REL", "stop when the bracket is this close, relative; a failed "
-     "confirmation steps the answer down by it (default 0.05)"),
+    ("--precision", "precision", float, "REL", "stop when the bracket is this close, relative (default 0.05)"),
     ("--probe-s", "probe_s", float, "S", "each search probe runs at least this long (default 5)"),
     ("--start", "start", float, "X", "the first rate (queries/s) or concurrency probed (default: rate "
      "500 / --latency-bound-ms, at least 100 queries per probe; concurrency 1)"),
@@ -32,8 +36,13 @@ PEAK_FLAGS: Tuple[Tuple[str, str, Callable[[str], Any], str, str], ...] = (
     ("--confirm-runs", "confirm_runs", int, "N", "runs at the answer, each --duration-s long (default: "
      "the larger of --probe-s and 10 s), that must all hold (default 2)"),
     ("--max-probes", "max_probes", int, "N", "at most this many search probes (default 30)"),
-    ("--max-step-downs", "max_step_downs", int, "N", "at most this many step-downs after failed "
-     "confirmations (default 5)"),
+    ("--max-step-downs", "max_step_downs", int, "N", "at most this many failed confirmations, each followed "
+     "by a bisection below it with full-length runs (default 5)"),
+    ("--retries", "retries", int, "N", "a run that failed only for the generator or the client is tried this "
+     "many more times; then the search ends, exit 3 (default 2)"),
+    ("--max-search-s", "max_search_s", float, "S", "no run of the search starts later than this (default 3600)"),
+    ("--min-goodput", "min_goodput", float, "FRACTION", "with --slo: a run holds only when this fraction of its "
+     "requests meets every SLO (default 0.95, unless a --require/--fail-if names goodput)"),
     ("--min-gain", "min_gain", float, "REL", "concurrency: throughput must grow this much per step; the "
      "answer is the lowest concurrency within it of the best throughput (default 0.05)"),
     ("--window-s", "window_s", float, "S", "concurrency: measurement window (default: --probe-s / 3)"),
@@ -56,12 +65,15 @@ def register(sub: Any) -> Dict[str, Any]:
     """Adds ``find-peak``; returns {name: (handler, known flags)}."""
     parser = sub.add_parser(
         "find-peak", help="find the highest rate (or the concurrency) a SUT sustains within a bound",
-        description="Searches the highest rate whose latency at --latency-percentile stays within "
-        "--latency-bound-ms and whose runs are valid (--over rate, open loop), or the concurrency "
-        "where throughput stops growing (--over concurrency, closed loop): widens from --start by "
+        description="Searches the highest rate whose runs hold (--over rate, open loop): valid, the "
+        "latency at --latency-percentile within --latency-bound-ms, every --require/--fail-if met, "
+        "and with --slo at least --min-goodput of the requests meeting every SLO; or the concurrency "
+        "where throughput stops growing (--over concurrency, closed loop). It widens from --start by "
         "--growth until a probe fails, bisects to --precision, then confirms the answer with "
-        "--confirm-runs runs of --duration-s, stepping down when they do not all hold. Exit 0 with a "
-        "confirmed answer, 1 without one. The run options are those of 'loadgen run'.",
+        "--confirm-runs runs of --duration-s; a failed confirmation is bisected below with full-length "
+        "runs. A run that failed only for the generator or the client is retried (--retries), never "
+        "taken for the SUT's limit. Exit 0 with a confirmed answer, 1 without one, 3 when the generator "
+        "could not offer the load. The run options are those of 'loadgen run'.",
         argument_default=argparse.SUPPRESS,
     )
     add_run_options(parser)
@@ -168,5 +180,7 @@ def _report(doc: Dict[str, Any], as_json: bool, quiet: bool, write_error: str, o
     peak = doc["peak"]
     if peak["interrupted"]:
         return EXIT_INTERRUPTED
+    if peak.get("limited_by") in ("generator", "client"):
+        return EXIT_GENERATOR_LIMIT
     thresholds_ok = all(t["passed"] for t in doc.get("thresholds", []))
     return EXIT_OK if peak["confirmed"] and doc["valid"] and thresholds_ok else EXIT_INVALID

@@ -2,12 +2,15 @@
 runs (:func:`loadgen.runner.run_benchmark`), each probe kept.
 
 Over a rate (open loop: poisson, constant or server) the answer is the highest rate whose
-run is valid: the latency at ``--latency-percentile`` within ``--latency-bound-ms``, the
-error rate within ``--max-error-rate``, the generator not overloaded. Over a concurrency
-(closed loop) it is the concurrency where throughput stops growing, or the last before
-the bound breaks; each of those probes runs in windows until the last three agree
-(perf_analyzer's stability rule). Either answer is confirmed by full-length runs, and
-stepped down by the precision when they do not all hold.
+run holds: valid (the latency at ``--latency-percentile`` within ``--latency-bound-ms``,
+the error rate within ``--max-error-rate``, ...), every ``--require``/``--fail-if``
+threshold met, and with ``--slo`` the goodput target (:mod:`loadgen.peak.criteria`). A
+run that failed only for the generator or the client is tried again and never taken for
+the SUT's limit. Over a concurrency (closed loop) it is the concurrency where throughput
+stops growing, or the last before the bound breaks; each of those probes runs in windows
+until the last three agree (perf_analyzer's stability rule). Either answer is confirmed by
+full-length runs; a failed confirmation makes it the upper end of the bracket, which is
+bisected below it with full-length runs (:meth:`loadgen.peak.search.Search.settle`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen import defaults as D
 from loadgen.options import RunOptions
-from loadgen.peak.report import run_summary
-from loadgen.peak.search import Bracket, Confirmation, Knee, ProbeRecord, Search, Verdict, relative_finish, stable
+from loadgen.peak.criteria import goodput_target
+from loadgen.peak.report import UNITS, run_summary
+from loadgen.peak.search import (
+    Bracket, BudgetSpent, Confirmation, Knee, ProbeRecord, Search, Undecided, Verdict, integer_midpoint, midpoint,
+    relative_finish, stable,
+)
 from loadgen.results.files import RESULT_FILE, write_outputs
 from loadgen.results.render import format_setting
 
@@ -39,6 +46,12 @@ PROBES_FILE = "probes.jsonl"
 RATE_SCENARIOS = ("poisson", "constant", "server")
 #: Windows whose throughput and latency must agree for a concurrency probe to be stable.
 STABLE_WINDOWS = 3
+#: A failed probe within this many --precision of the highest rate that held is run once more.
+RECHECK_PRECISIONS = 4
+#: Below this rate the search does not step down (queries/s).
+MIN_RATE = 1e-3
+#: With --slo and no other goodput criterion: the fraction of requests that must meet every SLO.
+DEFAULT_MIN_GOODPUT = 0.95
 
 
 @dataclasses.dataclass
@@ -47,14 +60,20 @@ class PeakSettings:
 
     Attributes:
         over: ``rate`` (open loop) or ``concurrency`` (closed loop).
-        precision: the search stops when its bracket is this close (relative); a failed
-            confirmation steps the answer down by it.
+        precision: the search stops when its bracket is this close (relative).
         probe_s: each search probe runs at least this long.
         start: the first setting probed (None: see :func:`default_start`).
         growth: widening multiplies the setting by this until a probe fails.
         confirm_runs: runs at the answer, each ``--duration-s`` long, that must all hold.
-        max_probes: at most this many search probes (confirmation runs apart).
-        max_step_downs: at most this many step-downs after failed confirmations.
+        max_probes: at most this many search probes (confirmation runs, retries and
+            rechecks apart).
+        max_step_downs: at most this many failed confirmations, each followed by a
+            bisection below the setting that failed; then the search ends unconfirmed.
+        retries: a run that failed only for the generator or the client is tried this many
+            more times; then the search ends (the generator could not offer the load).
+        max_search_s: no run starts this long after the search began.
+        min_goodput: with ``--slo``: the fraction of requests that must meet every SLO
+            (None: :data:`DEFAULT_MIN_GOODPUT` unless a --require/--fail-if names goodput).
         min_gain: concurrency: throughput must grow by this much (relative) per widening
             step; the answer is the lowest concurrency within it of the best throughput.
         window_s: concurrency: the measurement window (None: ``probe_s`` / 3).
@@ -71,6 +90,9 @@ class PeakSettings:
     confirm_runs: int = 2
     max_probes: int = 30
     max_step_downs: int = 5
+    retries: int = 2
+    max_search_s: float = 3600.0
+    min_goodput: Optional[float] = None
     min_gain: float = 0.05
     window_s: Optional[float] = None
     stability: float = 0.10
@@ -86,6 +108,11 @@ class PeakSettings:
         _check("--confirm-runs", 1 <= self.confirm_runs <= 1000, self.confirm_runs, "1..1000")
         _check("--max-probes", 1 <= self.max_probes <= 10_000, self.max_probes, "1..10000")
         _check("--max-step-downs", 0 <= self.max_step_downs <= 1000, self.max_step_downs, "0..1000")
+        _check("--retries", 0 <= self.retries <= 100, self.retries, "0..100")
+        _check("--max-search-s", D.MIN_DURATION_S <= self.max_search_s <= D.MAX_TIME_S, self.max_search_s,
+               f"{D.MIN_DURATION_S:g}..{D.MAX_TIME_S:g} s")
+        if self.min_goodput is not None:
+            _check("--min-goodput", 0 < self.min_goodput <= 1, self.min_goodput, "> 0 and <= 1")
         _check("--min-gain", 0 <= self.min_gain <= 100, self.min_gain, "0..100")
         _check("--stability", 0 < self.stability <= 10, self.stability, "> 0 and <= 10")
         _check("--max-windows", STABLE_WINDOWS <= self.max_windows <= 10_000, self.max_windows,
@@ -154,14 +181,22 @@ class PeakSearch:
                              f"in its own folder (DIR/{PROBES_DIR}/NNN-<setting>/"
                              f"{os.path.basename(options.record_requests)})")
         self.confirm_s = options.duration_s if options.duration_s is not None else max(settings.probe_s, 10.0)
+        if settings.min_goodput is not None and not options.slo:
+            raise ValueError("--min-goodput needs at least one --slo (like --slo ttft<=200ms): goodput is the share "
+                             "of requests meeting every SLO")
+        #: The goodput fraction a run must reach (None: none beyond the thresholds).
+        self.min_goodput = goodput_target(options.slo, options.require, options.fail_if, settings.min_goodput,
+                                          DEFAULT_MIN_GOODPUT)
         self.runs: List[Dict[str, Any]] = []
         self.write_error = ""
         self.last_doc: Optional[Dict[str, Any]] = None
         self.knee = Knee(self._run, settings.min_gain)
         self._pending: Optional[Tuple[Dict[str, Any], Dict[str, Any], str]] = None  # a run awaiting its verdict
         self._phase = "start"
+        self._full = False  # the run under way is full length (a confirmation, or a bisection below one)
         self.started = 0.0
         self.say: Callable[[str], None] = lambda line: None
+        self._search: Optional[Search] = None
         self.stop_requested: Callable[[], bool] = lambda: False
         #: The live metrics server of the whole search (``--metrics-port``), set by the
         #: command: each probe is served in turn, labelled ``point`` with its folder's name.
@@ -185,8 +220,12 @@ class PeakSearch:
         self.started = time.monotonic()
         self._open_output()
         s = self.settings
-        search = Search(self._probe, max_probes=s.max_probes, before=self._before, after=self._after)
-        outcome: Dict[str, Any] = {"bracket": None, "confirmation": None, "reason": "", "interrupted": False}
+        search = Search(self._probe, max_probes=s.max_probes, before=self._before, after=self._after,
+                        retries=s.retries, recheck_within=RECHECK_PRECISIONS * s.precision if s.over == "rate" else 0.0,
+                        max_time_s=s.max_search_s)
+        self._search = search
+        outcome: Dict[str, Any] = {"bracket": None, "confirmation": None, "reason": "", "interrupted": False,
+                                   "limited_by": None, "lower_bound": None}
         try:
             if s.over == "rate":
                 self._search_rate(search, outcome)
@@ -197,9 +236,35 @@ class PeakSearch:
             held = [r["x"] for r in self.runs if r["holds"] and r["phase"] != "confirm"]
             so_far = f" (the highest setting that held so far: {format_setting(max(held))})" if held else ""
             outcome["reason"] = "interrupted: the search did not finish" + so_far
+        except Undecided as e:
+            self._undecided(search, e, outcome)
+        except BudgetSpent as e:
+            lower = search.held_below(math.inf)
+            outcome["limited_by"], outcome["lower_bound"] = "time", lower
+            so_far = (f"; the highest setting that held: {format_setting(lower)} {self._unit} (not confirmed)"
+                    if lower is not None else "")
+            outcome["reason"] = f"{e} (--max-search-s){so_far}"
         if self.last_doc is None:
             raise KeyboardInterrupt
         return self._finish(search, outcome)
+
+    @property
+    def _unit(self) -> str:
+        return UNITS[self.settings.over]
+
+    def _undecided(self, search: Search, e: Undecided, outcome: Dict[str, Any]) -> None:
+        """Every try at a setting failed for the generator or the client: the search ends,
+        and names the highest setting the SUT held as a lower bound of its peak."""
+        x, data = e.record.x, e.record.verdict.data
+        cause = data.get("cause", "generator") if isinstance(data, dict) else "generator"
+        lower = search.held_below(x)
+        outcome["limited_by"], outcome["lower_bound"] = cause, lower
+        who = "the generator" if cause == "generator" else "the client"
+        bound = (f"the SUT held {format_setting(lower)} {self._unit}, a lower bound of its peak (not confirmed)"
+                 if lower is not None else "nothing lower was measured")
+        outcome["reason"] = (f"{who} could not offer {format_setting(x)} {self._unit} on this machine "
+                             f"({e.tries} tries: {e.record.verdict.why}); this is not the SUT's limit: {bound}. "
+                             "Run loadgen where it has CPU to spare, or share the load among workers (--workers)")
 
     def _search_rate(self, search: Search, outcome: Dict[str, Any]) -> None:
         s = self.settings
@@ -213,14 +278,43 @@ class PeakSearch:
                                if x < D.MAX_TARGET_QPS else None)
         bracket = search.bisect(bracket, relative_finish(s.precision))
         outcome["bracket"] = bracket
-        outcome["reason"] = self._bracket_reason(bracket, "queries/s")
-        self._confirm(search, bracket.lo, outcome, lambda x: x * (1 - s.precision))
 
-    def _confirm(self, search: Search, answer: float, outcome: Dict[str, Any],
-                 down: Callable[[float], Optional[float]]) -> None:
+        def down(x: float) -> Optional[float]:
+            lower = x / s.growth
+            return lower if lower >= MIN_RATE else None
+
+        self._settle(search, bracket, outcome, relative_finish(s.precision), down)
+
+    def _settle(self, search: Search, bracket: Bracket, outcome: Dict[str, Any],
+                finished: Callable[[float, float], bool], down: Callable[[float], Optional[float]],
+                middle: Callable[[float, float], float] = midpoint, answer: Optional[float] = None,
+                reason: str = "") -> None:
+        """Confirms the answer (``bracket.lo`` unless given), bisecting below a failed
+        confirmation, and says what decided it."""
         s = self.settings
-        outcome["confirmation"] = search.confirm(answer, self._run, runs=s.confirm_runs,
-                                                 attempts=1 + s.max_step_downs, down=down)
+        candidate = bracket.lo if answer is None else answer
+        confirmation = search.settle(candidate, self._run_full, runs=s.confirm_runs, finished=finished, down=down,
+                                     max_failures=s.max_step_downs, middle=middle)
+        outcome["confirmation"] = confirmation
+        if not confirmation.held:
+            outcome["reason"] = confirmation.why
+            outcome["lower_bound"] = search.held_below(confirmation.answer)
+            return
+        if reason and confirmation.answer == candidate:
+            outcome["reason"] = reason
+            return
+        failure = search.deciding_failure(confirmation.answer)
+        if failure is not None:
+            where = " (a confirmation run)" if failure.phase == "confirm" else ""
+            outcome["reason"] = (f"{self._setting_text(failure.x)} does not hold{where}: "
+                                 f"{failure.verdict.why}")
+        else:
+            outcome["reason"] = self._bracket_reason(bracket)
+
+    def _setting_text(self, x: float) -> str:
+        if self.settings.over == "rate":
+            return f"{format_setting(x)} queries/s"
+        return f"concurrency {format_setting(x)}"
 
     def _search_concurrency(self, search: Search, outcome: Dict[str, Any]) -> None:
         s = self.settings
@@ -229,40 +323,53 @@ class PeakSearch:
             why = self.runs[0]["why"] if self.runs else ""
             outcome["reason"] = f"the start, concurrency {int(self.start)}, does not hold ({why})"
             return
-        outcome["bracket"], outcome["reason"] = found.bracket, found.reason
+        outcome["bracket"] = found.bracket
 
         def down(c: float) -> Optional[float]:
-            lower = min(c - 1, math.floor(c * (1 - s.precision)))
+            lower = min(c - 1, math.floor(c / s.growth))
             return float(lower) if lower >= 1 else None
 
-        self._confirm(search, found.answer, outcome, down)
+        self._settle(search, found.bracket, outcome, relative_finish(s.precision, 1.0), down, integer_midpoint,
+                     answer=found.answer, reason=found.reason)
 
-    def _bracket_reason(self, bracket: Bracket, unit: str) -> str:
+    def _bracket_reason(self, bracket: Bracket) -> str:
         if bracket.hi is None:
-            return f"reached the largest setting, {format_setting(bracket.lo)} {unit}"
+            return f"reached the largest setting, {self._setting_text(bracket.lo)}"
         if not bracket.hi_failed:
-            return (f"the probe budget ran out before a probe failed (next: {format_setting(bracket.hi)} {unit}); "
+            return (f"the probe budget ran out before a probe failed (next: {self._setting_text(bracket.hi)}); "
                     "raise --max-probes")
-        failed = next((r for r in reversed(self.runs) if r["x"] == bracket.hi and r["phase"] != "confirm"), None)
-        why = failed["why"] if failed else ""
-        return f"{format_setting(bracket.hi)} {unit} does not hold: {why}"
+        return f"nothing above {self._setting_text(bracket.lo)} failed"
 
     # ------------------------------------------------------- probes and progress
 
     def _probe(self, x: float) -> Verdict:
         return self._run(x) if self.settings.over == "rate" else self.knee.probe(x)
 
+    def _run_full(self, x: float) -> Verdict:
+        """A full-length run (``--duration-s``): a confirmation, or a bisection step below
+        a failed one."""
+        self._full = True
+        try:
+            return self._run(x)
+        finally:
+            self._full = False
+
     def _before(self, index: int, x: float, phase: str, lo: Optional[float], hi: Optional[float]) -> None:
         self._phase = phase
+        search = self._search
         unit = "queries/s" if self.settings.over == "rate" else "in flight"
-        confirmations = sum(1 for r in self.runs if r["phase"] == "confirm")
-        counter = (f"confirmation run {confirmations + 1}" if phase == "confirm"
-                   else f"probe {self._search_probes()}/{self.settings.max_probes} ({phase})")
+        attempt = search.attempt if search is not None else 1
+        if phase == "confirm":
+            confirmations = sum(1 for r in self.runs if r["phase"] == "confirm")
+            counter = f"confirmation run {confirmations + 1}"
+        else:
+            probes = search.probes if search is not None else len(self.runs) + 1
+            counter = f"probe {probes}/{self.settings.max_probes} ({phase}"
+            counter += ", full length)" if search is not None and search.settling else ")"
+        if attempt > 1:
+            counter += f", try {attempt}"
         self.say(f"{counter} at {format_setting(x)} {unit}, bracket [{format_setting(lo)}, "
                  f"{format_setting(hi)}), {time.monotonic() - self.started:.1f} s")
-
-    def _search_probes(self) -> int:
-        return sum(1 for r in self.runs if r["phase"] != "confirm") + 1
 
     def _windows_done(self, points: List[Dict[str, Any]]) -> bool:
         return windows_done(points, self.settings)
@@ -295,13 +402,14 @@ class PeakSearch:
 
         if self.stop_requested():
             raise _Stopped
-        confirm = self._phase == "confirm"
+        confirm = self._phase == "confirm" or self._full
         options, given = self._probe_options(x, confirm)
         prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] == x else None
         self._prepared = None
         finish = None if confirm or self.settings.over == "rate" else self._windows_done
         index = len(self.runs) + 1
-        folder = f"{index:03d}-{format_setting(x).replace(',', '')}" + ("-confirm" if confirm else "")
+        folder = f"{index:03d}-{format_setting(x).replace(',', '')}" + (
+            "-confirm" if self._phase == "confirm" else "-full" if self._full else "")
         options, prepared = self._records_in(folder, options, prepared or prepare(options))
         if self.live is not None:
             self.live.point = folder
@@ -311,13 +419,16 @@ class PeakSearch:
         except ResultError as e:  # measured, but the document could not be built: kept as it is
             doc = e.doc
         summary = run_summary(doc, index, self._phase, x, options, self.settings,
-                              folder if self.output else None)
+                              folder if self.output else None, min_goodput=self.min_goodput)
+        if self._full and self._phase != "confirm":
+            summary["full_length"] = True
         self._pending = (doc, summary, folder)
         if doc.get("interrupted"):
-            self._record(Verdict(False, summary["why"]))
+            self._record(Verdict(False, summary["why"]), 1)
             raise _Stopped
         figure = summary["qps"] if self.settings.over == "concurrency" else summary["latency_ns"]
-        return Verdict(summary["holds"], summary["why"], figure, summary)
+        return Verdict(summary["holds"], summary["why"], figure, summary,
+                       inconclusive=summary["outcome"] == "inconclusive")
 
     def _records_in(self, folder: str, options: RunOptions, prepared: Any) -> Tuple[RunOptions, Any]:
         """With --record-requests: the run's options and prepared run writing the records
@@ -332,20 +443,31 @@ class PeakSearch:
         return dataclasses.replace(options, record_requests=path), (scenario, effective, settings, sut)
 
     def _after(self, record: ProbeRecord) -> None:
-        self._record(record.verdict)
+        self._record(record.verdict, record.attempt)
 
-    def _record(self, verdict: Verdict) -> None:
+    def _record(self, verdict: Verdict, attempt: int) -> None:
         """Keeps the pending run with the search's verdict on it: in :attr:`runs`, and
         under ``output`` (its folder and a line of probes.jsonl)."""
         if self._pending is None:
             return
         doc, summary, folder = self._pending
         self._pending = None
-        summary.update(holds=verdict.holds and not doc.get("interrupted"), why=verdict.why or summary["why"])
+        interrupted = bool(doc.get("interrupted"))
+        if verdict.plateau and not interrupted:  # the run held; the knee puts it on the plateau
+            summary.update(holds=True, why="", outcome="plateau", note=verdict.why)
+        elif not verdict.inconclusive:
+            summary.update(holds=verdict.holds and not interrupted, why=verdict.why or summary["why"])
+            summary["outcome"] = "holds" if summary["holds"] else "fails"
+        summary["attempt"] = attempt
+        summary["elapsed_s"] = round(time.monotonic() - self.started, 3)
         self.runs.append(summary)
         self.last_doc = doc
         self._write_run(doc, summary, folder)
-        self.say("  " + _verdict_line(summary))
+        line = _verdict_line(summary)
+        if summary["outcome"] == "inconclusive":
+            line += (f"; trying again ({attempt + 1} of {self.settings.retries + 1} tries)"
+                     if attempt <= self.settings.retries else "; no tries left (--retries)")
+        self.say("  " + line)
 
     # ----------------------------------------------------------------- the output
 
@@ -416,9 +538,10 @@ def search_options(options: RunOptions, settings: PeakSettings, given: Dict[str,
                          f"{', '.join(RATE_SCENARIOS)} (poisson by default)")
     if settings.over == "concurrency" and scenario != "concurrency":
         raise ValueError(f"--scenario {scenario}: find-peak --over concurrency runs the concurrency scenario")
-    if settings.over == "rate" and options.latency_bound_ms is None:
-        raise ValueError("--latency-bound-ms is required: find-peak --over rate looks for the highest rate "
-                         "whose latency stays within it")
+    if settings.over == "rate" and options.latency_bound_ms is None and not (
+            options.slo or options.require or options.fail_if):
+        raise ValueError("--latency-bound-ms is required (or an --slo, --require or --fail-if): find-peak --over "
+                         "rate looks for the highest rate whose runs meet it")
     return dataclasses.replace(options, scenario=scenario, output=None, json=False, quiet=True, query_count=None)
 
 
@@ -450,9 +573,14 @@ def _next_concurrency(growth: float) -> Callable[[float], Optional[float]]:
 def _verdict_line(summary: Dict[str, Any]) -> str:
     latency = summary["latency_ns"]
     shown = f"p{summary['percentile']:g} {latency / 1e6:.3f} ms" if latency is not None else "no latency"
-    head = "holds" if summary["holds"] else "does not hold"
+    outcome = summary.get("outcome", "holds" if summary["holds"] else "fails")
+    head = {"holds": "holds", "fails": "does not hold", "plateau": "holds",
+            "inconclusive": f"not judged ({summary.get('cause') or 'generator'} failed, not the SUT)"}[outcome]
     tail = f": {summary['why']}" if summary["why"] else ""
-    return f"{head}: {shown}, {summary['qps']:,.1f} queries/s{tail}"
+    if outcome == "plateau":
+        tail = f"; on the plateau: {summary['note']}"
+    elapsed = f" [{summary['elapsed_s']:.1f} s]" if "elapsed_s" in summary else ""
+    return f"{head}: {shown}, {summary['qps']:,.1f} queries/s{tail}{elapsed}"
 
 
 def find_peak(options: RunOptions, settings: Optional[PeakSettings] = None, *,

@@ -5,9 +5,10 @@ of the runs, then the answer line)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from loadgen.options import RunOptions
+from loadgen.peak.criteria import judge_run
 from loadgen.peak.search import Search
 from loadgen.stats.histogram import Histogram
 from loadgen.results.render import format_setting, peak_lines
@@ -41,22 +42,26 @@ def latency_at(doc: Dict[str, Any], percentile: float) -> Optional[int]:
 
 
 def run_summary(doc: Dict[str, Any], index: int, phase: str, x: float, options: RunOptions,
-                settings: PeakSettings, folder: Optional[str]) -> Dict[str, Any]:
+                settings: PeakSettings, folder: Optional[str], *,
+                min_goodput: Optional[float] = None) -> Dict[str, Any]:
     """One run of a search as a line of ``probes.jsonl``: its setting and phase, whether
-    it held and why not, the latency at the percentile, error rate, throughput and
-    duration; for a concurrency probe its windows and whether they were stable."""
+    it held and why not (:func:`loadgen.peak.criteria.judge_run`: ``outcome`` is
+    ``holds``, ``fails`` or ``inconclusive``, ``cause`` whose failure it was), the latency
+    at the percentile, error rate, goodput, throughput and duration; for a concurrency
+    probe its windows and whether they were stable."""
     effective = doc.get("settings", {}).get("effective", {})
     percentile = float(effective.get("latency_percentile") or options.latency_percentile or 99.0)
     counts = doc.get("counts", {})
     issued = counts.get("issued", 0)
-    holds = bool(doc.get("valid")) and not doc.get("interrupted")
-    reasons = doc.get("invalid_reasons", [])
+    judged = judge_run(doc, goodput_fraction=min_goodput)
     summary: Dict[str, Any] = {
         "index": index,
         "phase": phase,
         "x": setting_value(settings.over, x),
-        "holds": holds,
-        "why": "" if holds else (reasons[0] if reasons else "the run is invalid"),
+        "holds": judged.holds,
+        "why": judged.why,
+        "outcome": "holds" if judged.holds else "inconclusive" if judged.inconclusive else "fails",
+        "cause": judged.cause,
         "valid": bool(doc.get("valid")),
         "percentile": percentile,
         "latency_ns": latency_at(doc, percentile),
@@ -66,6 +71,9 @@ def run_summary(doc: Dict[str, Any], index: int, phase: str, x: float, options: 
         "interrupted": bool(doc.get("interrupted")),
         "folder": folder,
     }
+    goodput = doc.get("goodput")
+    if goodput:
+        summary["goodput_fraction"] = float(goodput.get("fraction", 0.0))
     if settings.over == "concurrency" and phase != "confirm":
         summary.update(_windows(doc, settings))
     return summary
@@ -106,6 +114,9 @@ def peak_section(ps: PeakSearch, search: Search, outcome: Dict[str, Any], confir
         "probes": search.probes,
         "confirmation_runs": sum(1 for r in ps.runs if r["phase"] == "confirm"),
         "step_downs": max(0, confirmation.attempts - 1) if confirmation is not None else 0,
+        "limited_by": outcome.get("limited_by"),
+        "lower_bound": setting_value(s.over, outcome.get("lower_bound")),
+        "inconclusive_runs": sum(1 for r in ps.runs if r.get("outcome") == "inconclusive"),
         "bracket": [setting_value(s.over, bracket.lo), setting_value(s.over, bracket.hi)] if bracket else None,
         "precision": s.precision,
         "search_wall_s": wall_s,
@@ -125,7 +136,7 @@ def render_peak(doc: Dict[str, Any]) -> str:
              f"{'time s':>7}  verdict"]
     for r in peak["runs"]:
         latency = f"{r['latency_ns'] / 1e6:.3f}" if r["latency_ns"] is not None else "-"
-        verdict = "holds" if r["holds"] else f"fails: {r['why']}"
+        verdict = _verdict(r, peak["runs"])
         if "stable" in r and not r["stable"]:
             verdict += f" (unstable after {r['windows']} windows)"
         lines.append(f"{r['index']:>3}  {r['phase']:<8}{format_setting(r['x']):>12}  {latency:>10}  "
@@ -133,6 +144,23 @@ def render_peak(doc: Dict[str, Any]) -> str:
     lines.append("")
     lines += peak_lines(doc)
     return "\n".join(lines) + "\n"
+
+
+def _verdict(r: Dict[str, Any], runs: List[Dict[str, Any]]) -> str:
+    """A run's verdict in the table. A run that failed only for the generator or the
+    client is "not judged"; a failure its recheck overruled, "flipped"; a concurrency
+    probe on the plateau "holds" (the run held: it is the knee's rule that stops there)."""
+    outcome = r.get("outcome", "holds" if r["holds"] else "fails")
+    if outcome == "inconclusive":
+        return f"not judged ({r.get('cause') or 'generator'}): {r['why']}"
+    if outcome == "plateau":
+        return f"holds, on the plateau: {r.get('note', '')}"
+    if outcome == "holds":
+        return "holds"
+    after = next((o for o in runs if o["index"] > r["index"] and o["x"] == r["x"] and o["phase"] == r["phase"]), None)
+    if after is not None and after.get("attempt", 1) > r.get("attempt", 1) and after["holds"] and r["phase"] != "confirm":
+        return f"flipped (held on recheck): {r['why']}"
+    return f"fails: {r['why']}"
 
 
 def _cut(text: str, width: int = 110) -> str:
