@@ -365,6 +365,33 @@ def test_stop_on_error_stops_at_the_failed_point_and_a_slow_hook_is_killed(tmp_p
     assert "longer than --hook-timeout-s 0.5" in lines[1]["sweep"]["error"]
 
 
+def test_each_repeat_runs_with_its_own_seed_derived_from_seed_and_the_repeat():
+    from loadgen.runner import plan
+    from loadgen.workers import splitmix64
+
+    def seeds(flags: Dict[str, Any], repeat: int = 3):
+        runs = plan_runs({"scenario": "poisson", "duration_s": "0.5", **flags}, [{"target_qps": 100}],
+                         SweepSettings(repeat=repeat), environ={})[1]
+        return [(r.repeat, r.options.seed, plan(r.options)[1].schedule_seed, plan(r.options)[1].sample_seed)
+                for r in runs]
+
+    runs = seeds({"seed": "7"})
+    # Repeat 0 runs what `loadgen run --seed 7` would; every other repeat has its own seeds.
+    assert runs[0] == (0, 7, 7, 8)
+    assert runs[1][1] == splitmix64(splitmix64(7) ^ (2**62 + 1))
+    assert len({r[1] for r in runs}) == len({r[2] for r in runs}) == len({r[3] for r in runs}) == 3
+    assert all(sample == (seed + 1) % 2**64 and schedule == seed for _, seed, schedule, sample in runs)
+    assert seeds({"seed": "7"}) == runs  # reproducible
+    assert {r[1] for r in seeds({"seed": "8"})[1:]}.isdisjoint(r[1] for r in runs)
+    # The keys, which a resumed sweep matches, are those of the point's options and repeat.
+    planned = plan_runs({"scenario": "poisson", "duration_s": "0.5", "seed": "7"}, [{"target_qps": 100}],
+                        SweepSettings(repeat=2), environ={})[1]
+    assert planned[1].key == point_key(planned[0].options, 1)
+    # Seeds the user pinned for the sweep are shared by its repeats.
+    pinned = seeds({"seed": "7", "schedule_seed": "5", "sample_seed": "6"})
+    assert {(r[2], r[3]) for r in pinned} == {(5, 6)}
+
+
 @pytest.mark.integration
 def test_repeats_and_a_shuffled_order_as_planned(tmp_path):
     out = tmp_path / "sweep"
@@ -380,6 +407,18 @@ def test_repeats_and_a_shuffled_order_as_planned(tmp_path):
                         SweepSettings(repeat=2, order="shuffled", order_seed=7), environ={})[1]
     assert ran == [(r.index, r.repeat) for r in planned]
     assert list(loadgen.load_sweep(out)["repeat"]) == [0, 1, 0, 1, 0, 1]
+    # Each repeat ran with its own seeds, recorded in its result and in the sweep's records.
+    for r, p in zip(lines, sorted(planned, key=lambda r: (r.index, r.repeat))):
+        effective = r["settings"]["effective"]
+        assert r["sweep"]["seed"] == effective["seed"] == p.options.seed
+        assert (r["sweep"]["schedule_seed"], r["sweep"]["sample_seed"]) == (effective["schedule_seed"],
+                                                                          effective["sample_seed"])
+    for i in range(3):
+        pair = [r["settings"]["effective"] for r in lines if r["sweep"]["index"] == i]
+        assert pair[0]["schedule_seed"] != pair[1]["schedule_seed"] and pair[0]["sample_seed"] != pair[1]["sample_seed"]
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["schedule_seed"] for row in rows] == [str(r["sweep"]["schedule_seed"]) for r in lines]
 
 
 @pytest.mark.integration

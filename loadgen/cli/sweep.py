@@ -50,7 +50,8 @@ def register(sub: Any) -> Dict[str, Any]:
                    "repeatable: the points are the grid of all")
     g.add_argument("--points", metavar="FILE", help="a list of points: TOML (points = [{concurrency = 1}, ...]), "
                    "a JSON list of objects, or .jsonl; with --vary, each point is combined with the grid")
-    g.add_argument("--repeat", metavar="N", help=f"run each point N times, in rounds (default 1, at most {MAX_REPEAT})")
+    g.add_argument("--repeat", metavar="N", help=f"run each point N times, in rounds, each repeat with its own "
+                   f"seed derived from --seed (default 1, at most {MAX_REPEAT})")
     g.add_argument("--order", metavar="ORDER", help=f"the points' order: {' or '.join(ORDERS)} (default given)")
     g.add_argument("--order-seed", metavar="N", help="seed of the shuffled order (default: --seed)")
     g.add_argument("--before-point", metavar="CMD", help="shell command run before each point, with "

@@ -2,7 +2,8 @@
 
 - ``sweep.json``: the manifest: the base options, what is swept, the planned points;
 - ``sweep.jsonl``: one line per point run, in point order: the point's result document
-  with a ``"sweep"`` section (index, values, key, repeat, status, folder, hooks);
+  with a ``"sweep"`` section (index, values, key, repeat, seed, schedule_seed,
+  sample_seed, status, folder, hooks);
 - ``sweep.csv``: the swept values, labels and headline figures, one row per line of
   sweep.jsonl;
 - ``points/NNN-<values>/``: each point's own run files (result.json, summary.txt, ...).
@@ -188,6 +189,7 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
         {"invalid_reasons": " | ".join(map(str, record.get("invalid_reasons", []))),
          "error": sweep.get("error", ""),
          "hook_exit_code": next((h.get("exit_code") for h in hooks.values() if not h.get("ok", True)), ""),
+         "schedule_seed": sweep.get("schedule_seed", ""), "sample_seed": sweep.get("sample_seed", ""),
          "started_at": sweep.get("started_at", ""), "dir": sweep.get("dir", "")},
     ]
 

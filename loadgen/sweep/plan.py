@@ -4,6 +4,7 @@ order the runs take."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -17,8 +18,10 @@ from loadgen.sut.spec import is_network_sut, load_sut
 from loadgen.sweep.files import POINTS_DIR
 from loadgen.sweep.grid import LABEL_PREFIX, SweepError, point_slug, value_env
 from loadgen.sweep.settings import SweepSettings
+from loadgen.workers import splitmix64
 
-__all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_options", "plan_runs", "point_key"]
+__all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_options", "plan_runs", "point_key",
+           "repeat_seed"]
 
 #: Options left out of a point's key and of the base compared on resume: where and how
 #: the results are shown, not what runs.
@@ -57,6 +60,23 @@ def describe(values: Mapping[str, Any]) -> str:
 def key_options(options: RunOptions) -> Dict[str, Any]:
     """The options that define a run: all but :data:`KEY_EXCLUDED`."""
     return {k: v for k, v in options.as_dict().items() if k not in KEY_EXCLUDED}
+
+
+_MASK64 = (1 << 64) - 1
+#: Set in the input of a repeat's seed, so that it never equals a worker's stream input
+#: (``2 * index + stream``, :func:`loadgen.workers.worker_seed`).
+_REPEAT_DOMAIN = 1 << 62
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The base seed (``--seed``) of repeat ``repeat`` of a point whose seed is ``seed``:
+    ``seed`` itself for repeat 0 (a sweep of one repeat runs what ``loadgen run`` would),
+    else ``splitmix64(splitmix64(seed) ^ (2**62 + repeat))``: reproducible, and different
+    for every repeat, so that repeats are independent samples. The schedule and sample
+    seeds follow it unless ``--schedule-seed``/``--sample-seed`` pin them."""
+    if repeat == 0:
+        return seed
+    return splitmix64(splitmix64(seed & _MASK64) ^ ((_REPEAT_DOMAIN + repeat) & _MASK64))
 
 
 def point_key(options: RunOptions, repeat: int) -> str:
@@ -98,7 +118,7 @@ def _check_point(run_flags: Mapping[str, Any], base: RunOptions, index: int, val
             load_sut(effective.sut)  # demo, null, sleep: cheap to make; a python: SUT is imported when it runs
     except ValueError as e:
         raise SweepError(f"point {index} ({describe(values)}): {e}") from None
-    planned = effective.duration_s + effective.warmup_s if effective.duration_s else None
+    planned = effective.duration_s + effective.unmeasured_s if effective.duration_s else None
     if options.start_at is not None and planned is None:
         raise SweepError(f"point {index} ({describe(values)}): with --start-at every point needs a known length "
                          "(--duration-s), so that the workers start each point together")
@@ -126,12 +146,13 @@ def plan_runs(run_flags: Mapping[str, Any], points: Sequence[Dict[str, Any]], se
         options, given, flags, planned = _check_point(run_flags, base, index, values, environ)
         slug = point_slug(values)
         for repeat in range(settings.repeat):
-            key = point_key(options, repeat)
+            key = point_key(options, repeat)  # the point's options: a repeat's seed follows from them and the repeat
+            run_options = dataclasses.replace(options, seed=repeat_seed(options.seed, repeat))
             if key in seen:
                 raise SweepError(f"points {seen[key]} and {index} ({describe(values)}) run the same options")
             seen[key] = index
             folder = f"{POINTS_DIR}/{index:0{width}d}-{slug}" + (f"-r{repeat}" if repeat else "")
-            runs.append(PlannedRun(index, repeat, dict(values), options, given, key, folder, planned))
+            runs.append(PlannedRun(index, repeat, dict(values), run_options, given, key, folder, planned))
             flag_sets.append(flags)
     order = sorted(range(len(runs)), key=lambda i: (runs[i].repeat, runs[i].index))
     if settings.order == "shuffled":

@@ -147,7 +147,7 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
     point_dir = os.path.join(ctx.directory, run.dir)
     os.makedirs(point_dir, exist_ok=True)
     section: Dict[str, Any] = {"index": run.index, "repeat": run.repeat, "values": run.values, "key": run.key,
-                               "dir": run.dir, "status": "done",
+                               "seed": run.options.seed, "dir": run.dir, "status": "done",
                                "started_at": _dt.datetime.now(tz=_dt.timezone.utc).isoformat(), "hooks": {}}
     started = time.monotonic()
     doc: Optional[Dict[str, Any]] = None
@@ -159,6 +159,8 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
             status, error = _hook_status(ctx, before, section)
         if status == "done":
             doc, status, error = _measure(run, ctx, point_dir)
+        if doc is not None:
+            _record_seeds(section, doc)
         if doc is not None:
             saved = _save(ctx, doc, section, point_dir, status, error, time.monotonic() - started)
         if status == "done":
@@ -173,6 +175,14 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
     if doc is not None and saved != status:
         atomic_write(os.path.join(point_dir, RESULT_FILE), json.dumps(record, indent=2, default=str) + "\n")
     return record
+
+
+def _record_seeds(section: Dict[str, Any], doc: Dict[str, Any]) -> None:
+    """The seeds the point ran with (a repeat's own, :func:`loadgen.sweep.plan.repeat_seed`)."""
+    effective = doc.get("settings", {}).get("effective", {})
+    for name in ("schedule_seed", "sample_seed"):
+        if effective.get(name) is not None:
+            section[name] = effective[name]
 
 
 def _finish(section: Dict[str, Any], status: str, error: str, wall_s: float) -> None:

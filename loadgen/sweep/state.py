@@ -134,7 +134,8 @@ def _manifest(base: RunOptions, swept: Sequence[str], runs: Sequence[PlannedRun]
         "settings": {"repeat": settings.repeat, "order": settings.order, "order_seed": settings.order_seed,
                      "before_point": settings.before_point, "after_point": settings.after_point,
                      "hook_timeout_s": settings.hook_timeout_s, "stop_on_error": settings.stop_on_error},
-        "points": [{"index": r.index, "repeat": r.repeat, "key": r.key, "values": r.values, "dir": r.dir}
+        "points": [{"index": r.index, "repeat": r.repeat, "key": r.key, "values": r.values, "dir": r.dir,
+                    "seed": r.options.seed}
                    for r in sorted(runs, key=lambda r: (r.index, r.repeat))],
     }
     if earlier:
