@@ -322,11 +322,19 @@ def test_a_failed_confirmation_bisects_below_it_until_the_precision():
 
 
 def test_a_failed_confirmation_with_nothing_held_below_steps_down_until_one_holds():
+    """800 (the start) fails its confirmation; 400 and 200 fail, 100 holds: the bracket is
+    [100, 200), never above 200, which failed."""
+    full: List[float] = []
+
+    def run(x: float) -> Verdict:
+        full.append(x)
+        return Verdict(x <= 150, "over")
+
     search = Search(lambda x: Verdict(True), max_probes=20)
     search.probe(800.0)
-    outcome = search.settle(800.0, lambda x: Verdict(x <= 150, "over"), runs=1, finished=relative_finish(0.1),
-                            down=lambda x: x / 2, max_failures=5)
+    outcome = search.settle(800.0, run, runs=1, finished=relative_finish(0.1), down=lambda x: x / 2, max_failures=5)
     assert outcome.held and 150 / 1.1 <= outcome.answer <= 150
+    assert full[:4] == [800.0, 400.0, 200.0, 100.0] and all(x < 200 for x in full[4:]), full
 
 
 def test_the_time_budget_ends_the_search_with_a_clear_message():

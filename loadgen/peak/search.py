@@ -359,7 +359,8 @@ class Search:
         """Confirms ``x`` with ``runs`` calls of ``run`` that must all hold. When one does
         not, ``x`` is the bracket's upper end and its lower end the highest setting that
         held below it (:meth:`held_below`; without one, ``down(x)``, ``down(down(x))``, ...
-        are run until one holds). That bracket is bisected with ``run`` (full-length runs:
+        are run until one holds, and the upper end is the lowest of them that failed).
+        That bracket is bisected with ``run`` (full-length runs:
         short probes are optimistic near the limit) until ``finished``, and its low end is
         confirmed in turn. Ends unconfirmed after ``max_failures`` failed confirmations,
         when the probe budget is spent, or when nothing lower is left to try.
@@ -405,7 +406,10 @@ class Search:
                 if self._step(lower, "bisect", run).holds:
                     lo = lower
                 probe_down = lower
-            x = self.bisect(Bracket(lo, x, True), finished, middle, run).lo
+            # The upper end is the lowest failure above the low end: stepping down may have
+            # failed settings below x.
+            hi = min(r.x for r in self.failures() if lo < r.x <= x)
+            x = self.bisect(Bracket(lo, hi, True), finished, middle, run).lo
 
     def deciding_failure(self, answer: float) -> Optional[ProbeRecord]:
         """The failure that decided ``answer``: the lowest setting above it that the SUT
