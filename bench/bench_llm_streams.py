@@ -306,7 +306,10 @@ class Ladder(StreamBench):
             if tool == "guidellm":
                 row["truth"] = row["reported"]["matched"]
             else:
-                row["truth"] = stream_truth(stats, level if tool == "aiperf" else 0)
+                # Each tool's warm-up is left out of the truth: AIPerf's first N requests,
+                # loadgen's ramp (the streams it counted apart).
+                skip = level if tool == "aiperf" else row["reported"].get("warmup_issued", 0)
+                row["truth"] = stream_truth(stats, skip)
         except Exception as e:  # one failed run must not lose the others
             row["error"] = f"{type(e).__name__}: {e}"
         finally:

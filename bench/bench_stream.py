@@ -171,7 +171,9 @@ class Bench:
                     "issue_delay_p50": j["issue_delay_ns"]["p50"] / 1e6,
                     "issue_delay_p99": j["issue_delay_ns"]["p99"] / 1e6,
                     "completed": j["counts"]["completed"], "failed": j["counts"]["failed"],
-                    "tokens": j["network"]["tokens"]["output_tokens"], "valid": j["valid"]}
+                    "tokens": j["network"]["tokens"]["output_tokens"], "valid": j["valid"],
+                    # the streams of its ramp (--ramp-up-s), counted apart like a warm-up
+                    "warmup_issued": (j.get("warmup") or {}).get("issued", 0)}
         return argv, parse
 
     def aiperf(self, url: str, d: str) -> tuple[list[str], Any]:

@@ -291,6 +291,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("max_duration_ns", &EngineSettings::max_duration_ns)
       .def_readwrite("max_query_count", &EngineSettings::max_query_count)
       .def_readwrite("warmup_ns", &EngineSettings::warmup_ns)
+      .def_readwrite("ramp_up_ns", &EngineSettings::ramp_up_ns)
+      .def_readwrite("sched_slice_ns", &EngineSettings::sched_slice_ns)
       .def_readwrite("samples_per_query", &EngineSettings::samples_per_query)
       .def_readwrite("sample_count", &EngineSettings::sample_count)
       .def_readwrite("sample_order", &EngineSettings::sample_order)
@@ -479,6 +481,7 @@ void bind_engine(py::module_& m) {
              d["checked_outside"] = st.checked_outside;
              d["closed_by_timeout"] = st.closed_by_timeout;
              d["queued"] = st.queued;
+             d["handed_over"] = st.handed_over;
              return d;
            },
            "The native network client's counters ({} for other SUTs).")
@@ -579,5 +582,6 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("measure_start_ns", &Engine::measure_start_ns)
       .def_property_readonly("issue_end_ns", &Engine::issue_end_ns)
       .def_property_readonly("end_ns", &Engine::end_ns)
-      .def_property_readonly("run_error", &Engine::run_error);
+      .def_property_readonly("run_error", &Engine::run_error)
+      .def_property_readonly("sched_slice_applied", &Engine::sched_slice_applied);
 }

@@ -53,7 +53,8 @@ EngineSettings validated(EngineSettings s) {
   const std::pair<const char*, int64_t> non_negative[] = {
       {"min_duration", s.min_duration_ns}, {"min_query_count", s.min_query_count},
       {"max_duration", s.max_duration_ns}, {"max_query_count", s.max_query_count},
-      {"warmup", s.warmup_ns},
+      {"warmup", s.warmup_ns},            {"ramp_up", s.ramp_up_ns},
+      {"sched_slice", s.sched_slice_ns},
       {"max_in_flight", s.max_in_flight},  {"spin", s.spin_ns},
       {"timeout", s.timeout_ns},           {"grace", s.grace_ns},
       {"interval", s.interval_ns},         {"table_capacity", s.table_capacity},
@@ -67,6 +68,14 @@ EngineSettings validated(EngineSettings s) {
   if (s.load_mode == LoadMode::kClosedLoop) {
     require(s.concurrency >= 1, "concurrency must be >= 1, got " + std::to_string(s.concurrency));
   }
+  require(s.ramp_up_ns == 0 || s.load_mode == LoadMode::kClosedLoop,
+          "ramp_up_ns applies to the closed loop only (an open loop's schedule is its ramp)");
+  require(s.ramp_up_ns <= s.warmup_ns, "ramp_up_ns (" + std::to_string(s.ramp_up_ns) +
+                                           ") must be within the warm-up, warmup_ns (" +
+                                           std::to_string(s.warmup_ns) + "): the ramp's queries are counted apart");
+  // A native client's I/O threads ask for the issue thread's slice too: they read the
+  // responses whose times are the latencies.
+  s.sut.http.sched_slice_ns = s.sched_slice_ns;
   const bool self_bounded =
       s.load_mode == LoadMode::kOpenLoop &&
       (s.arrival == ArrivalKind::kTrace || s.arrival == ArrivalKind::kStages);
@@ -210,14 +219,14 @@ Engine::Engine(EngineSettings settings)
       timeseries_(s_.highest_trackable_ns, s_.significant_figures) {
   if (s_.sut.kind == SutKind::kQueue) ring_.reset(new std::atomic<int64_t>[table_.capacity()]());
   // Inline issuing: the thread that resolves a query generates the next one. For the
-  // queue SUT that is its consumer. For the native HTTP and gRPC clients, an I/O thread: in a
-  // closed loop the thread that read a response sends the next request (as wrk does);
-  // in an open loop the I/O thread also waits for each scheduled time (epoll_pwait2 to
-  // the nanosecond, as wrk2 does), so that timing and reading share one thread and one
-  // core without one preempting the other.
+  // queue SUT that is its consumer. For the native HTTP and gRPC clients in a closed
+  // loop, an I/O thread: the thread that read a response sends the next request (as wrk
+  // does). An open loop on a native client is timed by the issue thread, which does
+  // nothing else: it sleeps (then polls) to each arrival and sends it itself, and never
+  // reads a response, so that reading a burst of responses cannot make an arrival late.
   inline_issue_ = (s_.sut.kind == SutKind::kQueue &&
                    (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch)) ||
-                  (network_sut() && !s_.follow_ups);
+                  (network_sut() && !s_.follow_ups && s_.load_mode == LoadMode::kClosedLoop);
   if (s_.records.sink != RecordSink::kNone) {
     records_ = std::make_unique<RequestLog>(s_.records, [this] { done_.notify(); });
   }
@@ -304,7 +313,7 @@ bool Engine::wait_for_room(int64_t limit, int64_t deadline_ns) noexcept {
       }
       continue;
     }
-    ticket->wait(10'000'000);
+    ticket->wait(std::min<int64_t>(10'000'000, deadline_ns - now_ns()));
   }
 }
 
@@ -318,8 +327,10 @@ void Engine::issue_loop() {
     stop_.store(true);
   }
   set_min_timer_slack();
+  slice_applied_.store(request_sched_slice(s_.sched_slice_ns), std::memory_order_release);
   const int64_t t0 = now_ns();
   inline_prev_scheduled_ = t0;
+  if (s_.load_mode == LoadMode::kClosedLoop) ramp_next_ns_.store(t0, std::memory_order_relaxed);
   warmup_end_ns_.store(t0 + s_.warmup_ns, std::memory_order_relaxed);
   start_ns_.store(t0, std::memory_order_release);
   done_.notify();  // the monitor waits for the start time
@@ -349,7 +360,9 @@ void Engine::wait_for_inline_issuing() {
     // The run's time is up, and nothing may have made room to notice it (every query
     // in flight, or every user thinking): end issuing here.
     if (now >= run_end) break;
-    const int64_t due = follow_due_.load(std::memory_order_acquire);
+    // The earliest follow-up or, during a ramp, the next stream's start.
+    const int64_t due = std::min(follow_due_.load(std::memory_order_acquire),
+                                 ramp_next_ns_.load(std::memory_order_acquire));
     const int64_t pushes = follow_pushes_.load(std::memory_order_acquire);
     if (due == INT64_MAX || (due == woken_due && pushes == woken_pushes)) {
       e.wait(run_end > now ? std::min<int64_t>(run_end - now, 10'000'000) : 10'000'000);
@@ -362,6 +375,10 @@ void Engine::wait_for_inline_issuing() {
     wait_until_ns(due, s_.spin_ns, &stop_);
     woken_due = due;
     woken_pushes = pushes;
+    if (network_sut()) {
+      issue_ready();  // a native client's next stream goes out from this thread
+      continue;
+    }
     room_.notify();  // synchronous consumers sleep on room_, the event loop on the eventfd
     queued_.notify_eventfd();
   }
@@ -373,7 +390,11 @@ void Engine::wait_for_inline_issuing() {
 void Engine::issue_scheduled(int64_t t0) {
   const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   const int64_t spq = s_.samples_per_query;
+  // A native client's arrivals: the issue thread spins at least the last 20 us, since
+  // its wake-up from a timed sleep (about 15 us here, more on a busy host) would be late.
+  const int64_t spin = network_sut() ? std::max<int64_t>(s_.spin_ns, 20'000) : s_.spin_ns;
   int64_t count = 0;
+  int64_t started = 0;  // closed loop with a ramp: streams started
   int64_t prev_scheduled = t0;
   int64_t last_offset = -1;  // schedule offset of the last query issued
   // Waiting for room (cap or table) must not outlast a duration limit.
@@ -384,7 +405,20 @@ void Engine::issue_scheduled(int64_t t0) {
     if (closed) {
       const int64_t elapsed = now_ns() - t0;
       if (should_stop_issuing(count, elapsed, elapsed)) break;
-      if (in_flight() >= s_.concurrency) {
+      if (started < s_.concurrency && s_.ramp_up_ns > 0) {
+        // The ramp: the next stream starts at its time; until then a started stream's
+        // next query goes out when it makes room.
+        const int64_t start_at = stream_start_ns(t0, started);
+        if (in_flight() < started ||
+            (now_ns() < start_at && wait_for_room(started, std::min(run_deadline, start_at)))) {
+          scheduled = std::max(prev_scheduled, last_free_ns_.load(std::memory_order_acquire));
+        } else {
+          if (stop_.load(std::memory_order_relaxed) || now_ns() >= run_deadline) break;
+          if (now_ns() < start_at) continue;
+          scheduled = std::max(prev_scheduled, start_at);
+          ++started;
+        }
+      } else if (in_flight() >= s_.concurrency) {
         if (!wait_for_room(s_.concurrency, run_deadline)) break;
         // The next query was due when a slot freed up, not when this thread noticed.
         scheduled = std::max(prev_scheduled, last_free_ns_.load(std::memory_order_acquire));
@@ -403,7 +437,7 @@ void Engine::issue_scheduled(int64_t t0) {
       }
       last_offset = offset;
       scheduled = t0 + offset;
-      if (!wait_until_ns(scheduled, s_.spin_ns, &stop_)) break;
+      if (!wait_until_ns(scheduled, spin, &stop_)) break;
       if (s_.max_in_flight > 0 && in_flight() >= s_.max_in_flight) {
         waited = true;
         cap_waits_.fetch_add(1, std::memory_order_relaxed);

@@ -55,6 +55,11 @@ struct EngineSettings {
   /// durations and query counts above, the time series and the histograms all start
   /// at the end of the warm-up.
   int64_t warmup_ns = 0;
+  /// Closed loop: the `concurrency` streams start evenly over the first ramp_up_ns
+  /// (stream k at start + k * ramp_up_ns / concurrency) instead of all at once, so that
+  /// they are not in phase and their start is not one burst of sends. The ramp is part of
+  /// the warm-up (warmup_ns >= ramp_up_ns): its queries are counted apart. 0: all at once.
+  int64_t ramp_up_ns = 0;
 
   int64_t samples_per_query = 1;
   int64_t sample_count = 1;
@@ -63,6 +68,11 @@ struct EngineSettings {
   uint64_t sample_seed = 0;
 
   int64_t spin_ns = 100'000;       ///< spin this long before each scheduled time (0: sleep only)
+  /// The scheduler slice the issue thread (and a native client's I/O threads) ask the
+  /// kernel for (see request_sched_slice(), affinity.h): on a busy core a thread with a
+  /// short slice preempts a CPU-bound neighbour when it wakes, so arrivals go out on
+  /// time. 0: the kernel's default slice.
+  int64_t sched_slice_ns = 100'000;
   std::vector<int> pin_cpus;       ///< CPUs for the issue thread (empty: not pinned)
   int64_t timeout_ns = 0;          ///< per-query timeout, from the scheduled time (0: none)
   int64_t grace_ns = 10'000'000'000;  ///< how long to wait for outstanding queries at the end
@@ -239,6 +249,9 @@ class Engine : private CompletionSink {
   }
   int64_t issue_end_ns() const noexcept { return issue_end_ns_.load(); }
   int64_t end_ns() const noexcept { return end_ns_.load(); }
+  /// Whether the issue thread's scheduler slice request (settings().sched_slice_ns) was
+  /// taken by the kernel; false until the issue thread has started.
+  bool sched_slice_applied() const noexcept { return slice_applied_.load(std::memory_order_acquire); }
   /// An error that ended the run early (e.g. pinning failed on the issue thread), or "".
   std::string run_error() const;
   const EngineSettings& settings() const noexcept { return s_; }
@@ -322,6 +335,10 @@ class Engine : private CompletionSink {
   bool pop_due_follow_up(int64_t now, int64_t* due, int64_t* tag);
   // Drops every pending follow-up (issuing has ended), counting them.
   void drop_follow_ups() noexcept;
+  // Closed loop: when stream k (0-based) starts, the run having started at t0.
+  int64_t stream_start_ns(int64_t t0, int64_t k) const noexcept {
+    return t0 + (s_.concurrency > 0 ? static_cast<int64_t>(static_cast<__int128>(s_.ramp_up_ns) * k / s_.concurrency) : 0);
+  }
   // Closed loop: queries in flight plus follow-ups waiting to be issued.
   int64_t occupancy() const noexcept {
     return in_flight() + follow_pending_.load(std::memory_order_acquire);
@@ -344,10 +361,6 @@ class Engine : private CompletionSink {
   // Closed loop with the native HTTP client: generates and sends the next queries on
   // the calling thread (the one that resolved a query), while there is room.
   void issue_ready() noexcept override;
-  // Open loop with the native HTTP client: when the next arrival is due (0: not known,
-  // or waiting for room rather than for time).
-  int64_t next_due_ns() const noexcept override;
-  int64_t spin_ns() const noexcept override { return s_.spin_ns; }
   void fail_native(int64_t id, const std::string& kind, const std::string& message) noexcept override {
     try {
       fail(id, kind, message);
@@ -370,6 +383,11 @@ class Engine : private CompletionSink {
   // The SUT is a native network client (HTTP or gRPC).
   bool network_sut() const noexcept { return s_.sut.kind == SutKind::kHttp || s_.sut.kind == SutKind::kGrpc; }
   int64_t inline_count_ = 0;          // inline issuing: queries generated (consumer_mutex_)
+  // Closed loop, inline: streams started (written under consumer_mutex_).
+  std::atomic<int64_t> streams_started_{0};
+  // Closed loop with a ramp: when the next stream starts (INT64_MAX: all have started).
+  std::atomic<int64_t> ramp_next_ns_{INT64_MAX};
+  std::atomic<bool> slice_applied_{false};
   int64_t inline_prev_scheduled_ = 0;
   // Inline open loop (consumer_mutex_): the next arrival, drawn but not yet due.
   bool inline_pending_ = false;

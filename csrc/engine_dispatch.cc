@@ -85,12 +85,20 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
     const int64_t now = now_ns();
     int64_t scheduled;
     int64_t tag = -1;
+    bool new_stream = false;
     if (closed) {
       // A follow-up that is due goes first: it already holds its place in the loop.
       int64_t due = 0;
       const bool follow = follow_due_.load(std::memory_order_acquire) <= now &&
                           pop_due_follow_up(now, &due, &tag);
-      if (!follow && occupancy() >= s_.concurrency) break;
+      const int64_t started = streams_started_.load(std::memory_order_relaxed);
+      if (!follow && occupancy() >= std::min(started, s_.concurrency)) {
+        // No room among the started streams: the next stream, if it is due (a ramp
+        // starts them one by one; without one they all start at t0).
+        if (started >= s_.concurrency) break;
+        if (stream_start_ns(t0, started) > now) break;  // the issue thread wakes us
+        new_stream = true;
+      }
       if (should_stop_issuing(inline_count_, now - t0, now - t0)) {
         if (follow) follow_dropped_.fetch_add(1, std::memory_order_relaxed);
         finish_issuing();
@@ -102,11 +110,11 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
           break;
         }
         scheduled = due;
+      } else if (new_stream) {
+        scheduled = std::max(inline_prev_scheduled_, stream_start_ns(t0, streams_started_.load(std::memory_order_relaxed)));
       } else {
         // Due when the slot freed up (the last completion), not when this thread got here.
-        scheduled = inline_count_ < s_.concurrency
-                        ? t0
-                        : std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
+        scheduled = std::max(inline_prev_scheduled_, last_free_ns_.load(std::memory_order_acquire));
       }
     } else {
       if (!inline_next_arrival(t0, &scheduled)) break;
@@ -142,6 +150,11 @@ int64_t Engine::generate_inline(int64_t* ids, int64_t* samples, int64_t* schedul
       follow_issued_.fetch_add(1, std::memory_order_relaxed);
     } else {
       inline_prev_scheduled_ = scheduled;
+    }
+    if (new_stream) {
+      const int64_t started = streams_started_.load(std::memory_order_relaxed) + 1;
+      streams_started_.store(started, std::memory_order_relaxed);
+      ramp_next_ns_.store(started < s_.concurrency ? stream_start_ns(t0, started) : INT64_MAX, std::memory_order_release);
     }
     if (!closed) {
       inline_last_offset_ = inline_pending_offset_;
@@ -221,24 +234,13 @@ int64_t Engine::take_batch(int64_t* ids, int64_t* samples, int64_t* scheduled_ns
   }
 }
 
-int64_t Engine::next_due_ns() const noexcept {
-  if (!inline_issue_ || !network_sut() || s_.load_mode != LoadMode::kOpenLoop) return 0;
-  if (issuing_done_.load(std::memory_order_relaxed) || start_ns_.load(std::memory_order_relaxed) == 0) return 0;
-  return inline_next_due_ns_.load(std::memory_order_relaxed);
-}
-
 void Engine::issue_ready() noexcept {
   if (!inline_issue_ || !network_sut()) return;
   constexpr int64_t kMax = 16;
   int64_t ids[kMax], samples[kMax], scheduled[kMax];
-  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
   for (;;) {
     if (issuing_done_.load(std::memory_order_relaxed)) return;
-    if (closed && in_flight() >= s_.concurrency) return;
-    if (!closed) {  // open loop: nothing to do before the next arrival is due
-      const int64_t due = inline_next_due_ns_.load(std::memory_order_relaxed);
-      if (due > 0 && due > now_ns()) return;
-    }
+    if (occupancy() >= s_.concurrency && ramp_next_ns_.load(std::memory_order_acquire) > now_ns()) return;
     int64_t n;
     {
       std::lock_guard<std::mutex> lock(consumer_mutex_);
@@ -309,9 +311,11 @@ void Engine::arm_eventfd() noexcept {
   queued_.arm_eventfd();
   // Anything queued (or the end) after the last take_batch must not be missed; inline,
   // neither may the start of the run or room for the next query.
+  const bool closed = s_.load_mode == LoadMode::kClosedLoop;
+  const int64_t room = closed ? std::min(streams_started_.load(), s_.concurrency) : 1;
   const bool inline_ready = inline_issue_ && start_ns_.load() != 0 &&
-                            (occupancy() < (s_.load_mode == LoadMode::kClosedLoop ? s_.concurrency : 1) ||
-                             follow_due_.load() <= now_ns());
+                            (occupancy() < room || follow_due_.load() <= now_ns() ||
+                             (closed && ramp_next_ns_.load() <= now_ns()));
   if (ring_head_.load() != ring_tail_.load() || issuing_done_.load() || inline_ready) {
     queued_.notify();
   }

@@ -199,6 +199,18 @@ struct Ended {
   std::string text;  // the response message (code 0) or the status message
 };
 
+struct Pending {
+  int64_t id;
+  int64_t sample;
+  int64_t deadline;  // 0: none
+};
+
+// A call handed to a connection whose lock another thread held (a lock-free stack).
+struct InboxNode {
+  Pending p;
+  InboxNode* next = nullptr;
+};
+
 struct Io;
 
 struct Conn {
@@ -219,16 +231,12 @@ struct Conn {
   std::vector<std::unique_ptr<Call>> spare;
   std::vector<Ended>* ended = nullptr;  // where calls that end under the lock go
   bool corked = false;  // calls submitted on its I/O thread wait for that thread's flush
+  // Calls the issue thread handed over because the lock was held (see hand_over_call).
+  std::atomic<InboxNode*> inbox{nullptr};
 };
 
 struct Io : NetClient::IoThread {
   std::vector<Conn*> conns;
-};
-
-struct Pending {
-  int64_t id;
-  int64_t sample;
-  int64_t deadline;  // 0: none
 };
 
 class GrpcClient final : public NetClient {
@@ -256,9 +264,19 @@ class GrpcClient final : public NetClient {
   bool flush(Conn* c) noexcept;
   // Closes c (c->mu held); its calls end as UNAVAILABLE with `why` (into c->ended).
   void close_conn(Conn* c, const std::string& why) noexcept;
-  // Starts query p on an open connection; false when none is open.
-  bool send(const Pending& p) noexcept;
-  bool send_on(Conn* c, const Pending& p) noexcept;
+  // Starts query p on an open connection; false when none is open. `hand_off`: never
+  // wait for a connection's lock (the issue thread): when every open connection's lock
+  // is held, the call goes to one's inbox (hand_over_call) and counts as sent.
+  bool send(const Pending& p, bool hand_off = false) noexcept;
+  // Starts p on c; with `busy` non-null only if c's lock is free at once (else *busy).
+  bool send_on(Conn* c, const Pending& p, bool* busy = nullptr) noexcept;
+  // Submits p on c (c->mu held); false when c is not open. Calls that end as it writes
+  // go to `ended`.
+  bool start_call_locked(Conn* c, const Pending& p, std::vector<Ended>* ended) noexcept;
+  // Puts p in c's inbox and wakes c's I/O thread, which sends it (take_inbox).
+  void hand_over_call(Conn* c, const Pending& p) noexcept;
+  // Sends the calls in c's inbox, in the order they were handed over (c's I/O thread).
+  void take_inbox(Conn* c) noexcept;
   // Acts on ended calls (no lock held), and starts waiting queries in the room they made.
   void deliver(std::vector<Ended>& ended) noexcept;
   // `n` calls ended: waiting queries take their places.
@@ -631,7 +649,8 @@ void GrpcClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexce
     }
     ++in_flight_;
   }
-  if (send(p)) return;
+  // The issue thread (an open loop's arrivals) never waits for a lock an I/O thread holds.
+  if (send(p, tl_cork == nullptr)) return;
   {
     std::lock_guard<std::mutex> pool(pool_mutex_);
     --in_flight_;
@@ -640,22 +659,95 @@ void GrpcClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexce
   reconnect();
 }
 
-bool GrpcClient::send(const Pending& p) noexcept {
+bool GrpcClient::send(const Pending& p, bool hand_off) noexcept {
   const size_t n = conns_.size();
   const uint64_t first = next_conn_.fetch_add(1, std::memory_order_relaxed);
+  Conn* held = nullptr;  // the first open connection whose lock was held
   for (size_t k = 0; k < n; ++k) {
     Conn* c = conns_[(first + k) % n].get();
     if (c->state.load(std::memory_order_relaxed) != Conn::kOpen) continue;
-    if (send_on(c, p)) return true;
+    bool busy = false;
+    if (send_on(c, p, hand_off ? &busy : nullptr)) return true;
+    if (busy && held == nullptr) held = c;
   }
-  return false;
+  if (held == nullptr) return false;
+  hand_over_call(held, p);
+  return true;
 }
 
-bool GrpcClient::send_on(Conn* c, const Pending& p) noexcept {
+void GrpcClient::hand_over_call(Conn* c, const Pending& p) noexcept {
+  InboxNode* node = new (std::nothrow) InboxNode{p, nullptr};
+  if (node == nullptr) {  // no memory for the node: wait for the lock after all
+    if (!send_on(c, p) && !send(p)) {
+      {
+        std::lock_guard<std::mutex> pool(pool_mutex_);
+        --in_flight_;
+        pending_.push_front(p);
+      }
+      reconnect();
+    }
+    return;
+  }
+  node->next = c->inbox.load(std::memory_order_relaxed);
+  while (!c->inbox.compare_exchange_weak(node->next, node, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+  handed_over_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(c->io->wake, &one, sizeof one);  // the I/O thread takes it
+  (void)ignored;
+}
+
+void GrpcClient::take_inbox(Conn* c) noexcept {
+  InboxNode* list = c->inbox.exchange(nullptr, std::memory_order_acquire);
+  InboxNode* fifo = nullptr;  // the stack reversed: the order they were handed over
+  while (list != nullptr) {
+    InboxNode* next = list->next;
+    list->next = fifo;
+    fifo = list;
+    list = next;
+  }
+  std::vector<Ended> ended;
+  std::vector<Pending> orphans;  // c closed meanwhile: another connection takes them
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    while (fifo != nullptr) {
+      InboxNode* node = fifo;
+      fifo = fifo->next;
+      if (!start_call_locked(c, node->p, &ended)) orphans.push_back(node->p);
+      delete node;
+    }
+  }
+  if (!ended.empty()) deliver(ended);
+  for (const Pending& p : orphans) {
+    if (send(p)) continue;
+    {
+      std::lock_guard<std::mutex> pool(pool_mutex_);
+      --in_flight_;
+      pending_.push_front(p);
+    }
+    reconnect();
+  }
+}
+
+bool GrpcClient::send_on(Conn* c, const Pending& p, bool* busy) noexcept {
   std::vector<Ended> ended;
   bool sent = false;
   {
-    std::lock_guard<std::mutex> lock(c->mu);
+    std::unique_lock<std::mutex> lock(c->mu, std::defer_lock);
+    if (busy == nullptr) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      *busy = true;
+      return false;
+    }
+    sent = start_call_locked(c, p, &ended);
+  }
+  if (!ended.empty()) deliver(ended);
+  return sent;
+}
+
+bool GrpcClient::start_call_locked(Conn* c, const Pending& p, std::vector<Ended>* ended) noexcept {
+  {
     if (c->state.load() != Conn::kOpen) return false;
     if (!nghttp2_session_check_request_allowed(c->session)) {
       c->state = Conn::kDraining;
@@ -688,24 +780,26 @@ bool GrpcClient::send_on(Conn* c, const Pending& p) noexcept {
     call->stream_id = sid;
     call->live_index = c->live.size();
     c->live.push_back(call.release());
-    sent = true;
     if (tl_cork != nullptr) {
       if (!c->corked) {
         c->corked = true;
         tl_cork->push_back(c);
       }
     } else {
-      c->ended = &ended;
+      c->ended = ended;
       c->read_t = 0;
       flush(c);
       c->ended = nullptr;
     }
   }
-  if (!ended.empty()) deliver(ended);
-  return sent;
+  return true;
 }
 
 void GrpcClient::deliver(std::vector<Ended>& ended) noexcept {
+  // The calls' places are free before their queries resolve: a thread that issues the
+  // next query the moment one resolves (a closed loop) must find its place free, or it
+  // would wait in the client for a call that has already ended.
+  refill(static_cast<int64_t>(ended.size()));
   for (Ended& e : ended) {
     switch (e.what) {
       case Ended::kExpired:
@@ -718,9 +812,7 @@ void GrpcClient::deliver(std::vector<Ended>& ended) noexcept {
         break;
     }
   }
-  const int64_t n = static_cast<int64_t>(ended.size());
   ended.clear();
-  refill(n);
 }
 
 void GrpcClient::refill(int64_t n) noexcept {
@@ -901,15 +993,14 @@ void GrpcClient::uncork(std::vector<Conn*>& cork, std::vector<Ended>& ended) noe
 }
 
 void GrpcClient::io_loop(Io* io) {
-  const bool timer = io == ios_.front().get();  // the open loop's timer (see HttpClient::io_loop)
-  enter_io_thread("lg-grpc", s_.cpus, timer);
+  enter_io_thread("lg-grpc", s_.cpus, s_.sched_slice_ns);  // see HttpClient::io_loop
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   std::vector<Ended> ended;
   std::vector<Conn*> cork;
   int64_t next_scan = 0;
   while (!closing_.load(std::memory_order_acquire)) {
-    const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), io_wait_ns(timer));
+    const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), kIoWaitNs);
     for (int i = 0; i < n; ++i) {
       Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
       if (c == nullptr) {  // the wake-up eventfd
@@ -925,6 +1016,9 @@ void GrpcClient::io_loop(Io* io) {
       tl_cork = &cork;
       sink_->issue_ready();
       uncork(cork, ended);
+    }
+    for (Conn* c : io->conns) {
+      if (c->inbox.load(std::memory_order_acquire) != nullptr) take_inbox(c);
     }
     const int64_t now = now_ns();
     if (now >= next_scan) {
@@ -944,6 +1038,11 @@ void GrpcClient::close() noexcept {
     if (c->state.load() != Conn::kClosed || c->fd >= 0) close_conn(c.get(), "closed");
     c->ended = nullptr;
     c->spare.clear();
+    for (InboxNode* node = c->inbox.exchange(nullptr); node != nullptr;) {  // their queries are resolved
+      InboxNode* next = node->next;
+      delete node;
+      node = next;
+    }
   }
   close_checks();
 }

@@ -5,7 +5,9 @@
 // query's scheduled time; I/O threads (epoll) read the responses, and a call's end (its
 // trailers, a reset, the connection's loss) completes or fails its query natively. In a
 // closed loop the I/O thread that read a response issues the next call; in an open loop
-// the first I/O thread also waits for each arrival (see Engine::next_due_ns).
+// the engine's issue thread, which only times arrivals, submits each call. It never waits
+// for a connection's lock an I/O thread holds: the call goes to that connection's inbox,
+// and whoever releases the lock next sends it.
 //
 // A call's outcome is judged as the HTTP client's responses are (net_client.h): status
 // 0 with its response message, or a non-zero status with its message, keyed into the

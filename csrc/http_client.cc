@@ -468,15 +468,14 @@ void HttpClient::expire(Io* io, int64_t now) noexcept {
 }
 
 void HttpClient::io_loop(Io* io) {
-  // The first I/O thread is the open loop's timer: it sleeps until the next arrival is
-  // due (to the nanosecond) and sends it; the others wake only for their sockets.
-  const bool timer = io == ios_.front().get();
-  enter_io_thread("lg-http", s_.cpus, timer);
+  // I/O threads read; they send only in a closed loop (the next request, once a response
+  // made room). An open loop's arrivals are sent by the engine's issue thread.
+  enter_io_thread("lg-http", s_.cpus, s_.sched_slice_ns);
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   int64_t next_scan = 0;
   while (!closing_.load(std::memory_order_acquire)) {
-    const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), io_wait_ns(timer));
+    const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), kIoWaitNs);
     for (int i = 0; i < n; ++i) {
       Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
       const uint32_t ev = events[static_cast<size_t>(i)].events;
@@ -598,7 +597,7 @@ void HttpClient::io_loop(Io* io) {
       if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
       sink_->issue_ready();  // closed loop: the next request goes out from here
     }
-    if (n <= 0) sink_->issue_ready();  // an arrival due, or room made elsewhere (a timeout, the checker)
+    if (n <= 0) sink_->issue_ready();  // room made elsewhere (a timeout, the checker)
     const int64_t now = now_ns();
     if (now >= next_scan) {
       expire(io, now);

@@ -46,6 +46,9 @@ struct HttpClientSettings {
   int64_t cache_entries = 4096;
   int64_t cache_body_bytes = 64 * 1024;
   std::vector<int> cpus;  ///< the I/O threads run on these CPUs (empty: not pinned)
+  /// The scheduler slice the I/O threads ask for (EngineSettings::sched_slice_ns, which
+  /// the engine copies here; 0: the kernel's default).
+  int64_t sched_slice_ns = 0;
   /// OpenAI streams: each body is Server-Sent Events, read as it arrives by an
   /// SseScanner (sse.h) with max_response_bytes as its per-event bound; the first token
   /// and the completion with its token count go to the sink natively, and a failed

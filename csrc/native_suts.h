@@ -74,13 +74,6 @@ class CompletionSink {
   /// Queries were resolved on this thread: the sink may issue the next ones here
   /// (closed loop with inline issuing). No lock of the SUT's may be held.
   virtual void issue_ready() noexcept {}
-  /// Open loop, inline issuing: when the next query is due (now_ns() clock), so that the
-  /// SUT's thread can wake for it; 0 when not known (or waiting for room).
-  virtual int64_t next_due_ns() const noexcept { return 0; }
-  /// Open loop, inline issuing: how long before each arrival the SUT's thread stops
-  /// sleeping and polls instead (EngineSettings::spin_ns), so that its wake-up latency
-  /// does not delay the send.
-  virtual int64_t spin_ns() const noexcept { return 0; }
 };
 
 /// A native SUT: the null SUT completes on the submitting thread; the fixed-delay and

@@ -215,7 +215,7 @@ void NetClient::join_io_threads() noexcept {
   }
 }
 
-void NetClient::enter_io_thread(const char* name, const std::vector<int>& cpus, bool timer) noexcept {
+void NetClient::enter_io_thread(const char* name, const std::vector<int>& cpus, int64_t slice_ns) noexcept {
   set_current_thread_name(name);
   if (!cpus.empty()) {
     try {
@@ -224,25 +224,7 @@ void NetClient::enter_io_thread(const char* name, const std::vector<int>& cpus, 
       // A cpuset that shrank since the settings were checked: run unpinned.
     }
   }
-  if (timer) set_min_timer_slack();
-}
-
-namespace {
-// The open loop's timing I/O thread polls at least this long before each arrival.
-constexpr int64_t kMinPollNs = 20'000;
-}  // namespace
-
-int64_t NetClient::io_wait_ns(bool timer) const noexcept {
-  int64_t wait_ns = 5'000'000;
-  if (timer) {
-    const int64_t due = sink_->next_due_ns();
-    // Within the spin of an arrival (at least kMinPollNs) the wait is 0: the thread polls
-    // its sockets until due, so that its wake-up from a timed sleep (about 10 us here, far
-    // more on a busy host) does not delay the send.
-    const int64_t poll = std::max<int64_t>(sink_->spin_ns(), kMinPollNs);
-    if (due > 0) wait_ns = std::clamp<int64_t>(due - now_ns() - poll, 0, wait_ns);
-  }
-  return wait_ns;
+  request_sched_slice(slice_ns);
 }
 
 void NetClient::drain_wake(const IoThread& io) noexcept {
@@ -262,6 +244,7 @@ HttpClientStats NetClient::stats() const {
   st.checked_outside = checked_outside_.load();
   st.closed_by_timeout = closed_by_timeout_.load();
   st.queued = queued_.load();
+  st.handed_over = handed_over_.load();
   return st;
 }
 

@@ -78,6 +78,9 @@ struct HttpClientStats {
   int64_t checked_outside = 0;  ///< responses handed to the Python side's check
   int64_t closed_by_timeout = 0;
   int64_t queued = 0;  ///< queries that waited in the client for a free connection (HTTP) or call (gRPC)
+  /// gRPC: queries the issuing thread handed to an I/O thread, which sent them, because
+  /// that thread held the connection's lock (the issuing thread never waits for it).
+  int64_t handed_over = 0;
 };
 
 /// A native network client: a native SUT whose queries go to a real server.
@@ -133,12 +136,12 @@ class NetClient {
   void join_io_threads() noexcept;
   /// Closes the I/O threads' descriptors (the derived client's destructor, after close()).
   void close_io_threads() noexcept;
-  /// Names the calling I/O thread and pins it to `cpus` (when given); the timer thread
-  /// also gets the finest timer slack.
-  static void enter_io_thread(const char* name, const std::vector<int>& cpus, bool timer) noexcept;
-  /// How long an I/O thread waits for events: 5 ms, or (the timer thread) until the next
-  /// arrival is due, less the engine's spin (--spin-us, at least 20 us), within which it polls.
-  int64_t io_wait_ns(bool timer) const noexcept;
+  /// Names the calling I/O thread, pins it to `cpus` (when given) and asks the kernel for
+  /// a scheduler slice of `slice_ns` (0: the default; see request_sched_slice()), so that
+  /// on a busy core it reads a response soon after it arrives.
+  static void enter_io_thread(const char* name, const std::vector<int>& cpus, int64_t slice_ns) noexcept;
+  /// How long an I/O thread waits for events before it looks at its timeouts again.
+  static constexpr int64_t kIoWaitNs = 5'000'000;
   /// Empties an I/O thread's wake-up eventfd.
   static void drain_wake(const IoThread& io) noexcept;
 
@@ -146,7 +149,7 @@ class NetClient {
   std::atomic<bool> closing_{false};
   std::vector<IoThread*> io_threads_;
   std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
-      closed_by_timeout_{0}, queued_{0};
+      closed_by_timeout_{0}, queued_{0}, handed_over_{0};
 
  private:
   struct Verdict {

@@ -215,6 +215,8 @@ class EngineSettings:
     max_duration_ns: int
     max_query_count: int
     warmup_ns: int
+    ramp_up_ns: int
+    sched_slice_ns: int
     samples_per_query: int
     sample_count: int
     sample_order: SampleOrder
@@ -328,6 +330,8 @@ class Engine:
     def end_ns(self) -> int: ...
     @property
     def run_error(self) -> str: ...
+    @property
+    def sched_slice_applied(self) -> bool: ...
 
 # --- loadgen.mlperf -------------------------------------------------------------------
 

@@ -29,6 +29,14 @@ INTERVAL_S = 1.0
 SIGNIFICANT_FIGURES = 3
 BATCH_MAX = 4096
 CONSUMER_SPIN_US = 50.0
+# The scheduler slice the issue thread and a native client's I/O threads ask the kernel
+# for (Linux 6.12+): short enough that they preempt a CPU-bound neighbour when they wake.
+SCHED_SLICE_US = 100.0
+# --ramp-up-s auto: a closed loop of RAMP_UP_MIN_STREAMS streams or more starts them over
+# RAMP_UP_S_PER_STREAM each, at most RAMP_UP_MAX_S; fewer start at once.
+RAMP_UP_MIN_STREAMS = 64
+RAMP_UP_S_PER_STREAM = 0.001
+RAMP_UP_MAX_S = 1.0
 
 # ------------------------------------------------------------------------- the scenarios
 SCENARIO = "server"

@@ -238,6 +238,13 @@ def _pin(v: Any) -> str:
     return s
 
 
+def _ramp_up(v: Any) -> Optional[float]:
+    """``--ramp-up-s``: auto (None: the scenario chooses) or a duration in seconds."""
+    if isinstance(v, str) and v.strip().lower() == "auto":
+        return None
+    return _float(0, D.MAX_TIME_S, unit="s")(v)
+
+
 def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
     """Parses ``--stages``: 'DURATION:QPS' or 'DURATION:QPS1-QPS2' stages, comma separated.
 
@@ -350,7 +357,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("seed", _int(0, 2**64 - 1), f"base seed; the per-stream seeds default to it (default {D.SEED})", "N"),
     OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, 1e6), f"issue thread (open loop on a native client: its timing I/O thread, polling, at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
+    OptionSpec("spin_us", _float(0, 1e6), f"issue thread (open loop on a native client: at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
     OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
     OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: all (default; honours CUDA_VISIBLE_DEVICES and "
@@ -460,6 +467,14 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
                "recording (counted apart, under 'warmup'), for servers that compile or fill caches first "
                f"(default {D.WARMUP_S:g})", "S"),
+    OptionSpec("ramp_up_s", _ramp_up, "concurrency: start the N streams evenly over this long instead of "
+               "all at once, so they are not in phase; the ramp's queries are counted apart, under 'warmup' "
+               f"(default auto: {D.RAMP_UP_S_PER_STREAM * 1000:g} ms a stream, at most {D.RAMP_UP_MAX_S:g} s, "
+               f"from {D.RAMP_UP_MIN_STREAMS} streams; 0 for fewer)", "auto|S"),
+    OptionSpec("sched_slice_us", _float(0, 1e5, unit="us"), "the scheduler slice the issue thread and the native "
+               "clients' I/O threads ask the kernel for (Linux 6.12+, no privilege needed): a short one lets them "
+               "preempt busy neighbours when they wake on a shared node; 0 keeps the kernel's default "
+               f"(default {D.SCHED_SLICE_US:g})", "US"),
     OptionSpec("workers", _int(1, D.MAX_WORKERS), "scale-out: the number of workers (pods) sharing this load; "
                "each runs 1/N of the rate or its share of the concurrency (default 1)", "N"),
     OptionSpec("worker_index", _int(0, D.MAX_WORKERS - 1), "scale-out: this worker's index, 0..N-1 (default: "
@@ -559,11 +574,18 @@ class RunOptions:
     slo: List[str] = field(default_factory=list)
     label: List[str] = field(default_factory=list)
     warmup_s: float = D.WARMUP_S
+    ramp_up_s: Optional[float] = None
+    sched_slice_us: float = D.SCHED_SLICE_US
     workers: int = D.WORKERS
     worker_index: Optional[int] = None
     start_at: Optional[float] = None
     start_tolerance_s: float = D.START_TOLERANCE_S
     config: Optional[str] = None
+
+    @property
+    def unmeasured_s(self) -> float:
+        """How long after the start measuring begins: the warm-up and a closed loop's ramp."""
+        return self.warmup_s + (self.ramp_up_s or 0.0)
 
     def as_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -48,6 +48,8 @@ class RunResult:
         interrupted: the run was stopped early (stop(), Ctrl-C, an error, a SUT that
             raised KeyboardInterrupt).
         settings: the settings the run used.
+        sched_slice_applied: the kernel took the issue thread's scheduler slice request
+            (``settings.sched_slice_us``; Linux 6.12 and later).
         over_bound: for each of ``settings.latency_bounds_ns``, the exact number of
             latencies strictly greater than it.
     """
@@ -67,6 +69,7 @@ class RunResult:
     settings: EngineSettings
     samples_per_query: int = 1
     over_bound: List[int] = field(default_factory=list)
+    sched_slice_applied: bool = False
 
     @property
     def completed_qps(self) -> float:
@@ -300,6 +303,7 @@ class Engine:
             settings=self.settings,
             samples_per_query=self.settings.samples_per_query,
             over_bound=list(c.over_bound()),
+            sched_slice_applied=c.sched_slice_applied,
         )
 
 

@@ -83,6 +83,14 @@ class EngineSettings:
             counts, as it records, every latency strictly greater than each bound
             (``RunResult.over_bound``, in this order). Early stopping and bound checks
             use these counts, never a histogram-bucket estimate.
+        ramp_up_s: "closed": start the ``concurrency`` streams evenly over this long
+            (stream k at ``k * ramp_up_s / concurrency``) rather than all at once. The
+            ramp is counted apart like a warm-up: measuring starts ``ramp_up_s +
+            warmup_s`` after the start.
+        sched_slice_us: the scheduler slice the issue thread and a native network
+            client's I/O threads ask the kernel for (Linux 6.12+, no privilege needed):
+            on a busy core a thread with a short slice preempts a CPU-bound neighbour
+            when it wakes, so arrivals are sent on time. 0: the kernel's default.
         warmup_s: warm-up: queries scheduled in the first ``warmup_s`` are issued at the
             schedule but not recorded (counted apart as ``warmup_*``). Durations, query
             counts, histograms and the time series start at its end. Not for "stages",
@@ -130,6 +138,8 @@ class EngineSettings:
     inline_dispatch: bool = False
     latency_bounds_ns: Sequence[int] = ()
     warmup_s: float = 0.0
+    ramp_up_s: float = 0.0
+    sched_slice_us: float = defaults.SCHED_SLICE_US
     dispatcher_cpus: Sequence[int] = ()
     sut_cpus: Sequence[int] = ()
     record_requests: Optional[str] = None
@@ -163,8 +173,11 @@ class EngineSettings:
             _check_time("duration_s", self.duration_s, defaults.MIN_DURATION_S, "(or None for no limit)")
         if self.query_count is not None:
             _check_int("query_count", self.query_count, 1, defaults.MAX_QUERY_COUNT, "(or None)")
-        for name in ("min_duration_s", "grace_s", "interval_s", "warmup_s"):
+        for name in ("min_duration_s", "grace_s", "interval_s", "warmup_s", "ramp_up_s"):
             _check_time(name, getattr(self, name), 0.0)
+        if self.ramp_up_s > 0 and self.mode != "closed":
+            raise ValueError(f"ramp_up_s (--ramp-up-s) applies to a closed loop (--concurrency), not mode "
+                             f"{self.mode!r}, whose schedule sets when each query starts")
         if self.warmup_s > 0 and self.mode in ("stages", "trace", "offline"):
             raise ValueError(f"warmup_s (--warmup-s) does not apply to mode {self.mode!r}: "
                              + ("everything is issued at once" if self.mode == "offline"
@@ -172,7 +185,7 @@ class EngineSettings:
         if 0 < self.interval_s < defaults.MIN_INTERVAL_S:
             raise ValueError(f"interval_s must be 0 (none) or >= {defaults.MIN_INTERVAL_S:g} s; "
                              f"got {self.interval_s!r}")
-        for name, hi in (("spin_us", 1e6), ("consumer_spin_us", 1e6)):
+        for name, hi in (("spin_us", 1e6), ("consumer_spin_us", 1e6), ("sched_slice_us", 1e5)):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= hi):
                 raise ValueError(f"{name} must be a number in 0..{hi:g}; got {v!r}")
@@ -289,7 +302,10 @@ class EngineSettings:
         s.max_query_count = self.query_count or 0
         s.min_duration_ns = _ns(self.min_duration_s)
         s.min_query_count = self.min_query_count
-        s.warmup_ns = _ns(self.warmup_s)
+        # The ramp is the end of the engine's warm-up: its queries are counted apart too.
+        s.warmup_ns = _ns(self.warmup_s + self.ramp_up_s)
+        s.ramp_up_ns = min(_ns(self.ramp_up_s), s.warmup_ns)
+        s.sched_slice_ns = _ns(self.sched_slice_us * 1e-6)
         s.samples_per_query = self.samples_per_query
         s.sample_count = self.sample_count
         s.sample_order = getattr(_core.SampleOrder, self.sample_order)

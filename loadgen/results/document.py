@@ -144,14 +144,18 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
         "interrupted": interrupted,
         "labels": parse_labels(o.label),
         "metric": scenario.metric(result, o),
-        "started_at": _dt.datetime.fromtimestamp(started_wall + o.warmup_s, tz=_dt.timezone.utc).isoformat(),
-        "started_at_epoch_s": started_wall + o.warmup_s,
+        "started_at": _dt.datetime.fromtimestamp(started_wall + o.unmeasured_s, tz=_dt.timezone.utc).isoformat(),
+        "started_at_epoch_s": started_wall + o.unmeasured_s,
         "duration_s": result.duration_s,
         "issue_duration_s": result.issue_duration_s,
         "settings": _settings_section(o, result, given),
+        # How the issue thread was set up: its scheduler slice request and whether the
+        # kernel took it (a busy node's neighbours preempt it otherwise).
+        "issuing": {"sched_slice_us": o.sched_slice_us, "sched_slice_applied": result.sched_slice_applied},
         "counts": c,
         "throughput": _throughput_section(o, result),
-        **({"warmup": {"duration_s": o.warmup_s, **warmup}} if o.warmup_s > 0 else {}),
+        **({"warmup": {"duration_s": o.unmeasured_s, **warmup,
+                       **({"ramp_up_s": o.ramp_up_s} if o.ramp_up_s else {})}} if o.unmeasured_s > 0 else {}),
         # Exact counts kept by the engine as it recorded (never a bucket estimate).
         "latency_bounds": [
             {"bound_ns": int(bound), "over": int(over)}

@@ -64,6 +64,8 @@ class Scenario:
             o.spin_us = defaults.NETWORK_SPIN_US if is_network_sut(o.sut) else defaults.SPIN_US
         if o.sample_seed is None:
             o.sample_seed = (o.seed + 1) % 2**64
+        if o.ramp_up_s is None:
+            o.ramp_up_s = self.default_ramp_up_s(o)
         if self.mlperf:
             if o.min_duration_s is None:
                 o.min_duration_s = defaults.MLPERF_MIN_DURATION_S
@@ -73,6 +75,10 @@ class Scenario:
             o.min_duration_s = o.min_duration_s or 0.0
             o.min_query_count = o.min_query_count or 0
         return o
+
+    def default_ramp_up_s(self, o: RunOptions) -> float:
+        """``--ramp-up-s auto``: 0, except for a closed loop of many streams."""
+        return 0.0
 
     def for_worker(self, opts: RunOptions) -> RunOptions:
         """The effective options of worker I of N (``--worker-index``, ``--workers``).
@@ -126,6 +132,8 @@ class Scenario:
             timeout_ms=o.timeout_ms,
             grace_s=o.grace_s,
             warmup_s=o.warmup_s,
+            ramp_up_s=o.ramp_up_s or 0.0,
+            sched_slice_us=o.sched_slice_us,
             interval_s=o.interval_s,
             significant_figures=o.significant_figures,
             inline_dispatch=o.inline_dispatch,
@@ -151,7 +159,7 @@ class Scenario:
 
 #: The options only some scenarios read (:attr:`Scenario.uses`); every other option
 #: applies to every scenario.
-SCENARIO_OPTIONS = ("target_qps", "concurrency", "max_in_flight", "stages", "ramp", "poisson_arrivals", "burstiness",
+SCENARIO_OPTIONS = ("target_qps", "concurrency", "ramp_up_s", "max_in_flight", "stages", "ramp", "poisson_arrivals", "burstiness",
                     "trace", "trace_unit", "min_duration_s", "min_query_count")
 
 

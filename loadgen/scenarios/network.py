@@ -71,7 +71,14 @@ class Concurrency(_Timed):
     name = "concurrency"
     summary = ("closed loop with --concurrency N queries in flight (perf_analyzer style); "
                "metric: completed QPS")
-    uses = ("concurrency",)
+    uses = ("concurrency", "ramp_up_s")
+
+    def default_ramp_up_s(self, o: RunOptions) -> float:
+        """Many streams start spread (not in phase, and not one burst of sends whose
+        issuing alone would set the tail): 1 ms a stream, at most 1 s, from 64 streams."""
+        if o.concurrency < defaults.RAMP_UP_MIN_STREAMS:
+            return 0.0
+        return min(defaults.RAMP_UP_MAX_S, o.concurrency * defaults.RAMP_UP_S_PER_STREAM)
 
     def worker_share(self, o: RunOptions, index: int, count: int) -> RunOptions:
         return dataclasses.replace(o, concurrency=concurrency_share(o.concurrency, index, count))

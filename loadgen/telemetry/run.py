@@ -93,7 +93,7 @@ class RunTelemetry:
 
     def __init__(self, o: RunOptions, settings: EngineSettings) -> None:
         self.interval_s = o.interval_s if o.interval_s > 0 else 1.0
-        self.warmup_s = o.warmup_s
+        self.warmup_s = o.unmeasured_s
         self.host: Optional[HostSampler] = None
         self.engine: Optional[Engine] = None
         self.gpu = GpuSampler(parse_gpus(o.gpus, os.environ), o.gpu_sample_ms, avoid_cpus=settings.pin_cpus)

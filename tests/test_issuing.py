@@ -1,0 +1,179 @@
+"""How queries are issued: a closed loop's streams start spread over --ramp-up-s (its
+queries counted apart like a warm-up), an open loop on a native client is sent by the issue
+thread, the issue thread asks the kernel for a short scheduler slice, and a closed loop on
+a native client never makes a query wait in the client for a place that has just ended.
+
+Every check here is on scheduled times the engine computes or on counts, never on how
+soon a thread woke: they hold on a busy machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+import pytest
+
+from loadgen.engine import EngineSettings, run
+from loadgen.sut import FixedDelaySUT
+from tests.servers.scripted_proc import start_scripted
+from tests.test_cli_run import run_cli
+
+
+def _records(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    try:
+        parts = platform.release().split(".")
+        return (int(parts[0]), int(parts[1].split("-")[0])) >= (major, minor)
+    except (ValueError, IndexError):
+        return False
+
+
+def _first_per_stream(records, streams):
+    """The scheduled offsets (ns from the first) of the first `streams` queries issued."""
+    first = sorted(records, key=lambda r: r["query"])[:streams]
+    t0 = min(r["scheduled_ns"] for r in first)
+    return [r["scheduled_ns"] - t0 for r in first]
+
+
+@pytest.mark.parametrize("sut_kind", ["native", "python"])
+def test_a_ramp_starts_each_stream_at_its_own_time_and_counts_it_apart(tmp_path, sut_kind):
+    # 10 streams over 100 ms: stream k starts at k * 10 ms exactly (scheduled times are
+    # the engine's own arithmetic), every answer takes 150 ms (so every stream has started
+    # before the first answers), and what is scheduled in the ramp is counted apart.
+    path = tmp_path / "records.jsonl"
+    settings = EngineSettings(mode="closed", concurrency=10, ramp_up_s=0.1, duration_s=0.3,
+                              record_requests=str(path), interval_s=0)
+    settings.duration_s = 0.5
+    if sut_kind == "native":
+        sut = FixedDelaySUT(150_000)
+    else:
+        import time
+
+        def sut(sample_index):
+            time.sleep(0.15)
+    res = run(settings, sut)
+    recs = _records(path)
+    starts = _first_per_stream(recs, 10)
+    assert starts == [k * 10_000_000 for k in range(10)]
+    t0 = min(r["scheduled_ns"] for r in recs)
+    in_ramp = [r for r in recs if r["scheduled_ns"] - t0 < 100_000_000]
+    assert all(r["warmup"] for r in in_ramp) and not any(r["warmup"] for r in recs if r not in in_ramp)
+    assert res.counts["warmup_issued"] == len(in_ramp) >= 10
+    assert res.counts["issued"] == len(recs) - len(in_ramp)
+
+
+def test_without_a_ramp_every_stream_starts_at_once(tmp_path):
+    path = tmp_path / "records.jsonl"
+    run(EngineSettings(mode="closed", concurrency=8, query_count=40, record_requests=str(path), interval_s=0),
+        FixedDelaySUT(10_000))
+    assert _first_per_stream(_records(path), 8) == [0] * 8
+
+
+def test_the_ramp_is_refused_for_an_open_loop():
+    with pytest.raises(ValueError, match="ramp_up_s"):
+        run(EngineSettings(mode="poisson", target_qps=100, ramp_up_s=1.0, duration_s=0.1), FixedDelaySUT(1000))
+
+
+def test_ramp_up_auto_spreads_many_streams_and_leaves_few_at_once(tmp_path):
+    proc = run_cli("run", "--sut", "sleep:5000", "--scenario", "concurrency", "--concurrency", "200",
+                   "--duration-s", "0.5", "--json", "--quiet", "--interval-s", "0", timeout=60)
+    doc = json.loads(proc.stdout)
+    assert doc["settings"]["effective"]["ramp_up_s"] == pytest.approx(0.2)
+    assert doc["warmup"]["ramp_up_s"] == pytest.approx(0.2) and doc["warmup"]["issued"] >= 200
+    proc = run_cli("run", "--sut", "sleep:5000", "--scenario", "concurrency", "--concurrency", "8",
+                   "--duration-s", "0.2", "--json", "--quiet", "--interval-s", "0", timeout=60)
+    doc = json.loads(proc.stdout)
+    assert doc["settings"]["effective"]["ramp_up_s"] == 0 and "warmup" not in doc
+
+
+def test_the_native_client_ramps_its_streams(tmp_path):
+    # The I/O threads send a closed loop's queries; the ramp's later streams are started
+    # by the issue thread when their time comes.
+    path = tmp_path / "records.jsonl"
+    with start_scripted(tmp_path, "--delay-ms", "200") as srv:
+        proc = run_cli("run", "--sut", f"{srv.url}/v2/models/m/infer", "--http-engine", "native",
+                       "--scenario", "concurrency", "--concurrency", "16", "--ramp-up-s", "0.16",
+                       "--duration-s", "0.4", "--record-requests", str(path), "--json", "--quiet",
+                       "--interval-s", "0", "--max-issue-delay-ms", "1000", timeout=60)
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert _first_per_stream(_records(path), 16) == [k * 10_000_000 for k in range(16)]
+    doc = json.loads(proc.stdout)
+    assert doc["network"]["native"]["queued_in_client"] == 0
+
+
+@pytest.mark.parametrize("io_threads", ["1", "2"])
+def test_a_closed_loop_on_the_native_http_client_never_queues(tmp_path, io_threads):
+    with start_scripted(tmp_path) as srv:
+        proc = run_cli("run", "--sut", f"{srv.url}/v2/models/m/infer", "--http-engine", "native",
+                       "--io-threads", io_threads, "--scenario", "concurrency", "--concurrency", "32",
+                       "--query-count", "4000", "--json", "--quiet", "--interval-s", "0",
+                       "--max-issue-delay-ms", "1000", timeout=90)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["counts"]["completed"] == doc["counts"]["issued"] == 4000
+    assert doc["network"]["native"]["queued_in_client"] == 0
+
+
+@pytest.mark.skipif(not _kernel_at_least(6, 12), reason="custom scheduler slices need Linux 6.12 or later")
+def test_the_issue_thread_asks_for_a_short_slice_and_says_whether_it_got_it(tmp_path):
+    proc = run_cli("run", "--sut", "null", "--scenario", "constant", "--target-qps", "1000", "--duration-s", "0.2",
+                   "--json", "--quiet", "--interval-s", "0", timeout=60)
+    doc = json.loads(proc.stdout)
+    assert doc["issuing"] == {"sched_slice_us": 100.0, "sched_slice_applied": True}
+    proc = run_cli("run", "--sut", "null", "--scenario", "constant", "--target-qps", "1000", "--duration-s", "0.2",
+                   "--sched-slice-us", "0", "--json", "--quiet", "--interval-s", "0", timeout=60)
+    assert json.loads(proc.stdout)["issuing"]["sched_slice_applied"] is False
+
+
+def test_an_open_loop_on_the_native_client_is_sent_by_the_issue_thread(tmp_path):
+    # The issue thread (lg-issue) sends the open loop's requests: the I/O threads only read.
+    # strace counts each thread's sendto calls; skipped where strace is not installed.
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    out = tmp_path / "strace"
+    with start_scripted(tmp_path) as srv:
+        argv = [sys.executable, "-m", "loadgen", "run", "--sut", f"{srv.url}/v2/models/m/infer",
+                "--http-engine", "native", "--scenario", "constant", "--target-qps", "500",
+                "--duration-s", "0.4", "--quiet", "--interval-s", "0", "--max-issue-delay-ms", "1000",
+                "--json"]
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=sendto,prctl", "-o", str(out), *argv],
+                       check=False, timeout=90, capture_output=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    names, sends = {}, {}
+    for line in out.read_text(errors="replace").splitlines():
+        tid, _, rest = line.partition(" ")
+        if rest.startswith("prctl(PR_SET_NAME"):
+            names[tid] = rest.split('"')[1]
+        elif rest.startswith("sendto(") and "POST " in rest:
+            sends[tid] = sends.get(tid, 0) + 1
+    by_name = {}
+    for tid, n in sends.items():
+        by_name[names.get(tid, "?")] = by_name.get(names.get(tid, "?"), 0) + n
+    assert by_name.get("lg-issue", 0) >= 150 and by_name.get("lg-http", 0) == 0, by_name
+
+
+@pytest.mark.parametrize("io_threads", ["1", "2"])
+def test_a_closed_loop_on_the_native_grpc_client_never_queues(io_threads):
+    # A call's place is free before its query resolves, so the query that the resolution
+    # makes room for (issued at once, on whichever thread) never waits in the client.
+    from tests.servers.grpc_scripted import ScriptedGrpc
+    from tests.servers.procs import native_grpc_or_skip
+
+    native_grpc_or_skip()
+    with ScriptedGrpc(threads=64) as srv:
+        proc = run_cli("run", "--sut", srv.url(), "--grpc-engine", "native", "--io-threads", io_threads,
+                       "--scenario", "concurrency", "--concurrency", "32", "--query-count", "3000", "--json",
+                       "--quiet", "--interval-s", "0", "--max-issue-delay-ms", "1000", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["network"]["grpc_engine"] == "native"
+    assert doc["counts"]["completed"] == doc["counts"]["issued"] == 3000
+    assert doc["network"]["native"]["queued_in_client"] == 0
