@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from loadgen.results import html_data as charts
 from loadgen.results.html_data import Run, Spec
+from loadgen.results.render import diagnosis_items
 
 __all__ = ["run_sections", "sweep_sections"]
 
@@ -69,7 +70,7 @@ def _verdict(name: str, doc: Dict[str, Any], show_name: bool) -> str:
         what += f": {metric.get('name', '')} = {_fmt(metric.get('value'))} {metric.get('unit', '')}"
     reasons = [str(r) for r in doc.get("invalid_reasons") or []]
     reasons += [f"threshold failed: {t.get('expr', t)}" for t in failed]
-    notes = []
+    notes = [f"{label}: {text}" for label, text in diagnosis_items(doc)]
     if doc.get("interrupted"):
         notes.append("interrupted: the run was stopped before its end")
     if doc.get("partial"):

@@ -23,7 +23,9 @@ the earliest worker's start. Workers that started within half an interval of eac
 The merge is invalid, saying why, when a worker of ``0..N-1`` is missing or given twice,
 when a worker was interrupted, is partial or started late, when the workers' settings
 do not match (scenario, SUT, latency bounds, histogram layout, worker count, total
-load), and by the scenario's rules on the merged figures.
+load), and by the scenario's rules on the merged figures. The merged result's diagnosis
+(:mod:`loadgen.scenarios.diagnosis`) is made from the merged figures; each worker's own,
+with its host figures, is in its entry of the ``"merge"`` section.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions, parse_stages
 from loadgen.results.document import build_document
 from loadgen.scenarios import get_scenario
+from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.stats.histogram import HdrDecodeError, Histogram
 from loadgen.sut.report import NamedHistogram
 from loadgen.units import s_to_ns
@@ -125,7 +128,8 @@ def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
         "start_spread_s": max(w.started for w in workers) - t0,
         "workers": [_worker_figures(w) for w in workers],
     }
-    return doc
+    # From the merged figures and the final reasons (the workers' own are in "merge").
+    return add_diagnosis(doc)
 
 
 # ------------------------------------------------------------------------ validity
@@ -309,6 +313,9 @@ class _MergedSUT:
         tokens = [r.get("tokens") for r in reports]
         if all(isinstance(t, dict) and isinstance(t.get("output_tokens"), int) for t in tokens):
             out["tokens"]["output_tokens"] = sum(t["output_tokens"] for t in tokens if t)
+        natives = [r.get("native") for r in reports]
+        if all(isinstance(n, dict) and isinstance(n.get("queued_in_client"), int) for n in natives):
+            out["native"]["queued_in_client"] = sum(n["queued_in_client"] for n in natives if n)
         if all(isinstance(r.get("ready_wait_s"), (int, float)) for r in reports):
             out["ready_wait_s"] = max(r["ready_wait_s"] for r in reports)
         return out
@@ -405,6 +412,7 @@ def _run_result(workers: Sequence[_Worker], histograms: Dict[str, Histogram], o:
         settings=settings,
         samples_per_query=int(o.samples_per_query or 1),
         over_bound=_over_bound(workers, settings.latency_bounds_ns),
+        sched_slice_applied=all(bool((w.doc.get("issuing") or {}).get("sched_slice_applied")) for w in workers),
         **engine,
     )
 
@@ -471,6 +479,8 @@ def _worker_figures(w: _Worker) -> Dict[str, Any]:
         "p99_ns": float((w.doc.get("latency_ns") or {}).get("p99", 0)),
         "valid": bool(w.doc.get("valid")),
         "invalid_reasons": list(w.doc.get("invalid_reasons", [])),
+        # the worker's own diagnosis: the merged one lacks the workers' host figures
+        "diagnosis": (w.doc.get("diagnosis") or {}).get("summary"),
         "start_late_s": section.get("start_late_s"),
         "started_at_epoch_s": w.started,
     }

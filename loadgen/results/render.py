@@ -4,13 +4,13 @@ interval log, and the flat view pandas loads. Each reads the document alone."""
 from __future__ import annotations
 
 import io
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from loadgen.stats.hdrlog import HistogramLogWriter
 from loadgen.stats.histogram import Histogram
 from loadgen.units import format_ns
 
-__all__ = ["CSV_COLUMNS", "csv_row", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
+__all__ = ["CSV_COLUMNS", "csv_row", "diagnosis_items", "diagnosis_lines", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
            "timeseries_rows"]
 
 # The engine's histograms in the summary, in order, with their labels; a SUT's own
@@ -108,7 +108,31 @@ def _verdict_lines(doc: Dict[str, Any]) -> List[str]:
     for t in doc.get("thresholds", []):
         mark = "ok  " if t["passed"] else "FAIL"
         lines.append(f"  {mark} {'--fail-if' if t['kind'] == 'fail_if' else '--require'} {t['expr']}")
-    return lines
+    return lines + diagnosis_lines(doc)
+
+
+# The warning that says again what a diagnosis of that cause says.
+_CAUSE_WARNING = {"generator": "generator_late", "client": "client_saturated", "server": "server_saturated"}
+
+
+def diagnosis_items(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """(label, text) of the diagnosis (which side limited the run, with its numbers) and
+    of each named warning it does not already say; none for a document from before
+    diagnoses."""
+    d = doc.get("diagnosis")
+    if not isinstance(d, dict) or not d.get("summary"):
+        return []
+    said = _CAUSE_WARNING.get(str(d.get("cause")))
+    return [("diagnosis", str(d["summary"]))] + [(f"warning {w.get('name')}", str(w.get("message")))
+                                                  for w in doc.get("warnings") or []
+                                                  if isinstance(w, dict) and w.get("name") != said]
+
+
+def diagnosis_lines(doc: Dict[str, Any]) -> List[str]:
+    """The summary's lines of :func:`diagnosis_items`."""
+    return [f"{'diagnosis' if label == 'diagnosis' else 'warning':<12} "
+            f"{text if label == 'diagnosis' else label[len('warning '):] + ': ' + text}"
+            for label, text in diagnosis_items(doc)]
 
 
 def _warmup_lines(doc: Dict[str, Any]) -> List[str]:
