@@ -241,6 +241,7 @@ def _client_figures(doc: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(native, dict) or "queued_in_client" not in native:
         return out
     out["queued_in_client"] = int(_num(native, "queued_in_client"))
+    out["slot_kind"] = "call slots" if net.get("grpc_engine") else "connections"
     slots = int(_num(net, "max_calls") or (0 if net.get("grpc_engine") else _num(net, "connections")))
     completed, duration_s = _num(c, "completed"), _num(doc, "duration_s")
     fastest = _num(doc, "latency_ns", "min")
@@ -306,7 +307,8 @@ def _client_sign(ev: Dict[str, Any]) -> Optional[str]:
                 "in-flight cap (--max-in-flight)")
     queued = ev.get("queued_in_client", 0)
     if _material(queued, issued) and ev.get("slot_hold_ratio", 0.0) < _SLOW_SERVER_HOLD:
-        slots = f"one of {ev['slots']:,} connections or call slots" if ev.get("slots") else "a connection or call slot"
+        kind = ev.get("slot_kind", "connections")
+        slots = f"one of {ev['slots']:,} {kind}" if ev.get("slots") else f"one of its {kind}"
         held = (f"; each held a query {format_ns(ev['slot_hold_ns'])}, {ev['slot_hold_ratio']:.1f}x the fastest "
                 "latency, so the server was not slower for it" if "slot_hold_ns" in ev else "")
         return (f"{queued:,} of {issued:,} queries ({queued / issued:.1%}) waited in the client for {slots}{held} "
@@ -326,7 +328,7 @@ def _server_sign(ev: Dict[str, Any], open_loop: bool) -> Optional[str]:
                     f"{format_ns(p99_start)} to {format_ns(p99_end)} over the run")
     queued = ev.get("queued_in_client", 0)
     if _material(queued, ev["issued"]) and ev.get("slot_hold_ratio", 0.0) >= _SLOW_SERVER_HOLD:
-        return (f"each of {ev['slots']:,} connections or call slots held a query {format_ns(ev['slot_hold_ns'])}, "
+        return (f"each of {ev['slots']:,} {ev.get('slot_kind', 'connections')} held a query {format_ns(ev['slot_hold_ns'])}, "
                 f"{ev['slot_hold_ratio']:.1f}x the fastest latency, and {queued:,} queries waited for one")
     if ev["cancelled"]:
         return f"{ev['cancelled']:,} queries were still outstanding at the end and were cancelled"
@@ -360,8 +362,17 @@ def _late_text(lat: Lateness) -> str:
 
 # ------------------------------------------------------------------------ verdict
 
+def _late_anyway(lat: Lateness, ev: Dict[str, Any]) -> bool:
+    """Late within a loose ``--max-issue-delay-ms`` but past the default one and a
+    material share of latency: the diagnosis still names it (the validity rule does not)."""
+    return (lat.issue_delay_p99_ns > ms_to_ns(defaults.MAX_ISSUE_DELAY_MS) and lat.lateness_share is not None
+            and lat.lateness_share > ev["max_lateness_share"])
+
+
 def _invalid_for_generator(doc: Dict[str, Any]) -> bool:
-    return any(str(r).startswith((OVERLOAD_PREFIX, _SATURATED_PREFIX)) for r in doc.get("invalid_reasons") or [])
+    """A reason of the lateness rule or of the generator's saturation rule (a merged
+    result's say which worker first: ``worker 2: generator saturated ...``)."""
+    return any(OVERLOAD_PREFIX in str(r) or _SATURATED_PREFIX in str(r) for r in doc.get("invalid_reasons") or [])
 
 
 def _warnings(ev: Dict[str, Any], lat: Lateness, client: Optional[str], server: Optional[str],
@@ -390,6 +401,9 @@ def _cause(doc: Dict[str, Any], lat: Lateness, client: Optional[str], server: Op
     if server:
         on_time = f"p99 issue delay {format_ns(lat.issue_delay_p99_ns)}"
         return "server", False, f"server: saturated: {server}, while issuing stayed on time ({on_time})"
+    if lat.late and not lat.issue_delay_p99_ns > ms_to_ns(ev["max_issue_delay_ms"]):
+        return "generator", False, (f"generator: late within --max-issue-delay-ms {ev['max_issue_delay_ms']:g} ms, "
+                                    f"but a material part of these latencies: {_late_text(lat)}; {_generator_why(ev)}")
     if lat.late:
         return "generator", False, (f"generator: late but the load held: {_late_text(lat)}; {_generator_why(ev)}; "
                                     "the latencies count from the schedule, so they stand")
@@ -406,6 +420,8 @@ def diagnose(doc: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, str]]]
     ev = _figures(doc, lat)
     ev["run_ms"] = round(_num(doc, "duration_s") * 1e3, 3)
     open_loop = _mode(doc) not in ("closed", "offline")
+    if not lat.late and _late_anyway(lat, ev):
+        lat = dataclasses.replace(lat, late=True)
     client, server = _client_sign(ev), _server_sign(ev, open_loop)
     cause, invalid, summary = _cause(doc, lat, client, server, ev)
     warnings = _warnings(ev, lat, client, server, invalid)
