@@ -64,6 +64,8 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib.util
 import json
 import math
 import os
@@ -408,6 +410,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"\n== issue lateness, medians of {a.rounds} round(s) as median [min-max] (n); "
           f"{total_s / 60:.1f} min in all\n")
     print("\n".join(table(rows)))
+    builds = sorted({r["core_build"] for r in runs if r.get("core_build")})
+    if len(builds) > 1:
+        notes.append("loadgen's extension was rebuilt during the sitting (builds of "
+                     + ", ".join(builds) + " UTC: each run's core_build in the JSON).")
     notes.append("perf_analyzer's lateness is a lower bound: its schedule's start is taken as "
                  "the offset that puts its earliest send on time.")
     print("\n" + "\n".join(notes))
@@ -423,10 +429,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
+def core_build() -> Optional[str]:
+    """When loadgen's native extension was last written (UTC), to tell the build each run
+    used when the extension is rebuilt during a sitting; None when it is not found."""
+    spec = importlib.util.find_spec("loadgen")  # finds the package without importing it
+    paths = glob.glob(os.path.join(next(iter(spec.submodule_search_locations)), "_core*.so")) if spec else []
+    if not paths:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(os.stat(paths[0]).st_mtime))
+
+
 def _show(r: dict[str, Any], competing_cores: Optional[float]) -> None:
-    """Keeps the competing work's cores in the run's record; prints a line of lateness
-    figures under Bench.measure's line for the run."""
-    r["competing_cores"] = competing_cores
+    """Keeps the competing work's cores, the time and the extension's build in the run's
+    record; prints a line of lateness figures under Bench.measure's line for the run."""
+    r.update(competing_cores=competing_cores, ended_utc=time.strftime("%H:%M:%S", time.gmtime()),
+             core_build=core_build())
     if r.get("ok") is None:
         return
     extra = f"; competing work {_cores(competing_cores)} cores" if competing_cores is not None else ""
