@@ -548,6 +548,15 @@ void bind_engine(py::module_& m) {
       .def("latency", [](const Engine& e) { return PyHistogram(e.recorder().latency()); })
       .def("service_time", [](const Engine& e) { return PyHistogram(e.recorder().service_time()); })
       .def("issue_delay", [](const Engine& e) { return PyHistogram(e.recorder().issue_delay()); })
+      .def(
+          "net_receive_wait",
+          [](Engine& e) -> py::object {
+            loadgen::NetClient* net = e.native_net();
+            if (net == nullptr) return py::none();
+            return py::cast(PyHistogram(net->receive_wait()));
+          },
+          "The native network client's receive waits (ns): per read, how long the bytes read had "
+          "waited in the socket since the kernel received them (SO_TIMESTAMPNS); None without one.")
       .def("ttft", [](const Engine& e) { return PyHistogram(e.recorder().ttft()); })
       .def("tpot", [](const Engine& e) { return PyHistogram(e.recorder().tpot()); })
       .def("timeseries",

@@ -945,7 +945,8 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
       if ((ev & EPOLLOUT) && c->out_off < c->out.size()) flush(c);
       if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
         while (c->fd >= 0) {
-          const ssize_t r = ::read(c->fd, buf.data(), buf.size());
+          int64_t kernel_t = 0;
+          const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
           if (r < 0 && errno == EINTR) continue;
           if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
           if (r <= 0) {
@@ -953,6 +954,7 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
             break;
           }
           c->read_t = now_ns();
+          note_receive_wait(*c->io, c->read_t, kernel_t);
           const ssize_t used =
               nghttp2_session_mem_recv(c->session, reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(r));
           if (used < 0) {

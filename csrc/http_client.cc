@@ -528,10 +528,12 @@ void HttpClient::io_loop(Io* io) {
           if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
             // Read until the socket is drained (or the connection ends).
             while (c->fd >= 0) {
-              const ssize_t r = ::read(c->fd, buf.data(), buf.size());
+              int64_t kernel_t = 0;
+              const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
               if (r < 0 && errno == EINTR) continue;
               if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
               const int64_t t = now_ns();
+              note_receive_wait(*io, t, kernel_t);
               if (r < 0) {
                 const int err = errno;
                 const bool any = c->parser.got_bytes();

@@ -7,12 +7,14 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include "affinity.h"
@@ -64,12 +66,39 @@ int connect_nonblocking(const std::string& host, int port, int* err) noexcept {
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // The kernel stamps what it receives (software stamps; read back by read_stamped()).
+  setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 && errno != EINPROGRESS) {
     *err = errno;
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+ssize_t read_stamped(int fd, char* buf, size_t len, int64_t* kernel_ns) noexcept {
+  iovec iov{buf, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(fd, &msg, 0);
+  *kernel_ns = 0;
+  if (n <= 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS) continue;
+    timespec stamp;
+    std::memcpy(&stamp, CMSG_DATA(c), sizeof stamp);
+    // The stamp is on the wall clock: moved to the monotonic one by their offset now.
+    timespec wall, mono;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    const int64_t offset = (static_cast<int64_t>(wall.tv_sec) - mono.tv_sec) * 1'000'000'000 + (wall.tv_nsec - mono.tv_nsec);
+    *kernel_ns = static_cast<int64_t>(stamp.tv_sec) * 1'000'000'000 + stamp.tv_nsec - offset;
+  }
+  return n;
 }
 
 int finish_connect(int fd, int64_t timeout_ns) noexcept {
@@ -184,6 +213,7 @@ void NetClient::resolve(std::vector<ResponseVerdict>& verdicts) {
 }
 
 void NetClient::open_io_thread(IoThread* io, const char* who) {
+  io->receive_wait = std::make_unique<HdrHistogram>(1, 60'000'000'000LL, 3);
   io->epfd = epoll_create1(EPOLL_CLOEXEC);
   io->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   const int err = errno;
@@ -194,6 +224,15 @@ void NetClient::open_io_thread(IoThread* io, const char* who) {
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;
   epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->wake, &ev);
+}
+
+HdrHistogram NetClient::receive_wait() const {
+  HdrHistogram out(1, 60'000'000'000LL, 3);
+  for (IoThread* io : io_threads_) {
+    std::lock_guard<std::mutex> lock(io->wait_mu);
+    if (io->receive_wait) out.add(*io->receive_wait);
+  }
+  return out;
 }
 
 void NetClient::close_io_threads() noexcept {

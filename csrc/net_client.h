@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <sys/types.h>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -20,6 +21,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "hdr_histogram.h"
 
 struct epoll_event;
 struct sockaddr_storage;
@@ -37,6 +40,10 @@ bool parse_address(const std::string& host, int port, sockaddr_storage* addr, un
 int connect_nonblocking(const std::string& host, int port, int* err) noexcept;
 /// Waits up to `timeout_ns` for a connect_nonblocking() socket's connect: 0 or its error.
 int finish_connect(int fd, int64_t timeout_ns) noexcept;
+/// read() that also returns, in *kernel_ns (now_ns() clock), when the kernel received the
+/// last of the bytes read: the software receive stamp that SO_TIMESTAMPNS asks for (set on
+/// every socket connect_nonblocking() makes). *kernel_ns is 0 when the kernel gave none.
+ssize_t read_stamped(int fd, char* buf, size_t len, int64_t* kernel_ns) noexcept;
 /// epoll_pwait2 to the nanosecond; epoll_wait in whole milliseconds on kernels before 5.11.
 int wait_events(int epfd, epoll_event* events, int max, int64_t wait_ns) noexcept;
 std::string errno_text(int err);
@@ -92,6 +99,10 @@ class NetClient {
     int epfd = -1;
     int wake = -1;
     std::thread thread;
+    /// How long received bytes waited in the socket before this thread read them (the
+    /// kernel's receive stamp to the read), one value per read; under wait_mu.
+    std::mutex wait_mu;
+    std::unique_ptr<HdrHistogram> receive_wait;
   };
 
   /// `cache_entries` distinct responses at most in the verdict cache, each at most
@@ -112,6 +123,9 @@ class NetClient {
   virtual void close() noexcept = 0;
   /// The client's counters.
   HttpClientStats stats() const;
+  /// Every I/O thread's receive waits (IoThread::receive_wait), merged: how late the
+  /// client read what the kernel had received, in ns. Any thread.
+  HdrHistogram receive_wait() const;
 
   /// Up to `max` responses waiting for a verdict, waiting up to `timeout_ns` for one.
   /// Returns false once the client is closed and none is left.
@@ -142,6 +156,13 @@ class NetClient {
   static void enter_io_thread(const char* name, const std::vector<int>& cpus, int64_t slice_ns) noexcept;
   /// How long an I/O thread waits for events before it looks at its timeouts again.
   static constexpr int64_t kIoWaitNs = 5'000'000;
+  /// Records a read's receive wait: `read_ns` (when the thread read) less the kernel's
+  /// receive stamp `kernel_ns` (0: none, nothing recorded). The I/O thread `io`'s own.
+  static void note_receive_wait(IoThread& io, int64_t read_ns, int64_t kernel_ns) noexcept {
+    if (kernel_ns <= 0 || read_ns < kernel_ns) return;
+    std::lock_guard<std::mutex> lock(io.wait_mu);
+    io.receive_wait->record(read_ns - kernel_ns);
+  }
   /// Empties an I/O thread's wake-up eventfd.
   static void drain_wake(const IoThread& io) noexcept;
 

@@ -177,3 +177,18 @@ def test_a_closed_loop_on_the_native_grpc_client_never_queues(io_threads):
     assert doc["network"]["grpc_engine"] == "native"
     assert doc["counts"]["completed"] == doc["counts"]["issued"] == 3000
     assert doc["network"]["native"]["queued_in_client"] == 0
+
+
+def test_the_native_client_records_how_long_responses_waited_in_the_socket(tmp_path):
+    # The kernel stamps what it receives (SO_TIMESTAMPNS); each read's wait from that
+    # stamp is recorded beside the latencies, which end at the read itself.
+    with start_scripted(tmp_path, "--delay-ms", "2") as srv:
+        proc = run_cli("run", "--sut", f"{srv.url}/v2/models/m/infer", "--http-engine", "native",
+                       "--scenario", "constant", "--target-qps", "300", "--duration-s", "0.5", "--json",
+                       "--quiet", "--interval-s", "0", "--max-issue-delay-ms", "1000", timeout=60)
+    doc = json.loads(proc.stdout)
+    wait = doc["receive_wait_ns"]
+    assert wait["count"] >= doc["counts"]["completed"] == 150
+    assert 0 <= wait["p50"] <= doc["latency_ns"]["p50"] and wait["max"] < 1e9
+    assert doc["network"]["native"]["receive_wait_ns"]["p99"] == wait["p99"]
+    assert doc["histograms"]["receive_wait_ns"] == {"unit": "ns", "source": "sut"}

@@ -136,7 +136,17 @@ class NativeHttpSUT:
     # -- what goes in the result document (the ReportingSUT protocol)
     def histograms(self) -> Dict[str, NamedHistogram]:
         out: Dict[str, NamedHistogram] = self.inner.histograms()
+        wait = self._receive_wait()
+        if wait is not None:
+            out["receive_wait_ns"] = NamedHistogram(wait, "ns")
         return out
+
+    def _receive_wait(self) -> Optional[Histogram]:
+        """Per read, how long the bytes had waited in the socket since the kernel received
+        them (its SO_TIMESTAMPNS stamp): the client's own lateness in reading, which is in
+        the latencies (they end when the client read the last bytes)."""
+        core = self.core.net_receive_wait() if self.core is not None else None
+        return Histogram.from_core(core) if core is not None and core.total_count else None
 
     def report(self) -> Dict[str, Any]:
         out: Dict[str, Any] = self.inner.report()
@@ -154,6 +164,12 @@ class NativeHttpSUT:
                          "checked_in_python": stats.get("checked_outside", 0),
                          "closed_by_timeout": stats.get("closed_by_timeout", 0),
                          "queued_in_client": stats.get("queued", 0), "check_errors": self.check_errors}
+        if stats.get("handed_over"):
+            out["native"]["handed_to_io_thread"] = stats["handed_over"]
+        wait = self._receive_wait()
+        if wait is not None:
+            out["native"]["receive_wait_ns"] = {"p50": wait.value_at_percentile(50),
+                                                "p99": wait.value_at_percentile(99), "max": wait.max}
         return out
 
 
