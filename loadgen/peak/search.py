@@ -80,6 +80,8 @@ class ProbeRecord:
         wall_s: how long the call took.
         attempt: 1 for the first call at this step; 2, 3, ... for a retry of an
             inconclusive verdict or the recheck of a failure near the bracket's low end.
+        full: made by :meth:`Search.settle` (a confirmation run, or a bisection step
+            below a failed one): a full-length run.
     """
 
     index: int
@@ -88,6 +90,7 @@ class ProbeRecord:
     verdict: Verdict
     wall_s: float
     attempt: int = 1
+    full: bool = False
 
 
 class Undecided(Exception):
@@ -270,7 +273,8 @@ class Search:
             self.before(index, x, phase, self.lo, self.hi)
         started = self.clock()
         verdict = fn(x)
-        record = ProbeRecord(index, x, phase, verdict, self.clock() - started, self.attempt)
+        record = ProbeRecord(index, x, phase, verdict, self.clock() - started, self.attempt,
+                             self.settling or phase == "confirm")
         self.records.append(record)
         if self.after is not None:
             self.after(record)
@@ -345,12 +349,12 @@ class Search:
             x = lower
         return outcome
 
-    def held_below(self, x: float) -> Optional[float]:
+    def held_below(self, x: float, full: bool = False) -> Optional[float]:
         """The highest setting whose run held (a probe, a bisection step, a confirmation
         run; on the plateau counts: the run held) below ``x`` and below every failure at
-        or under ``x``; None when there is none."""
+        or under ``x``; None when there is none. ``full``: full-length runs only."""
         limit = min([r.x for r in self.failures() if r.x <= x] + [x])
-        held = [r.x for r in self.records if r.verdict.ran and r.x < limit]
+        held = [r.x for r in self.records if r.verdict.ran and r.x < limit and (r.full or not full)]
         return max(held) if held else None
 
     def settle(self, x: float, run: Callable[[float], Verdict], *, runs: int, finished: Callable[[float, float], bool],
@@ -358,11 +362,11 @@ class Search:
                middle: Callable[[float, float], float] = midpoint) -> Confirmation:
         """Confirms ``x`` with ``runs`` calls of ``run`` that must all hold. When one does
         not, ``x`` is the bracket's upper end and its lower end the highest setting that
-        held below it (:meth:`held_below`; without one, ``down(x)``, ``down(down(x))``, ...
-        are run until one holds, and the upper end is the lowest of them that failed).
-        That bracket is bisected with ``run`` (full-length runs:
-        short probes are optimistic near the limit) until ``finished``, and its low end is
-        confirmed in turn. Ends unconfirmed after ``max_failures`` failed confirmations,
+        held below it in a full-length run (:meth:`held_below`; short probes are
+        optimistic near the limit, so their holds do not count here; without one,
+        ``down(x)``, ``down(down(x))``, ... are run until one holds, and the upper end is
+        the lowest of them that failed). That bracket is bisected with ``run``
+        (full-length runs) until ``finished``, and its low end is confirmed in turn. Ends unconfirmed after ``max_failures`` failed confirmations,
         when the probe budget is spent, or when nothing lower is left to try.
 
         Raises:
@@ -393,7 +397,9 @@ class Search:
                 outcome.why = (f"{_plural(outcome.attempts, 'confirmation')} failed, the last at {_setting(x)} "
                                f"({outcome.last.why}); raise --max-step-downs to search lower")
                 return outcome
-            lo = self.held_below(x)
+            # Short probes are optimistic near the limit: once a full-length run failed,
+            # only a full-length run that held is a lower end.
+            lo = self.held_below(x, full=True)
             probe_down = x
             while lo is None:
                 lower = down(probe_down)
