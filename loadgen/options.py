@@ -365,7 +365,8 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("gpu_sample_ms", _float(10, 60000, unit="ms"), "GPU sampling period "
                f"(default {D.GPU_SAMPLE_MS:g}; utilization and power also from the driver's own buffer)", "MS"),
     OptionSpec("pin", _pin, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
-               "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT; CPUS plans within "
+               "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT and a native client's "
+               "I/O threads; CPUS plans within "
                "those CPUs; the plan goes in the result's 'placement' (see 'loadgen env')", "auto|CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)"),

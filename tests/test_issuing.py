@@ -192,3 +192,17 @@ def test_the_native_client_records_how_long_responses_waited_in_the_socket(tmp_p
     assert 0 <= wait["p50"] <= doc["latency_ns"]["p50"] and wait["max"] < 1e9
     assert doc["network"]["native"]["receive_wait_ns"]["p99"] == wait["p99"]
     assert doc["histograms"]["receive_wait_ns"] == {"unit": "ns", "source": "sut"}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two usable CPUs")
+def test_pin_auto_keeps_the_native_clients_io_threads_off_the_issue_threads_core(tmp_path):
+    from loadgen.engine import io_thread_cpus
+
+    assert io_thread_cpus([3], [2], [0, 1]) == [0, 1, 2] and io_thread_cpus([1], [1], []) == []
+    with start_scripted(tmp_path) as srv:
+        proc = run_cli("run", "--sut", f"{srv.url}/v2/models/m/infer", "--http-engine", "native", "--pin", "auto",
+                       "--scenario", "constant", "--target-qps", "200", "--duration-s", "0.3", "--json", "--quiet",
+                       "--interval-s", "0", "--max-issue-delay-ms", "1000", timeout=60)
+    applied = json.loads(proc.stdout)["placement"]["applied"]
+    assert applied["issue_thread"] and applied["io_threads"]
+    assert not set(applied["io_threads"]) & set(applied["issue_thread"])

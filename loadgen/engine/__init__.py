@@ -3,7 +3,7 @@
 Python SUTs (:mod:`.dispatch`)."""
 
 from loadgen.engine.engine import Engine, RunResult, run
-from loadgen.engine.settings import EngineSettings
+from loadgen.engine.settings import EngineSettings, io_thread_cpus
 from loadgen.engine.trace import load_trace
 
-__all__ = ["Engine", "EngineSettings", "RunResult", "load_trace", "run"]
+__all__ = ["Engine", "EngineSettings", "RunResult", "io_thread_cpus", "load_trace", "run"]

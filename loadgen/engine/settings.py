@@ -14,7 +14,7 @@ from loadgen.engine.records import sink as records_sink
 from loadgen.engine.trace import load_trace
 from loadgen.units import s_to_ns as _ns
 
-__all__ = ["EngineSettings", "MODES", "SAMPLE_ORDERS", "allowed_cpus"]
+__all__ = ["EngineSettings", "MODES", "SAMPLE_ORDERS", "allowed_cpus", "io_thread_cpus"]
 
 #: The arrival processes (``EngineSettings.mode``).
 MODES = ("constant", "poisson", "stages", "trace", "closed", "offline")
@@ -332,12 +332,22 @@ class EngineSettings:
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
             s.sut.cpus = [int(c) for c in self.sut_cpus]
+            if sut_form == "native_http" and self.pin_cpus and not s.sut.http.cpus:
+                # A placed run (--pin): a native client's I/O threads keep off the issue
+                # thread's core, so that the thread timing the arrivals has it to itself.
+                s.sut.http.cpus = io_thread_cpus(self.pin_cpus, self.dispatcher_cpus, self.sut_cpus)
         else:
             s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
             # A SUT that schedules follow-up queries (multi-turn conversations) says so.
             s.follow_ups = bool(getattr(sut, "follow_ups", False))
         return s
 
+
+
+def io_thread_cpus(issue_cpus: Sequence[int], dispatcher_cpus: Sequence[int], sut_cpus: Sequence[int]) -> List[int]:
+    """Where a placed run's native network client runs its I/O threads: every planned CPU
+    but the issue thread's (none when that leaves nothing: then they are not pinned)."""
+    return sorted((set(dispatcher_cpus) | set(sut_cpus)) - set(issue_cpus))
 
 
 #: The longest time, in ns: :data:`loadgen.defaults.MAX_TIME_S`.

@@ -13,7 +13,7 @@ import threading
 from typing import Any, Dict, List, Optional
 
 from loadgen import placement
-from loadgen.engine import Engine, EngineSettings
+from loadgen.engine import Engine, EngineSettings, io_thread_cpus
 from loadgen.options import RunOptions
 from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.telemetry.gpu import GpuSampler
@@ -55,7 +55,9 @@ def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
         settings.dispatcher_cpus = tuple(plan.dispatcher_cpus)
         settings.sut_cpus = tuple(plan.sut_cpus)
         applied = {"issue_thread": list(plan.issue_cpus), "dispatcher": list(plan.dispatcher_cpus),
-                   "sut": list(plan.sut_cpus)}
+                   "sut": list(plan.sut_cpus),
+                   # a native network client's I/O threads, when one runs: off the issue core
+                   "io_threads": io_thread_cpus(plan.issue_cpus, plan.dispatcher_cpus, plan.sut_cpus)}
     return {"pin": o.pin, "plan": plan.as_dict(), "applied": applied, "usable_cpus": topo.usable}
 
 
