@@ -6,7 +6,7 @@ The test machine has two noisy cores (another process may be busy on one), so ru
 short (0.1-2 s), every subprocess is bounded by a timeout, and timing bounds are generous
 with the reason next to them. Where validity is not what a test is about, runs pass
 ``--max-issue-delay-ms 100`` so that a CPU hiccup in the issue thread cannot make them
-invalid as "generator overload". Counts and scheduled times are exact.
+late (a warning, or "generator overload" where it falsifies the load). Counts and scheduled times are exact.
 """
 
 from __future__ import annotations
@@ -762,6 +762,10 @@ def test_invalid_generator_overload_names_the_in_flight_cap():
     assert c["cap_waits"] > 0
     reasons = [r for r in doc["invalid_reasons"] if "generator overload" in r]
     assert reasons and "--max-in-flight" in reasons[0] and "--max-issue-delay-ms" in reasons[0]
+    # The cap cut the offered load short of the schedule; the diagnosis names the client's cap.
+    assert "fell short of the schedule" in reasons[0]
+    assert doc["diagnosis"]["cause"] == "client" and doc["diagnosis"]["invalid"] is True
+    assert doc["diagnosis"]["evidence"]["cap_waits"] == c["cap_waits"]
 
 
 def test_invalid_early_stopping_unmet_with_too_few_queries():
