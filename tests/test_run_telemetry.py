@@ -39,8 +39,9 @@ def fake_gpus(monkeypatch):
 
 def _run(*flags):
     # What these runs check is the telemetry; the issue-delay bound is relaxed so that a
-    # busy moment of a shared two-core machine does not judge them invalid.
-    options, given = resolve({"max_issue_delay_ms": 50.0, **dict(flags)})
+    # busy shared two-core machine does not judge them invalid (a run queue of ten
+    # threads on its two cores made a p99 issue delay of 257 ms).
+    options, given = resolve({"max_issue_delay_ms": 1000.0, **dict(flags)})
     return run_benchmark(options, given=given)
 
 

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu",
            "read_thread_wait"]
@@ -44,27 +44,35 @@ def _ticks_per_s() -> int:
         return 100
 
 
-def read_thread_cpu(proc: str = "/proc") -> Dict[int, Tuple[str, int]]:
-    """tid -> (name, user + system CPU ticks) of every thread of this process."""
-    out: Dict[int, Tuple[str, int]] = {}
+def _thread_files(proc: str, name: str) -> Iterator[Tuple[int, str]]:
+    """(tid, text of /proc/self/task/<tid>/<name>) of every thread of this process; a
+    thread that ended meanwhile is left out."""
     base = os.path.join(proc, "self", "task")
     try:
         tids = os.listdir(base)
     except OSError:
-        return out
+        return
     for tid in tids:
         try:
-            with open(os.path.join(base, tid, "stat"), encoding="utf-8", errors="replace") as f:
+            with open(os.path.join(base, tid, name), encoding="utf-8", errors="replace") as f:
                 text = f.read()
-        except OSError:  # the thread ended meanwhile
+        except OSError:
             continue
+        if tid.isdigit():
+            yield int(tid), text
+
+
+def read_thread_cpu(proc: str = "/proc") -> Dict[int, Tuple[str, int]]:
+    """tid -> (name, user + system CPU ticks) of every thread of this process."""
+    out: Dict[int, Tuple[str, int]] = {}
+    for tid, text in _thread_files(proc, "stat"):
         # "tid (comm) state ..." where comm may hold spaces and parentheses.
         lpar, rpar = text.find("("), text.rfind(")")
         if lpar < 0 or rpar < 0:
             continue
         fields = text[rpar + 2:].split()
         try:
-            out[int(tid)] = (text[lpar + 1:rpar], int(fields[11]) + int(fields[12]))
+            out[tid] = (text[lpar + 1:rpar], int(fields[11]) + int(fields[12]))
         except (IndexError, ValueError):
             continue
     return out
@@ -74,16 +82,10 @@ def read_thread_wait(proc: str = "/proc") -> Dict[int, int]:
     """tid -> ns it has waited on a run queue (ready, not running), of every thread of
     this process whose ``schedstat`` the kernel keeps; empty where it keeps none."""
     out: Dict[int, int] = {}
-    base = os.path.join(proc, "self", "task")
-    try:
-        tids = os.listdir(base)
-    except OSError:
-        return out
-    for tid in tids:
+    for tid, text in _thread_files(proc, "schedstat"):
         try:
-            with open(os.path.join(base, tid, "schedstat"), encoding="ascii", errors="replace") as f:
-                out[int(tid)] = int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):  # ended meanwhile, or no schedstats
+            out[tid] = int(text.split()[1])
+        except (IndexError, ValueError):  # no schedstats
             continue
     return out
 
