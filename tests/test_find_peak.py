@@ -405,6 +405,15 @@ def test_a_run_is_judged_from_its_document():
     assert judge_run(document(1, goodput=goodput), goodput_fraction=0.9).holds
     # A failed threshold beside a late generator: the SUT's verdict.
     assert judge_run(document(1, reasons=[LATE], thresholds=[failed])).cause == "server"
+    # A bound missed beside a late generator: the lateness explains a p99 of 41 ms when the
+    # p99 issue delay is 30 ms (41 - 30 <= 20), not when it is 10 ms.
+    late = document(1, reasons=[LATE, MISSED], p99_ms=41.0)
+    late["issue_delay_ns"] = {"p99": 30_000_000}
+    j = judge_run(late, percentile=99.0, latency_bound_ms=20.0)
+    assert j.inconclusive and j.cause == "generator", j
+    late["issue_delay_ns"] = {"p99": 10_000_000}
+    j = judge_run(late, percentile=99.0, latency_bound_ms=20.0)
+    assert not j.inconclusive and j.why == MISSED
 
 
 class Scripted:

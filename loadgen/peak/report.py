@@ -53,7 +53,8 @@ def run_summary(doc: Dict[str, Any], index: int, phase: str, x: float, options: 
     percentile = float(effective.get("latency_percentile") or options.latency_percentile or 99.0)
     counts = doc.get("counts", {})
     issued = counts.get("issued", 0)
-    judged = judge_run(doc, goodput_fraction=min_goodput)
+    judged = judge_run(doc, goodput_fraction=min_goodput, percentile=percentile,
+                       latency_bound_ms=effective.get("latency_bound_ms", options.latency_bound_ms))
     summary: Dict[str, Any] = {
         "index": index,
         "phase": phase,
