@@ -46,8 +46,6 @@ PROBES_FILE = "probes.jsonl"
 RATE_SCENARIOS = ("poisson", "constant", "server")
 #: Windows whose throughput and latency must agree for a concurrency probe to be stable.
 STABLE_WINDOWS = 3
-#: A failed probe within this many --precision of the highest rate that held is run once more.
-RECHECK_PRECISIONS = 4
 #: Below this rate the search does not step down (queries/s).
 MIN_RATE = 1e-3
 #: With --slo and no other goodput criterion: the fraction of requests that must meet every SLO.
@@ -221,7 +219,7 @@ class PeakSearch:
         self._open_output()
         s = self.settings
         search = Search(self._probe, max_probes=s.max_probes, before=self._before, after=self._after,
-                        retries=s.retries, recheck_within=RECHECK_PRECISIONS * s.precision if s.over == "rate" else 0.0,
+                        retries=s.retries, recheck_within=s.growth - 1 if s.over == "rate" else 0.0,
                         max_time_s=s.max_search_s)
         self._search = search
         outcome: Dict[str, Any] = {"bracket": None, "confirmation": None, "reason": "", "interrupted": False,
