@@ -528,6 +528,7 @@ def test_find_peak_bisects_below_a_failed_confirmation_and_names_the_failure_tha
     assert peak["reason"].startswith(f"{above:,.3f}".rstrip("0").rstrip(".") + " queries/s does not hold")
     assert f"(at {above:g})" in peak["reason"] and "(at 1" not in peak["reason"]
     assert f"\n  {peak['reason']}\n" in text
+    assert peak["bracket"] == [answer, above]
     # Bisection below used full-length runs, kept in their own folders' names.
     assert any(r.get("full_length") for r in peak["runs"]) and "(bisect, full length)" in "\n".join(lines)
     # Nothing said about the answer calls it failing.

@@ -302,6 +302,8 @@ class PeakSearch:
             outcome["reason"] = reason
             return
         failure = search.deciding_failure(confirmation.answer)
+        if failure is not None and confirmation.answer != candidate:  # the bracket the answer came from
+            outcome["bracket"] = Bracket(confirmation.answer, failure.x, True)
         if failure is not None:
             where = " (a confirmation run)" if failure.phase == "confirm" else ""
             outcome["reason"] = (f"{self._setting_text(failure.x)} does not hold{where}: "
