@@ -606,7 +606,9 @@ def test_gpu_check_fails_on_low_utilization(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     util = re.search(r"FAIL utilization > 80%: mean utilization by GPU: GPU-fake0000 ([0-9.]+)%", done.stdout)
     assert util and 48 <= float(util.group(1)) <= 52, done.stdout
-    assert "GPU CHECK: FAIL (7 of 8 checks passed" in done.stdout
+    # 7 of 8 on a quiet machine; on a busy one the sampler's own checks (a sample every
+    # sample_ms, its CPU) may fail beside it, which is not what this test is about.
+    assert re.search(r"GPU CHECK: FAIL \([0-7] of 8 checks passed", done.stdout), done.stdout
 
 
 @pytest.mark.integration

@@ -220,6 +220,21 @@ def test_rates_and_sizes_the_engine_cannot_give_are_exit_2_at_once(args, fragmen
 
 # -------------------------------------------------- row 11: SIGTERM before the run
 
+def _catches(pid, sig, timeout_s):
+    """Waits until process `pid` has a handler for `sig` (its SigCgt mask in /proc)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        except (OSError, StopIteration, ValueError):
+            return False
+        if caught >> (int(sig) - 1) & 1:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.parametrize("listener", ["silent", "none"])
 def test_sigterm_during_the_readiness_wait_is_exit_130_interrupted(listener):
     sock = socket.socket()
@@ -248,7 +263,9 @@ def test_sigterm_during_the_readiness_wait_is_exit_130_interrupted(listener):
         if listener == "silent":
             assert accepted.wait(20), "the readiness probe never connected"
         else:
-            time.sleep(2.0)  # past the imports, into the probes
+            # Past the imports (seconds on a busy machine): once the CLI catches SIGTERM.
+            assert _catches(proc.pid, signal.SIGTERM, 60), "the CLI never set up its SIGTERM handler"
+            time.sleep(0.5)  # into the probes
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     finally:

@@ -288,10 +288,12 @@ def linger_live(live: Optional[LiveMetrics], options: RunOptions) -> None:
     SIGTERM) ends it at once."""
     if live is None or options.metrics_linger_s <= 0:
         return
-    note(f"serving the final metrics on {live.url} for {options.metrics_linger_s:g} s more "
-         "(--metrics-linger-s; Ctrl-C ends it)", options)
     with Interrupts() as interrupts:
         interrupts.running = True
+        # Said once the linger's own handler is in place: a Ctrl-C after this line ends
+        # the linger, not the run (whose result is already written).
+        note(f"serving the final metrics on {live.url} for {options.metrics_linger_s:g} s more "
+             "(--metrics-linger-s; Ctrl-C ends it)", options)
         live.linger(options.metrics_linger_s, lambda: interrupts.signal is not None)
 
 

@@ -57,6 +57,7 @@ def place(o: RunOptions, settings: EngineSettings) -> Optional[Dict[str, Any]]:
         applied = {"issue_thread": list(plan.issue_cpus), "dispatcher": list(plan.dispatcher_cpus),
                    "sut": list(plan.sut_cpus),
                    # a native network client's I/O threads, when one runs: off the issue core
+                   # (left out below for any other SUT)
                    "io_threads": io_thread_cpus(plan.issue_cpus, plan.dispatcher_cpus, plan.sut_cpus)}
     return {"pin": o.pin, "plan": plan.as_dict(), "applied": applied, "usable_cpus": topo.usable}
 
@@ -143,6 +144,8 @@ class RunTelemetry:
             if self.engine.dispatcher_thread_id() is None and placement_section["applied"]["dispatcher"]:
                 placement_section["applied"]["dispatcher"] = []
                 placement_section["note"] = "a native SUT has no dispatcher thread: only the issue thread was pinned"
+            if self.engine.sut_form != "native_http":
+                placement_section["applied"].pop("io_threads", None)
             doc["placement"] = placement_section
         event_loop = self.engine.sut_form in _EVENT_LOOP_FORMS
         origin = self.engine.measure_start_ns or None
