@@ -353,7 +353,7 @@ def test_the_time_budget_ends_the_search_with_a_clear_message():
 
 def document(x: float, *, duration_s: float = 1.0, reasons: Any = (), p99_ms: float = 5.0, qps: Any = None,
              thresholds: Any = (), goodput: Any = None, diagnosis: Any = None,
-             timeseries: Any = None) -> Dict[str, Any]:
+             timeseries: Any = None, warnings: Any = ()) -> Dict[str, Any]:
     """A result document as find-peak reads it, built by hand."""
     doc: Dict[str, Any] = {
         "schema": "loadgen.result/1", "valid": not reasons, "interrupted": False, "invalid_reasons": list(reasons),
@@ -362,6 +362,7 @@ def document(x: float, *, duration_s: float = 1.0, reasons: Any = (), p99_ms: fl
         "latency_ns": {"count": 100, "p99": int(p99_ms * 1e6)},
         "throughput": {"completed_qps": float(x if qps is None else qps), "target_qps": x},
         "duration_s": duration_s, "thresholds": list(thresholds), "timeseries": timeseries or [],
+        "warnings": list(warnings),
     }
     if goodput is not None:
         doc["goodput"] = goodput
@@ -403,6 +404,10 @@ def test_a_run_is_judged_from_its_document():
     j = judge_run(document(1, goodput=goodput), goodput_fraction=0.95)
     assert not j.holds and "goodput 0.9 of requests met every SLO" in j.why and "--min-goodput 0.95" in j.why
     assert judge_run(document(1, goodput=goodput), goodput_fraction=0.9).holds
+    # Within the bound, but the server did not keep up: its backlog grew over the run.
+    grew = {"name": "server_saturated", "message": "the server saturated: outstanding queries grew from 3 to 740"}
+    j = judge_run(document(1, warnings=[grew]))
+    assert not j.holds and not j.inconclusive and j.cause == "server" and "grew from 3 to 740" in j.why
     # A failed threshold beside a late generator: the SUT's verdict.
     assert judge_run(document(1, reasons=[LATE], thresholds=[failed])).cause == "server"
     # A bound missed beside a late generator: the lateness explains a p99 of 41 ms when the

@@ -3,8 +3,11 @@ from the run's result document alone.
 
 A run **fails** when the SUT missed a criterion: the latency bound, the error rate, a
 query the SUT did not answer in time, any other reason the run is invalid that is not the
-generator's, a ``--require``/``--fail-if`` threshold, or the goodput target of ``--slo``
-(``--min-goodput``). A run is **inconclusive** when the only thing wrong is the load
+generator's, a ``--require``/``--fail-if`` threshold, the goodput target of ``--slo``
+(``--min-goodput``), or keeping up: a run whose diagnosis warns that the server saturated
+(``server_saturated``: its outstanding queries and latency grew over the run while issuing
+kept to the schedule) fails even within the bound, since a backlog that grows over a
+probe grows without end over a long run at that rate. A run is **inconclusive** when the only thing wrong is the load
 generator or its client (the document's ``diagnosis`` names the ``generator`` or the
 ``client`` as the cause of an invalid run, or, in documents without one, an invalid
 reason starts with ``generator overload:`` or ``generator saturated``): the load was not offered as scheduled, so the
@@ -138,6 +141,8 @@ def judge_run(doc: Dict[str, Any], *, goodput_fraction: Optional[float] = None, 
     if not cause:  # every other reason a run is invalid counts against the SUT
         failed += [r for r in reasons if not _server_reason(r) and not _generator_reason(r)]
     failed += [threshold_failure(t) for t in doc.get("thresholds", []) if not t.get("passed", True)]
+    failed += [str(w.get("message") or "the server saturated") for w in doc.get("warnings") or []
+               if isinstance(w, dict) and w.get("name") == "server_saturated"]
     goodput = doc.get("goodput")
     if goodput_fraction is not None:
         fraction = float(goodput["fraction"]) if goodput else 0.0
