@@ -65,8 +65,8 @@ def main() -> int:
     ap.add_argument("--io-threads", default="1", help="the native client's --io-threads values to run, comma-separated "
                     "(each is one client: native/ioN; 1 is plain native)")
     ap.add_argument("--spin-us", default="0", help="loadgen's --spin-us values to run the native client with, "
-                    "comma-separated (each is one client: native/ioN/spinS; within it of each arrival the timing "
-                    "I/O thread polls rather than sleeps)")
+                    "comma-separated (each is one client: native/ioN/spinS; within it of each arrival the issue "
+                    "thread spins rather than sleeps, at least 20 us)")
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--json", metavar="FILE")
     a = ap.parse_args()

@@ -110,7 +110,7 @@ class NativeHttpSUT:
         h.host = self.host
         h.port = int(self.inner.target.port)
         h.connections = int(self.inner.connections)
-        h.warm_connections = min(4096, h.connections)  # all before the run: a connect mid-run costs the timer thread
+        h.warm_connections = min(4096, h.connections)  # all before the run: a connect mid-run costs the issuing thread
         h.io_threads = int(self.io_threads)
         h.requests = list(self.inner.requests)
         h.head_only = bool(getattr(self.inner, "_head_only", False))
