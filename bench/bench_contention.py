@@ -417,10 +417,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     notes.append("perf_analyzer's lateness is a lower bound: its schedule's start is taken as "
                  "the offset that puts its earliest send on time.")
     print("\n" + "\n".join(notes))
-    if bench.errors:
-        print(f"\n{len(bench.errors)} problem(s):")
-        for e in bench.errors[:20]:
-            print(f"  - {e[:600]}")
+    bench.print_errors()
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "machine": ctx, "total_s": total_s, "notes": notes,

@@ -436,6 +436,13 @@ class Bench:
         return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--json", "--quiet",
                 "--interval-s", "0", *native, *extra]
 
+    def print_errors(self) -> None:
+        """The problems the sitting met (the first 20, each cut to 600 characters), if any."""
+        if self.errors:
+            print(f"\n{len(self.errors)} problem(s):")
+            for e in self.errors[:20]:
+                print(f"  - {e[:600]}")
+
     def header(self, what: str) -> dict[str, Any]:
         la = os.getloadavg()
         print(f"\n== {what}\n   loadavg before: {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}", flush=True)
@@ -878,10 +885,7 @@ def main(argv: list[str] | None = None) -> int:
           f"[min-max] where several)")
     for name, table in bench.tables.items():
         print(f"\n### {name}\n\n{table}")
-    if bench.errors:
-        print(f"\n{len(bench.errors)} problem(s):")
-        for e in bench.errors[:20]:
-            print(f"  - {e[:600]}")
+    bench.print_errors()
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "machine": ctx, "total_s": total_s,

@@ -5,28 +5,18 @@ loadgen / perf_analyzer ratios."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.bench_modules import load_bench
+
 MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
 def bc():
-    sys.path.insert(0, str(BENCH))  # it imports bench_engine, bench_http and triton_peers beside it
-    try:
-        spec = importlib.util.spec_from_file_location("loadgen_bench_contention",
-                                                      BENCH / "bench_contention.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_bench("bench_contention")
 
 
 def test_nearest_rank_percentile(bc):

@@ -4,14 +4,12 @@ rows and loadgen / perf_analyzer ratios from hand-made run records."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.bench_modules import load_bench
+
 
 CLOSED = """\
 *** Measurement Settings ***
@@ -74,15 +72,7 @@ Request Rate: 3410.00, throughput: 3325.24 infer/sec, latency 388460 usec
 
 @pytest.fixture(scope="module")
 def peers():
-    sys.path.insert(0, str(BENCH))  # triton_peers imports bench_engine beside it
-    try:
-        spec = importlib.util.spec_from_file_location("loadgen_bench_triton_peers",
-                                                      BENCH / "triton_peers.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_bench("triton_peers")
 
 
 def test_closed_loop_report(peers):
