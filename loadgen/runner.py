@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen import defaults
 from loadgen.engine import Engine, EngineSettings
+from loadgen.engine.dispatch import SutExit
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
 from loadgen.results.document import SCHEMA, build_document, histogram_summary, timeseries_point
@@ -30,9 +31,11 @@ _Prepared = Tuple[Scenario, RunOptions, EngineSettings, Any]
 
 
 class ResultError(RuntimeError):
-    """The run finished but its result document could not be built. :attr:`doc` holds
-    what was measured (counts, durations, the engine's histograms), marked invalid and
-    ``"partial": true``, so that nothing measured is lost: save it, then fail."""
+    """The run finished but its result document could not be built, or the SUT ended it
+    by calling ``sys.exit()`` outside a query (:class:`~loadgen.engine.dispatch.SutExit`).
+    :attr:`doc` holds what was measured, marked invalid, so that nothing measured is
+    lost: save it, then fail. A document that could not be built holds the counts,
+    durations and the engine's histograms, marked ``"partial": true``."""
 
     def __init__(self, message: str, doc: Dict[str, Any]) -> None:
         super().__init__(message)
@@ -121,8 +124,10 @@ def run_benchmark(
     """Runs one benchmark and returns its result document.
 
     Raises:
-        ResultError: the run finished, but building its document failed; the error's
-            ``doc`` holds the measured result.
+        ResultError: the run finished, but building its document failed, or the SUT
+            called ``sys.exit()`` while a loop or callback SUT was opened or closed (the
+            run then ended at once); the error's ``doc`` holds the measured result,
+            invalid.
 
     Args:
         options: the run's options.
@@ -182,10 +187,14 @@ def _run_benchmark(
     if live is not None:
         live.attach(engine, effective, settings, sut, telemetry.gpu)
     telemetry.start(engine)
-    engine.start()
+    sut_exit: Optional[SutExit] = None
     try:
+        engine.start()  # a loop or callback SUT is opened here
         interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, finish_when,
                              telemetry.poll)
+    except SutExit as e:  # the SUT called sys.exit() opening or closing: what was measured is kept
+        engine.close()
+        sut_exit, interrupted = e, not e.after_run
     except BaseException:
         engine.close()
         raise
@@ -209,9 +218,14 @@ def _run_benchmark(
             doc["live_metrics"] = live.where()
         if requests is not None:
             doc["requests"] = requests
+        if sut_exit is not None:
+            doc["valid"] = False
+            doc["invalid_reasons"].append(str(sut_exit))
     except Exception as e:
         # Whatever fails after the run, what was measured is handed back to be saved.
         doc = _partial_document(scenario, effective, result, interrupted, given or {}, started_wall, e)
+        if sut_exit is not None:
+            doc["invalid_reasons"].insert(0, str(sut_exit))
         message = str(doc["invalid_reasons"][-1])
         add_worker_section(doc, worker)
         if requests is not None:
@@ -227,6 +241,8 @@ def _run_benchmark(
                                      "errors": [f"reporting the scrapes failed: {type(e).__name__}: {e}"],
                                      "deltas": {}, "gauges": {}, "intervals": []}
     redacted: Dict[str, Any] = net_options(effective).redactor().doc(doc)
+    if sut_exit is not None:  # an error, with the measured result to save
+        raise ResultError(str(sut_exit), redacted) from sut_exit
     return redacted
 
 

@@ -81,7 +81,9 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     paths: List[str] = []
     if options.output:
         try:
-            paths, render_failure = save(doc, options.output, partial=failure is not None, html=not options.no_html)
+            # A partial document (one that could not be built) is saved as result.json alone.
+            paths, render_failure = save(doc, options.output, partial=bool(doc.get("partial")),
+                                         html=not options.no_html)
         except OSError as e:
             print(json.dumps(doc, default=str), file=sys.stderr)
             raise UsageError(f"--output: cannot write to {options.output}: {e.strerror or e} "

@@ -17,6 +17,8 @@ Whatever a SUT raises fails the queries of that call (kind: the exception's clas
 ``SystemExit`` included. ``KeyboardInterrupt`` fails its query too and then stops the run
 as Ctrl-C does: the main thread is interrupted, so ``loadgen run`` writes the result,
 marked interrupted, and exits 130 (where Ctrl-C is ignored, the run is stopped here).
+A ``SystemExit`` from a loop or callback SUT's opening or closing ends the run as
+:class:`SutExit`, an error, never as the process's quiet exit.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
 from loadgen.units import us_to_ns
 
-__all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher"]
+__all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher", "SutExit"]
 
 _monotonic_ns = time.monotonic_ns
 
@@ -52,6 +54,30 @@ MAX_FUNCTION_THREADS = 1024
 #: What the engine hands out at a time: query ids, their samples (one row of indices per
 #: query) and their scheduled times (ns).
 _Taken = Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+class SutExit(RuntimeError):
+    """The SUT called ``sys.exit()`` (raised ``SystemExit``) where no single query could
+    fail for it: opening or closing a loop or callback SUT. The run is ended; the
+    ``SystemExit`` is the ``__cause__``. :attr:`after_run` says it came as the SUT was
+    closed, once the run had ended."""
+
+    def __init__(self, message: str, after_run: bool) -> None:
+        super().__init__(message)
+        self.after_run = after_run
+
+
+def _fatal(e: BaseException, stage: str) -> BaseException:
+    """What a driver's fatal error ``e`` is re-raised as on the waiting thread: a
+    ``SystemExit`` as :class:`SutExit` (re-raised as it is, it would end the process
+    quietly with the status the SUT chose, the run's result lost), anything else as it is."""
+    if not isinstance(e, SystemExit):
+        return e
+    code = "" if e.code is None else repr(e.code)
+    closing = stage.startswith("in close")
+    error = SutExit(f"the SUT called sys.exit({code}) {stage}" + ("" if closing else ": the run was ended"), closing)
+    error.__cause__ = e
+    return error
 
 
 class Dispatcher:
@@ -79,6 +105,8 @@ class Dispatcher:
         #: Set once the SUT raised KeyboardInterrupt (the run is being stopped).
         self.interrupted = False
         self._interrupt_lock = threading.Lock()
+        #: Where a loop or callback SUT's own code is running, for a fatal error's message.
+        self.stage = "during the run"
         self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
 
     def start(self) -> None:
@@ -127,7 +155,7 @@ class Dispatcher:
                 self._drive_async()
         except BaseException as e:  # re-raised on the waiting thread
             if self.error is None:
-                self.error = e
+                self.error = _fatal(e, self.stage)
             self.core.abort()
             self.opened.set()
 
@@ -397,7 +425,9 @@ class _LoopDriver(_AsyncDriver):
     async def run(self) -> None:
         # A failure here reaches Dispatcher.start through _drive_guarded, which records
         # it before waking the starter.
+        self.dispatcher.stage = "in open_on_loop()"
         await self.sut.open_on_loop(self.loop, self)
+        self.dispatcher.stage = "during the run"
         self.core.start()
         self.dispatcher.pin()
         # The issue thread sets the start time as it begins (microseconds); asking for
@@ -419,6 +449,7 @@ class _LoopDriver(_AsyncDriver):
                 self.loop.remove_reader(fd)
                 self._flush()
         finally:
+            self.dispatcher.stage = "in close_on_loop()"
             await self.sut.close_on_loop()
 
     def _on_ready(self) -> None:
@@ -525,7 +556,9 @@ class _CallbackDriver:
         if self.settings.samples_per_query != 1:
             raise ValueError("a callback SUT takes one sample per query (samples_per_query 1, got "
                              f"{self.settings.samples_per_query})")
+        self.dispatcher.stage = "in open()"
         self.sut.open(self)
+        self.dispatcher.stage = "during the run"
         try:
             self.core.start()
             self.dispatcher.pin()
@@ -539,6 +572,7 @@ class _CallbackDriver:
             while not self.core.wait(0.05):  # everything handed out: wait for the end
                 pass
         finally:
+            self.dispatcher.stage = "in close()"
             self.sut.close()
 
     def _feed_open(self) -> None:

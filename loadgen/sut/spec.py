@@ -100,6 +100,20 @@ def _demo(rest: str) -> DemoSUT:
 
 
 def _python(spec: str, rest: str) -> Any:
+    # A SUT's own code runs here (its module's top level, its class's constructor); a
+    # sys.exit() in it would end the command quietly, with the exit status it chose.
+    try:
+        return _load_python(spec, rest)
+    except SystemExit as e:
+        raise SutSpecError(f"SUT {spec!r} called {_exit_call(e)} while loading") from None
+
+
+def _exit_call(e: SystemExit) -> str:
+    """How the SUT ended the process: ``sys.exit(0)``, ``sys.exit('message')``."""
+    return f"sys.exit({'' if e.code is None else repr(e.code)})"
+
+
+def _load_python(spec: str, rest: str) -> Any:
     module_name, sep, attr = rest.rpartition(":")
     if not sep or not module_name or not attr:
         raise SutSpecError(f"--sut {spec}: expected python:MODULE:ATTR (MODULE may be a file path)")
