@@ -4,17 +4,39 @@ redaction of secrets (credentials in headers) from everything a run writes or pr
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import ssl
 from typing import Any, List, Optional, Sequence, Tuple
 
 from loadgen import defaults
 
-__all__ = ["CUT_MARK", "NetOptions", "Redactor", "clip", "parse_header", "ssl_context"]
+__all__ = ["CUT_MARK", "NetOptions", "REDACTED", "Redactor", "SECRET_QUERY_NAMES", "SENSITIVE_HEADERS", "clip",
+           "header_problem", "parse_header", "ssl_context", "template_headers"]
 
 #: Headers whose values are always redacted (compared case-insensitively).
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
-                               "x-api-key", "api-key"})
+                               "x-api-key", "api-key", "x-auth-token", "x-access-token", "private-token",
+                               "x-goog-api-key", "x-amz-security-token", "ocp-apim-subscription-key"})
 REDACTED = "[REDACTED]"
+#: URL query parameters whose values are always redacted (compared case-insensitively,
+#: '-' and '_' alike): ``?api_key=...`` in a --sut or --server-metrics-url URL is sent as
+#: given and shown as ``?api_key=[REDACTED]``.
+SECRET_QUERY_NAMES = frozenset({
+    "access_token", "api_key", "apikey", "auth", "auth_token", "authorization", "client_secret",
+    "credential", "credentials", "id_token", "jwt", "key", "passwd", "password", "pwd", "refresh_token",
+    "secret", "session_token", "sessionid", "sig", "signature", "token", "x_amz_credential",
+    "x_amz_security_token", "x_amz_signature", "x_goog_credential", "x_goog_signature",
+})
+# A query parameter of a secret name (after '?', '&' or ';') in any text: its value up to
+# the next '&', '#', quote, bracket or whitespace (what ends a URL in a message or a
+# document).
+_SECRET_QUERY = re.compile(
+    r"(?<=[?&;])((?:%s)=)([^&#;\s\"'<>\[\]()]+)" % "|".join(
+        sorted((re.escape(n).replace("_", "[-_]") for n in SECRET_QUERY_NAMES), key=len, reverse=True)),
+    re.IGNORECASE)
+#: The characters of an HTTP header name (RFC 9110 token).
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 #: What :func:`clip` puts where it cut a text; the redactor treats what precedes it as
 #: possibly the start of a secret the cut went through.
 CUT_MARK = "..."
@@ -36,17 +58,52 @@ def clip(data: Any, limit: int) -> str:
     return text + CUT_MARK if cut else text
 
 
-def parse_header(text: str) -> Tuple[str, str]:
-    """``'Name: value'`` -> (name, value); ValueError when it is not a header."""
-    name, sep, value = str(text).partition(":")
-    name = name.strip()
-    if not sep or not name or any(c in name for c in " \t\r\n") or "\r" in value or "\n" in value:
-        raise ValueError(f"{text!r} is not a header like 'Name: value'")
+def header_problem(name: str, value: str) -> str:
+    """What is wrong with a header ("" when nothing): a name that is not an HTTP token, a
+    value holding CR, LF or NUL (which would end the header and start another). The
+    message shows the name only where it is a token, and never the value: either may
+    hold a credential."""
+    if not name or not _TOKEN.match(name):
+        return ("a header name must be a token (letters, digits and !#$%&'*+.^_`|~-), without spaces, "
+                "':' or control characters")
+    if any(c in value for c in "\r\n\0"):
+        return f"header {name!r}: its value holds a CR, LF or NUL character (a header is one line)"
     try:
-        (name + value).encode("latin-1")
+        value.encode("latin-1")
     except UnicodeEncodeError:
-        raise ValueError(f"header {name!r}: HTTP/1.1 headers must be Latin-1 text") from None
+        return f"header {name!r}: HTTP/1.1 header values must be Latin-1 text"
+    return ""
+
+
+def parse_header(text: str) -> Tuple[str, str]:
+    """``'Name: value'`` -> (name, value); ValueError when it is not a header. The
+    message names the header (or says it has no ':'), never its value."""
+    name, sep, value = str(text).partition(":")
+    if not sep:
+        raise ValueError("a header without ':' (write it as 'Name: value'; its text is not shown, as it may "
+                         "hold a credential)")
+    name = name.strip()
+    problem = header_problem(name, value)
+    if problem:
+        raise ValueError(problem)
     return name, value.strip()
+
+
+def template_headers(path: Optional[str]) -> List[Tuple[str, str]]:
+    """The headers of a ``--request-template`` file as (name, value) text, so that the
+    values of secret names are redacted like --header ones; none when the file cannot
+    be read (its loader says why)."""
+    if not path:
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            tpl = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return []
+    headers = tpl.get("headers") if isinstance(tpl, dict) else None
+    if not isinstance(headers, dict):
+        return []
+    return [(str(k).strip(), str(v).strip()) for k, v in headers.items() if isinstance(v, (str, int, float))]
 
 
 @dataclasses.dataclass
@@ -109,11 +166,17 @@ class NetOptions:
     grpc_engine: str = "auto"
 
     def redactor(self) -> "Redactor":
-        return Redactor(self.headers, self.secret_headers, self.secret_values)
+        """The redactor of everything a run with these options writes or prints: the
+        values of secret-named headers (--header, and the request template's), the
+        further secret values, and secret-named URL query parameters."""
+        return Redactor([*self.headers, *template_headers(self.request_template)], self.secret_headers,
+                        self.secret_values)
 
 
 class Redactor:
-    """Replaces the values of sensitive headers with ``[REDACTED]`` in text and documents.
+    """Replaces the values of sensitive headers with ``[REDACTED]`` in text and documents,
+    and the values of URL query parameters of secret names (:data:`SECRET_QUERY_NAMES`)
+    wherever a text holds one.
 
     Args:
         headers: the headers a run sends.
@@ -144,6 +207,8 @@ class Redactor:
         for v in self._values:
             if v in s:
                 s = s.replace(v, REDACTED)
+        if "=" in s:
+            s = redact_query(s)
         if CUT_MARK in s and self._values:
             s = self._cut_starts(s)
         return s
@@ -169,16 +234,35 @@ class Redactor:
         return self.text(clip(self.text(clip(data, max(limit, _CLIP_WINDOW_CHARS))), limit))
 
     def doc(self, obj: Any) -> Any:
-        """A copy of a JSON-like document with every secret value replaced in its strings."""
-        if not self._values:
+        """A copy of a JSON-like document with every secret value replaced in its strings
+        (``obj`` itself when it holds no secret)."""
+        if not self._values and not _holds_secret_query(obj):
             return obj
+        return self._doc(obj)
+
+    def _doc(self, obj: Any) -> Any:
         if isinstance(obj, str):
             return self.text(obj)
         if isinstance(obj, dict):
-            return {self.doc(k) if isinstance(k, str) else k: self.doc(v) for k, v in obj.items()}
+            return {self._doc(k) if isinstance(k, str) else k: self._doc(v) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            return [self.doc(v) for v in obj]
+            return [self._doc(v) for v in obj]
         return obj
+
+
+def redact_query(text: str) -> str:
+    """``text`` with the value of every URL query parameter of a secret name
+    (:data:`SECRET_QUERY_NAMES`: ``api_key=...``, ``token=...``) replaced by
+    :data:`REDACTED`."""
+    return _SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _holds_secret_query(obj: Any) -> bool:
+    try:
+        text = json.dumps(obj, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return True  # not JSON text (a key that is no string): walked
+    return "=" in text and _SECRET_QUERY.search(text) is not None
 
 
 def ssl_context(ca_file: Optional[str], insecure: bool) -> ssl.SSLContext:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import urllib.parse
-from typing import Optional
+from typing import List, Optional
 
-__all__ = ["Target", "host_problem", "parse_target", "redact_url"]
+from loadgen.net.options import REDACTED, SECRET_QUERY_NAMES
+
+__all__ = ["Target", "host_problem", "parse_target", "redact_url", "url_problem", "url_secrets"]
 
 _KSERVE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer/?$")
 _GRPC_PATH = re.compile(r"^/([^/]+)(?:/versions/([^/]+))?/?$")
@@ -79,14 +81,71 @@ def host_problem(host: Optional[str]) -> str:
     return ""
 
 
+_MIN_QUERY_SECRET_CHARS = 4
+
+
+def _secret_name(name: str) -> bool:
+    return name.strip().lower().replace("-", "_") in SECRET_QUERY_NAMES
+
+
 def redact_url(url: str) -> str:
-    """The URL with a password in its user part replaced by ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    """The URL as it may be shown: a password in its user part replaced by ``***``, and
+    the value of each query parameter of a secret name (``api_key``, ``token``, ...:
+    :data:`loadgen.net.options.SECRET_QUERY_NAMES`) by ``[REDACTED]``. The URL itself is
+    what requests go to."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
         return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    if password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
+    if parts.query:
+        pieces = []
+        for piece in parts.query.split("&"):
+            name, sep, value = piece.partition("=")
+            secret = sep and value and _secret_name(urllib.parse.unquote_plus(name))
+            pieces.append(f"{name}={REDACTED}" if secret else piece)
+        parts = parts._replace(query="&".join(pieces))
+    return urllib.parse.urlunsplit(parts) if password is not None or parts.query else url
+
+
+def url_secrets(url: Optional[str]) -> List[str]:
+    """The secrets a URL carries, to be redacted wherever they appear: the password of
+    its user part (as written and unquoted) and the values of its query parameters of
+    secret names (as written and unquoted) of at least :data:`_MIN_QUERY_SECRET_CHARS`
+    characters (a shorter value, ``?key=1``, would redact every ``1`` of a document; it
+    is still redacted wherever it appears as ``key=...`` in a URL)."""
+    if not url:
+        return []
+    try:
+        parts = urllib.parse.urlsplit(str(url))
+        password = parts.password
+    except ValueError:
+        return []
+    out = [password, urllib.parse.unquote(password)] if password else []
+    for name, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=False):
+        if _secret_name(name) and len(value) >= _MIN_QUERY_SECRET_CHARS:
+            out.append(value)
+    for piece in parts.query.split("&"):
+        name, _, value = piece.partition("=")
+        if len(value) >= _MIN_QUERY_SECRET_CHARS and _secret_name(urllib.parse.unquote_plus(name)):
+            out.append(value)
+    return list(dict.fromkeys(v for v in out if v))
+
+
+def url_problem(url: str) -> str:
+    """What makes ``url`` unfit to send ("" when nothing): a space or control character
+    anywhere in it (urlsplit would drop a tab, CR or LF silently, and a space or CR/LF in
+    the request line would split it). Spaces are refused, not encoded: write ``%20``."""
+    for c in url:
+        if c == " ":
+            return "it holds a space; percent-encode it as %20"
+        if ord(c) < 0x20 or ord(c) == 0x7F:
+            return f"it holds a control character ({c!r}); percent-encode it"
+    return ""
 
 
 def parse_target(url: str, *, template: bool = False) -> Target:
@@ -104,6 +163,9 @@ def parse_target(url: str, *, template: bool = False) -> Target:
         parts = urllib.parse.urlsplit(url)
     except ValueError as e:  # urlsplit: "Invalid IPv6 URL", a bad port
         raise ValueError(f"--sut: not a valid URL ({e}); use {_FORMS}") from None
+    problem = url_problem(url)
+    if problem:
+        raise ValueError(f"--sut {shown!r}: not a valid URL: {problem}")
     scheme = parts.scheme.lower()
     forms = _FORMS
     if scheme not in ("http", "https", "grpc", "grpcs", "openai+http", "openai+https"):

@@ -7,16 +7,20 @@ from __future__ import annotations
 import json
 import re
 import socket
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
 from loadgen.net.base import HttpSUT
+from loadgen.net.options import header_problem, redact_query
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
 from loadgen.net.tensors import load_samples, synthetic_samples, synthetic_source
 
-__all__ = ["TemplateHttpSUT", "fill_template"]
+__all__ = ["TemplateHttpSUT", "fill_template", "load_template"]
 
+_KEYS = ("method", "path", "headers", "body", "ready_path", "check")
+_CHECK_KEYS = ("status", "json_keys")
+_METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 _PLACEHOLDER = re.compile(r"\{\{\s*(sample(?:\.[A-Za-z0-9_\-]+)?|sample_index)\s*\}\}")
 
 
@@ -38,37 +42,17 @@ class TemplateHttpSUT(HttpSUT):
         path = self.net.request_template
         if path is None:  # a template target is only chosen with --request-template
             raise ValueError("--request-template: a template target needs a request template file")
-        try:
-            with open(path, encoding="utf-8") as f:
-                tpl = json.load(f)
-        except OSError as e:
-            raise ValueError(f"--request-template: cannot read {path}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise ValueError(f"--request-template: {path} is not JSON: {e}") from None
-        if not isinstance(tpl, dict):
-            raise ValueError(f"--request-template: {path} must be a JSON object")
-        unknown = set(tpl) - {"method", "path", "headers", "body", "ready_path", "check"}
-        if unknown:
-            raise ValueError(f"--request-template: {path}: unknown key(s) {', '.join(sorted(unknown))} "
-                             "(known: method, path, headers, body, ready_path, check)")
-        method = str(tpl.get("method", "POST" if "body" in tpl else "GET")).upper()
+        tpl = load_template(path, self.target.path)
+        method, req_path = tpl["method"], tpl["path"]
         self._head_only = method == "HEAD"
-        req_path = str(tpl.get("path", self.target.path))
-        if not req_path.startswith("/"):
-            raise ValueError(f"--request-template: {path}: path must start with '/', got {req_path!r}")
-        headers = tpl.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise ValueError(f"--request-template: {path}: headers must be an object")
-        check = tpl.get("check") or {}
-        statuses = check.get("status")
-        self.ok_status = frozenset(int(s) for s in statuses) if statuses else None
-        self.json_keys = [str(k) for k in check.get("json_keys", [])]
-        ready_path = tpl.get("ready_path")
+        self.ok_status = tpl["status"]
+        self.json_keys = tpl["json_keys"]
+        ready_path = tpl["ready_path"]
         self._wait_ready(self._ready_probe(ready_path), f"server {self.target.http_base}")
-        body_tpl = tpl.get("body")
+        body_tpl = tpl["body"]
         uses_sample = body_tpl is not None and "{{" in json.dumps(body_tpl) and "sample" in json.dumps(body_tpl)
         samples, source = self._template_samples(uses_sample)
-        header_items = [(str(k), str(v)) for k, v in headers.items()]
+        header_items = tpl["headers"]
         requests = []
         for i, sample in enumerate(samples):
             body = None
@@ -132,6 +116,109 @@ class TemplateHttpSUT(HttpSUT):
                 return "invalid_response", f"the response has no (or an empty) {missing[0]!r}"
         return None
 
+
+def load_template(path: str, default_path: str = "/") -> Dict[str, Any]:
+    """The ``--request-template`` file ``path`` read and checked: ``method`` (upper
+    case), ``path`` (default ``default_path``, the URL's), ``headers`` as (name, value)
+    text, ``body`` (None without one), ``ready_path`` (None without one), ``status`` (a
+    frozenset of the statuses that pass, None for any 2xx) and ``json_keys``.
+
+    Raises:
+        ValueError: the file cannot be read, is not JSON, or a field is wrong; one line
+            naming the file and the field (never a header's value).
+    """
+    where = f"--request-template {path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            tpl = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--request-template: cannot read {path}: {e.strerror or e}") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{where}: not JSON: {e}") from None
+    if not isinstance(tpl, dict):
+        raise ValueError(f"{where}: must be a JSON object (with method, path, headers, body, ...)")
+    unknown = set(tpl) - set(_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))} "
+                         f"(known: {', '.join(_KEYS)})")
+    method = tpl.get("method", "POST" if "body" in tpl else "GET")
+    if not isinstance(method, str) or not _METHOD.match(method):
+        raise ValueError(f"{where}: method must be an HTTP method (a word like POST, without spaces or "
+                         f"control characters), got {_shown(method)}")
+    req_path = _request_path(tpl.get("path", default_path), where, "path")
+    ready_path = tpl.get("ready_path")
+    if ready_path is not None:
+        ready_path = _request_path(ready_path, where, "ready_path")
+    headers = tpl.get("headers")
+    if headers is None:
+        headers = {}
+    if not isinstance(headers, dict):
+        raise ValueError(f"{where}: headers must be an object of \"Name\": \"value\" pairs")
+    header_items: List[Tuple[str, str]] = []
+    for name, value in headers.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            shown = repr(name) if _METHOD.match(name) else "a header"
+            raise ValueError(f"{where}: headers: {shown}: the value must be text or a number, "
+                             f"not {type(value).__name__}")
+        problem = header_problem(name.strip(), str(value))
+        if problem:
+            raise ValueError(f"{where}: headers: {problem}")
+        header_items.append((name.strip(), str(value).strip()))
+    status, json_keys = _check(tpl.get("check"), where)
+    return {"method": method.upper(), "path": req_path, "headers": header_items, "body": tpl.get("body"),
+            "ready_path": ready_path, "status": status, "json_keys": json_keys}
+
+
+def _shown(value: Any) -> str:
+    """A template value for a message: cut short, secret query values redacted."""
+    text = repr(value)
+    return redact_query(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _request_path(value: Any, where: str, field: str) -> str:
+    """A request path of the template: text starting with '/', without spaces or control
+    characters (a space or CR/LF would split the request line)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {field} must be text like \"/v1/predict\", got {type(value).__name__}")
+    if not value.startswith("/"):
+        raise ValueError(f"{where}: {field} must start with '/', got {_shown(value)}")
+    bad = next((c for c in value if c == " " or ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        what = "a space" if bad == " " else f"a control character ({bad!r})"
+        raise ValueError(f"{where}: {field} holds {what}; percent-encode it (a space is %20)")
+    try:
+        value.encode("ascii")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where}: {field} holds a character that is not ASCII; percent-encode it") from None
+    return value
+
+
+def _check(check: Any, where: str) -> Tuple[Optional[FrozenSet[int]], List[str]]:
+    """The ``check`` object: (statuses that pass, None for any 2xx; JSON keys)."""
+    if check is None:
+        return None, []
+    if not isinstance(check, dict):
+        raise ValueError(f"{where}: check must be an object like {{\"status\": [200], \"json_keys\": "
+                         f"[\"predictions\"]}}, got {type(check).__name__}")
+    unknown = set(check) - set(_CHECK_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: check: unknown key(s) {', '.join(sorted(map(str, unknown)))} "
+                         f"(known: {', '.join(_CHECK_KEYS)})")
+    raw = check.get("status")
+    statuses: Optional[FrozenSet[int]] = None
+    if raw is not None:
+        items = raw if isinstance(raw, list) else [raw]
+        for s in items:
+            if isinstance(s, bool) or not isinstance(s, int) or not 100 <= s <= 599:
+                raise ValueError(f"{where}: check.status must be an HTTP status (an integer 100..599) or a list "
+                                 f"of them, got {_shown(s)}")
+        if not items:
+            raise ValueError(f"{where}: check.status is an empty list (leave it out for any 2xx)")
+        statuses = frozenset(items)
+    keys = check.get("json_keys", [])
+    if isinstance(keys, str) or not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError(f"{where}: check.json_keys must be a list of key names (text), got {_shown(keys)}")
+    return statuses, list(keys)
 
 
 def fill_template(node: Any, sample: Any, index: int) -> Any:
