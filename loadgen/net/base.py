@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from loadgen import defaults
-from loadgen.net.http1 import HttpPool, Request, read_limited
+from loadgen.net.http1 import GetError, HttpPool, Request, blocking_get
 from loadgen.net.kserve_common import ModelMetadata
 from loadgen.net.options import NetOptions, ssl_context
 from loadgen.net.targets import Target
@@ -139,22 +137,16 @@ class NetworkSUT(LoopSUT):
 
 def http_get(url: str, headers: Sequence[Tuple[str, str]], timeout_s: float, ctx,
              max_bytes: int = defaults.MAX_RESPONSE_BYTES) -> Tuple[int, bytes, str]:
-    """(status, body, problem) of a GET; status 0 and the problem when nothing answered,
-    or when the body is over ``max_bytes`` (it is not read further)."""
-    req = urllib.request.Request(url, headers=dict(headers), method="GET")
-    too_large = f"the response is over --max-response-bytes ({max_bytes} bytes)"
+    """(status, body, problem) of a GET within ``timeout_s`` in all; status 0 and the
+    problem when nothing usable answered (see :func:`~loadgen.net.http1.blocking_get`:
+    a deadline passed, a response that is not HTTP/1.x or is malformed, a body over
+    ``max_bytes``); "HTTP <status>" as the problem of a status other than 2xx. The
+    headers never follow a redirect to another origin."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
-            body = read_limited(r, max_bytes)
-            return (0, b"", too_large) if body is None else (r.status, body, "")
-    except urllib.error.HTTPError as e:
-        body = read_limited(e, max_bytes) if e.fp is not None else b""
-        return e.code, body or b"", f"HTTP {e.code}"
-    except urllib.error.URLError as e:
-        reason = e.reason
-        return 0, b"", getattr(reason, "strerror", None) or str(reason)
-    except (OSError, ValueError) as e:
-        return 0, b"", f"{type(e).__name__}: {e}"
+        r = blocking_get(url, headers, timeout_s=timeout_s, ssl_context=ctx, max_bytes=max_bytes)
+    except GetError as e:
+        return 0, b"", str(e)
+    return r.status, r.body, "" if 200 <= r.status < 300 else f"HTTP {r.status}"
 
 
 class HttpSUT(NetworkSUT):

@@ -20,13 +20,11 @@ import base64
 import math
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults
-from loadgen.net.http1 import read_limited
+from loadgen.net.http1 import blocking_get
 from loadgen.net.options import Redactor
 from loadgen.net.targets import host_problem, redact_url
 
@@ -291,7 +289,7 @@ class MetricsScraper:
             password never shown).
         interval_s: seconds between scrapes during the run (0 = only before and after).
         headers: request headers (credentials are the caller's to redact).
-        timeout_s: bound on each scrape.
+        timeout_s: bound on each scrape, in all (however slowly a server answers).
         max_bytes: most bytes of a scrape's body; a larger one is a failed scrape.
         max_series: most series kept (the first seen); the others are counted.
 
@@ -328,27 +326,26 @@ class MetricsScraper:
         self._t0 = 0.0
 
     def _fetch(self) -> Tuple[str, str]:
-        """(the page's text, its Content-Type); URLError, OSError or ValueError."""
-        req = urllib.request.Request(self._request_url, headers=self.headers)
-        with urllib.request.urlopen(req, timeout=self.timeout_s, context=self.ssl_context) as r:
-            data = read_limited(r, self.max_bytes)
-            content_type = r.headers.get("Content-Type") or ""
-        if data is None:
-            raise ValueError(f"the response is over --max-response-bytes ({self.max_bytes} bytes)")
-        return data.decode("utf-8", "replace"), content_type
+        """(the page's text, its Content-Type); ValueError (a GetError when nothing usable
+        answered) within ``timeout_s`` in all, however slowly the server sends."""
+        r = blocking_get(self._request_url, list(self.headers.items()), timeout_s=self.timeout_s,
+                         ssl_context=self.ssl_context, max_bytes=self.max_bytes)
+        if not 200 <= r.status < 300:
+            raise ValueError(f"HTTP {r.status} {r.reason}".rstrip())
+        return r.body.decode("utf-8", "replace"), r.headers.get("content-type", "")
 
     def _scrape(self) -> None:
         t = time.monotonic() - self._t0
         try:
             text, content_type = self._fetch()
             values, kinds = parse_prometheus(text, content_type)
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - a failed scrape, whatever failed, is counted, not raised
+            # (ValueError: the GET's failure, or a page that does not parse; anything else
+            # would otherwise end the scraping thread with a traceback)
+            reason = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
             with self._lock:
                 self._failures += 1
                 if len(self._errors) < 5:
-                    reason = getattr(e, "reason", None) or e
-                    if isinstance(e, urllib.error.HTTPError):
-                        reason = f"HTTP {e.code} {reason}"
                     self._errors.append(self._redactor.text(f"{t:.1f} s: {reason}"))
             return
         with self._lock:
