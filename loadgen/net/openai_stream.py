@@ -51,6 +51,30 @@ def too_large_text(max_event_bytes: int, held: int) -> str:
             f"{held} bytes with no end of event; the connection was closed")
 
 
+#: The most output tokens an answer's ``usage.completion_tokens`` may say (a request's
+#: record holds its count as a 32-bit integer); a count outside 0 to this is a protocol
+#: error of that answer (``invalid_response``), not a number to record.
+MAX_TOKEN_COUNT = 2**31 - 1
+_MAX_RATE = 2**62  # milli-tokens/s past any histogram's range: recorded as out of range
+
+
+def _token_count(usage: Any) -> Tuple[Optional[int], Optional[str]]:
+    """(the ``completion_tokens`` of a ``usage`` object, or None when it gives none; the
+    problem when the count is out of range, else None)."""
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None, None
+    if not 0 <= n <= MAX_TOKEN_COUNT:
+        return None, f"usage.completion_tokens {clip(str(n), 40)} is out of range (0 to {MAX_TOKEN_COUNT})"
+    return n, None
+
+
+def _tokens_per_s_milli(n: int, elapsed_ns: int) -> int:
+    """``n`` tokens in ``elapsed_ns`` as milli-tokens/s (at least 1), capped where no
+    histogram reaches (such a rate is counted as out of range, not raised on)."""
+    return min(max(1, round(n * 1e12 / elapsed_ns)), _MAX_RATE)
+
+
 def _loads_json(text: str) -> Any:
     """json.loads, with nesting too deep to parse (RecursionError) a ValueError too."""
     try:
@@ -69,7 +93,7 @@ class TokenStream:
         self.sut = sut
         self.query_id = query_id
         self.scheduled_ns = scheduled_ns
-        self.buf = b""
+        self.buf = bytearray()  # what has come of the event not yet ended
         self.first_ns = 0
         self.last_ns = 0
         self.chunks = 0
@@ -84,25 +108,35 @@ class TokenStream:
         self.n_input = -1  # the request's input tokens, when the workload knows them
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
-        held = len(self.buf)
-        buf = self.buf + piece
-        # What was held has no event's end in it: search from the last 3 bytes of it on.
+        # One buffer, appended to, searched only where an event's end may newly be (from
+        # the last 3 bytes held on), and cut once per piece: linear in the stream, so that
+        # a large event costs its bytes, not their square.
+        buf = self.buf
+        held = len(buf)
+        buf += piece
         start = held - 3 if held > 3 else 0
-        while True:
-            end = buf.find(b"\n\n", start)
-            if end < 0:
-                crlf = buf.find(b"\r\n\r\n", start)
-                if crlf < 0:
-                    break
-                event, buf = buf[:crlf], buf[crlf + 4:]
+        lf = buf.find(b"\n\n", start)
+        crlf = buf.find(b"\r\n\r\n", start)
+        pos = 0
+        while lf >= 0 or crlf >= 0:
+            if crlf < 0 or 0 <= lf < crlf:  # the earlier of the two ends
+                end, pos_next = lf, lf + 2
             else:
-                event, buf = buf[:end], buf[end + 2:]
-            start = 0
+                end, pos_next = crlf, crlf + 4
+            event = bytes(buf[pos:end])
+            pos = pos_next
+            # A terminator not found stays not found: the buffer does not grow here.
+            if 0 <= lf < pos:
+                lf = buf.find(b"\n\n", pos)
+            if 0 <= crlf < pos:
+                crlf = buf.find(b"\r\n\r\n", pos)
             self._event(event, t)
+        if pos:
+            del buf[:pos]
         if len(buf) > self.sut.max_event_bytes:  # a stream is bounded per event, not in total
-            self.buf = b""
-            raise ResponseTooLarge(too_large_text(self.sut.max_event_bytes, len(buf)))
-        self.buf = buf
+            held = len(buf)
+            self.buf = bytearray()
+            raise ResponseTooLarge(too_large_text(self.sut.max_event_bytes, held))
 
     def _event(self, event: bytes, t: int) -> None:
         if event.startswith(b"data: {") and b"\n" not in event:  # the usual one-line event
@@ -131,9 +165,11 @@ class TokenStream:
         if not isinstance(doc, dict) or "error" in doc:
             self.error = self.error or event_problem(data, doc)
             return
-        usage = doc.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
+        n, problem = _token_count(doc.get("usage"))
+        if problem is not None:
+            self.error = self.error or problem
+        elif n is not None:
+            self.usage_tokens = n
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -159,11 +195,11 @@ class TokenStream:
         sut = self.sut
         if status != 200:
             text = sut.redactor.excerpt(self.buf, 200)
-            self.buf = b""
+            self.buf = bytearray()
             sut.fail_query(self.query_id, f"http_{status}", f"HTTP {status}: {text}")
             return
         if self.buf.strip():
-            self._event(self.buf, t)
+            self._event(bytes(self.buf), t)
         problem = self.error
         if problem is None and sut.check:
             sut.checked += 1
@@ -213,11 +249,13 @@ class WholeResponse:
         if problem is not None:
             sut.fail_query(self.query_id, "invalid_response", problem)
             return
-        usage = doc.get("usage")
-        n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        n, problem = _token_count(doc.get("usage"))
+        if problem is not None and not embeddings:
+            sut.fail_query(self.query_id, "invalid_response", problem)
+            return
         if embeddings:
             n = -1
-        elif not isinstance(n, int) or n < 0:
+        elif n is None:
             n = sum(len(str((c.get("message") or {}).get("content") or c.get("text") or "").split())
                     for c in doc.get("choices") or () if isinstance(c, dict))
         sut.record_whole(self, t, n, doc)
@@ -363,7 +401,7 @@ class OpenAISUT(HttpSUT):
         self.output_lengths[n] += 1
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
-            self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
+            self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
         self._lengths(w.n_input, n)
         self.sink.complete_tokens(w.query_id, t, n, w.n_input)
 
@@ -383,7 +421,7 @@ class OpenAISUT(HttpSUT):
                 self._flush_gaps()
         elapsed = t - s.scheduled_ns
         if elapsed > 0 and n > 0:
-            self.tokens_per_s.record(max(1, round(n * 1e12 / elapsed)))
+            self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
         self._lengths(s.n_input, n)
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
 
