@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults as D
+from loadgen.files import CONFIG_LIMIT_BYTES, InputFileError, read_text
 from loadgen.units import TIME_UNITS, parse_duration_s
 
 __all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "SWEEP_TABLE", "parse_labels", "parse_stages",
@@ -609,14 +610,13 @@ def _load_toml(path: str) -> Dict[str, Any]:
     except ImportError:  # pragma: no cover - older Pythons
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        with open(path, "rb") as f:
-            data: Dict[str, Any] = tomllib.load(f)
-    except OSError as e:
-        raise OptionError(f"--config: cannot read {path}: {e.strerror or e}") from None
+        text = read_text(path, what="--config", limit_bytes=CONFIG_LIMIT_BYTES)
+    except InputFileError as e:
+        raise OptionError(str(e)) from None
+    try:
+        data: Dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise OptionError(f"--config: {path} is not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:  # tomllib reads bytes; older versions let this through
-        raise OptionError(f"--config: {path} is not UTF-8 text (byte {e.start}): a TOML file is UTF-8") from None
     return data
 
 

@@ -4,6 +4,7 @@ a noise-aware verdict per figure and ``--fail-if-regression`` rules for CI."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -68,7 +69,7 @@ def _load(path: str, side: str) -> Tuple[str, Any]:
         found = f"holds {len(files)} result.json files" if files else "holds no result.json"
         raise UsageError(f"{side} {path} {found}; give one result, a merged result (loadgen merge) "
                          "or a sweep folder")
-    doc = read(load_result, files[0])
+    doc = read(functools.partial(load_result, what=f"compare {side}"), files[0])
     return ("merged result" if isinstance(doc.get("merge"), dict) else "result"), doc
 
 

@@ -79,7 +79,7 @@ def is_sweep_folder(path: str) -> bool:
 
 
 def _read_all(files: Sequence[str]) -> List[Input]:
-    return [(path, read(load_result, path)) for path in files]
+    return [(path, read(functools.partial(load_result, what="merge RESULT_OR_DIR"), path)) for path in files]
 
 
 def _merged(paths: Sequence[str]) -> List[Tuple[str, Dict[str, Any]]]:

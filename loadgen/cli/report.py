@@ -11,7 +11,8 @@ from typing import Any, Dict, Optional, Sequence
 from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, read
 from loadgen.results import load_result, render_summary, result_files
 from loadgen.results.files import atomic_write
-from loadgen.stats.hdrlog import read_log
+from loadgen.files import HLOG_LIMIT_BYTES, InputFileError, open_bounded
+from loadgen.stats.hdrlog import HistogramLogError, HistogramLogReader, LogEntry
 from loadgen.stats.hgrm import percentile_distribution
 from loadgen.stats.histogram import DEFAULT_PERCENTILES, HdrDecodeError, Histogram
 from loadgen.units import NS_PER, TIME_UNITS
@@ -52,6 +53,10 @@ def register(sub: Any) -> Dict[str, Any]:
     return {"report": (_cmd_report, None), "hlog": (_cmd_hlog, None)}
 
 
+def _load(path: str) -> Dict[str, Any]:
+    return load_result(path, what="report RESULT_OR_DIR")
+
+
 def _write_hgrm(target: str, h: Histogram, unit: str) -> int:
     """Writes ``h``'s percentile distribution, values in ``unit``, to ``target`` ('-': stdout)."""
     text = percentile_distribution(h, float(NS_PER[unit]))
@@ -69,7 +74,7 @@ def _write_hgrm(target: str, h: Histogram, unit: str) -> int:
 def _result_hgrm(args: argparse.Namespace, files: Sequence[str]) -> int:
     if len(files) != 1:
         raise UsageError(f"--hgrm writes one result's histogram; {', '.join(args.paths)} hold {len(files)}")
-    doc = read(load_result, files[0])
+    doc = read(_load, files[0])
     entry = (doc.get("histograms") or {}).get(args.histogram)
     summary = doc.get(args.histogram)
     if entry is None or not isinstance(summary, dict) or not isinstance(summary.get("hdr"), str):
@@ -115,7 +120,7 @@ def _cmd_report_html(args: argparse.Namespace) -> int:
             files = result_files(args.paths)
             if not files:
                 raise UsageError(f"no result.json found in {', '.join(args.paths)}")
-            runs = [(_run_name(path), read(load_result, path)) for path in files]
+            runs = [(_run_name(path), read(_load, path)) for path in files]
             text = render_html(runs)
             valid = all(doc.get("valid", False) for _, doc in runs)
     except BokehMissing as e:
@@ -138,7 +143,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return _result_hgrm(args, files)
     status = EXIT_OK
     for path in files:
-        doc = read(load_result, path)
+        doc = read(_load, path)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
@@ -163,22 +168,35 @@ def _cmd_report(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------- hlog
 
 def _merge_logs(paths: Sequence[str], tag: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    """The intervals of every log merged per tag, each log streamed (bounded per line and
+    in all, :data:`~loadgen.files.HLOG_LIMIT_BYTES`) rather than read whole."""
     merged: Dict[str, Dict[str, Any]] = {}
     for path in paths:
-        for entry in read(read_log, path):
-            key = entry.tag or ""
-            if tag is not None and key != tag:
-                continue
-            slot = merged.setdefault(key, {"intervals": 0, "histogram": None})
-            slot["intervals"] += 1
-            if slot["histogram"] is None:
-                slot["histogram"] = entry.histogram.copy()
-                continue
-            try:
-                slot["histogram"].add(entry.histogram)
-            except ValueError as e:
-                raise UsageError(f"{path} line {entry.line_number}: {e}") from None
+        try:
+            with open_bounded(path, what="hlog FILE", limit_bytes=HLOG_LIMIT_BYTES) as stream, \
+                    HistogramLogReader(stream) as reader:
+                for entry in reader:
+                    _merge_entry(merged, entry, tag, path)
+        except InputFileError as e:
+            raise UsageError(str(e)) from None
+        except HistogramLogError as e:
+            raise UsageError(f"hlog FILE: {path}: {e}") from None
     return merged
+
+
+def _merge_entry(merged: Dict[str, Dict[str, Any]], entry: LogEntry, tag: Optional[str], path: str) -> None:
+    key = entry.tag or ""
+    if tag is not None and key != tag:
+        return
+    slot = merged.setdefault(key, {"intervals": 0, "histogram": None})
+    slot["intervals"] += 1
+    if slot["histogram"] is None:
+        slot["histogram"] = entry.histogram.copy()
+        return
+    try:
+        slot["histogram"].add(entry.histogram)
+    except ValueError as e:
+        raise UsageError(f"{path} line {entry.line_number}: {e}") from None
 
 
 def _summarize(h: Histogram, scale: float) -> Dict[str, float]:

@@ -10,6 +10,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Union
 
+from loadgen.files import RESULT_LIMIT_BYTES, InputFileError, read_bytes, read_text
 from loadgen.results.document import SCHEMA
 from loadgen.results.render import CSV_COLUMNS, csv_row, flatten, hlog_text, render_summary, timeseries_rows
 from loadgen.results.schema import SchemaError, check_result
@@ -67,8 +68,10 @@ def write_outputs(doc: Dict[str, Any], directory: str) -> List[str]:
     csv_path = os.path.join(directory, CSV_FILE)
     existing = ""
     if os.path.exists(csv_path):
-        with open(csv_path, encoding="utf-8") as f:
-            existing = f.read()
+        try:
+            existing = read_text(csv_path, what="--output results.csv", limit_bytes=RESULT_LIMIT_BYTES)
+        except InputFileError as e:  # the callers report a folder they cannot write to
+            raise OSError(str(e)) from None
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS))
     if not existing:
@@ -93,13 +96,20 @@ def result_files(paths: Iterable[Union[str, os.PathLike[str]]]) -> List[str]:
     return files
 
 
-def load_result(path: Union[str, os.PathLike[str]]) -> Dict[str, Any]:
+def load_result(path: Union[str, os.PathLike[str]], *, what: str = "result") -> Dict[str, Any]:
     """Reads one result document and checks it against the ``loadgen.result/1`` schema
-    (:mod:`loadgen.results.schema`); ValueError naming the file, and the key when one is
-    wrong, when it is not one."""
+    (:mod:`loadgen.results.schema`) and its accounting (:func:`check_accounting`).
+
+    Args:
+        path: the result.json file.
+        what: how the file was given, for messages (a command's argument or flag).
+
+    Raises:
+        ValueError: naming the file (and the key when one is wrong): it cannot be read,
+            is over :data:`loadgen.files.RESULT_LIMIT_BYTES`, or is not a valid result.
+    """
     name = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_bytes(name, what=what, limit_bytes=RESULT_LIMIT_BYTES)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

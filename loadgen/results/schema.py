@@ -16,7 +16,8 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-__all__ = ["MAX_DEPTH", "SCHEMA_FILE", "SchemaError", "check_result", "format_path", "result_schema"]
+__all__ = ["ISSUED_OUTCOMES", "MAX_DEPTH", "SCHEMA_FILE", "SchemaError", "check_accounting", "check_result",
+           "format_path", "result_schema"]
 
 #: The shipped JSON Schema's file name, in the ``loadgen.results`` package.
 SCHEMA_FILE = "result.schema.json"
@@ -108,6 +109,30 @@ def check_result(doc: Any) -> None:
     if error is not None:
         path, problem = error
         raise SchemaError(format_path(path), problem)
+    check_accounting(doc)
+
+
+#: The counts every measured query that was issued ends in exactly one of.
+ISSUED_OUTCOMES = ("completed", "failed", "timed_out", "cancelled", "outstanding")
+
+
+def check_accounting(doc: Dict[str, Any]) -> None:
+    """Checks the identity the engine keeps for its counts: every measured query issued
+    completed, failed, timed out, was cancelled, or is still outstanding, so ``issued ==
+    completed + failed + timed_out + cancelled + outstanding`` (``outstanding`` 0 when
+    absent). Counts outside the identity (``unknown_completions``, ``duplicate_completions``,
+    tokens, warm-up counts) are not in it. Raises :class:`SchemaError` naming the counts."""
+    counts = doc.get("counts")
+    if not isinstance(counts, dict) or not isinstance(counts.get("issued"), int):
+        return  # the schema requires them; a document checked without it has nothing to add up
+    parts = [(k, counts.get(k, 0)) for k in ISSUED_OUTCOMES]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for _, v in parts):
+        return
+    total = sum(v for _, v in parts)
+    if total != counts["issued"]:
+        terms = " + ".join(f"{k} {v}" for k, v in parts)
+        raise SchemaError("counts", f"do not add up: issued {counts['issued']} is not {terms} (= {total}); "
+                                    "every query issued ends in exactly one of them")
 
 
 def _check_values(doc: Any) -> None:

@@ -25,10 +25,12 @@ import re
 from dataclasses import dataclass
 from typing import IO, Iterator, List, Optional, Tuple, Union
 
+from loadgen.files import HLOG_LIMIT_BYTES, open_bounded, size_text
 from loadgen.stats.histogram import HdrDecodeError, Histogram
 
 __all__ = [
     "HISTOGRAM_LOG_FORMAT_VERSION",
+    "MAX_LINE_BYTES",
     "HistogramLogError",
     "HistogramLogReader",
     "HistogramLogWriter",
@@ -42,6 +44,9 @@ _START_TIME = re.compile(r"#\[StartTime:\s*([-+0-9.eE]+)")
 _BASE_TIME = re.compile(r"#\[BaseTime:\s*([-+0-9.eE]+)")
 _TAG = re.compile(r"[^,\s]+")
 _YEAR_S = 365 * 24 * 3600.0
+#: The longest line read: an interval's compressed histogram of the widest range at
+#: the finest precision is a few MiB of base64.
+MAX_LINE_BYTES = 16 << 20
 
 
 class HistogramLogError(ValueError):
@@ -158,7 +163,7 @@ class HistogramLogReader:
         # text is reported at its line (a text stream decodes ahead, in blocks).
         self._stream: Union[IO[str], IO[bytes]]
         if isinstance(source, (str, os.PathLike)):
-            self._stream = open(source, "rb")
+            self._stream = open_bounded(source, what="histogram log", limit_bytes=HLOG_LIMIT_BYTES)
             self._owns = True
         else:
             self._stream = source
@@ -192,12 +197,15 @@ class HistogramLogReader:
         number = 0
         while True:
             try:
-                raw = self._stream.readline()
+                raw = self._stream.readline(MAX_LINE_BYTES + 1)
             except UnicodeDecodeError:  # a text stream, decoding ahead of the line
                 raise HistogramLogError(f"not an HdrHistogram log: not UTF-8 text (after line {number})") from None
             if not raw:
                 return
             number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise HistogramLogError(f"not an HdrHistogram log: line {number} is longer than "
+                                        f"{size_text(MAX_LINE_BYTES)}, the most an interval line may be")
             if isinstance(raw, bytes):
                 try:
                     raw = raw.decode("utf-8")
