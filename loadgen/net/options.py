@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from loadgen import defaults
 
 __all__ = ["CUT_MARK", "NetOptions", "REDACTED", "Redactor", "SECRET_QUERY_NAMES", "SENSITIVE_HEADERS", "clip",
-           "header_problem", "parse_header", "ssl_context", "template_headers"]
+           "header_problem", "options_redactor", "parse_header", "redact_query", "ssl_context", "template_headers"]
 
 #: Headers whose values are always redacted (compared case-insensitively).
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
@@ -248,6 +248,30 @@ class Redactor:
         if isinstance(obj, (list, tuple)):
             return [self._doc(v) for v in obj]
         return obj
+
+
+def options_redactor(*options: Any) -> Redactor:
+    """The redactor of everything written or shown about runs of these run options
+    (:class:`loadgen.options.RunOptions`, or anything with their fields): the values of
+    secret-named headers (``header``, the ``request_template``'s, ``secret_header``
+    names) and the secrets of the ``sut`` and ``server_metrics_url`` URLs (a password,
+    secret-named query values). A sweep redacts with the secrets of all its points."""
+    from loadgen.net.targets import url_secrets
+
+    headers: List[Tuple[str, str]] = []
+    names: List[str] = []
+    values: List[str] = []
+    for o in options:
+        for h in getattr(o, "header", None) or ():
+            try:
+                headers.append(parse_header(h))
+            except ValueError:  # refused where it was given
+                continue
+        headers.extend(template_headers(getattr(o, "request_template", None)))
+        names.extend(getattr(o, "secret_header", None) or ())
+        for url in (getattr(o, "sut", None), getattr(o, "server_metrics_url", None)):
+            values.extend(url_secrets(url if isinstance(url, str) else None))
+    return Redactor(headers, names, values)
 
 
 def redact_query(text: str) -> str:

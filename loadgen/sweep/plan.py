@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from loadgen.net.options import Redactor, options_redactor
 from loadgen.options import SWEEP_TABLE, RunOptions, resolve
 from loadgen.results.thresholds import parse_threshold
 from loadgen.runner import plan
@@ -21,7 +22,7 @@ from loadgen.sweep.settings import SweepSettings
 from loadgen.workers import splitmix64
 
 __all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_options", "plan_runs", "point_key",
-           "repeat_seed"]
+           "repeat_seed", "values_redactor"]
 
 #: Options left out of a point's key and of the base compared on resume: where and how
 #: the results are shown, not what runs.
@@ -48,13 +49,33 @@ class PlannedRun:
     planned_s: Optional[float]
 
     def describe(self) -> str:
-        """The point's values as text, like ``concurrency=4 label.config=a``."""
-        return describe(self.values) + (f" repeat={self.repeat}" if self.repeat else "")
+        """The point's values as text, like ``concurrency=4 label.config=a`` (secrets
+        redacted, as in every file the sweep writes)."""
+        text = describe(self.values) + (f" repeat={self.repeat}" if self.repeat else "")
+        return options_redactor(self.options).text(text)
+
+
+class _Values:
+    """A point's values read as run options (None where the point sets none)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getattr__(self, name: str) -> Any:
+        return self._values.get(name)
+
+
+def values_redactor(values: Mapping[str, Any]) -> Redactor:
+    """The redactor of a point's own values: the secrets of the headers, URLs and
+    template it sets."""
+    return options_redactor(_Values(values))
 
 
 def describe(values: Mapping[str, Any]) -> str:
-    """Values as ``name=value`` words (``(base options)`` for none)."""
-    return " ".join(f"{n}={value_env(v)}" for n, v in values.items()) or "(base options)"
+    """Values as ``name=value`` words (``(base options)`` for none); the secrets the
+    values carry (credential headers, URL passwords and keys) are redacted."""
+    text = " ".join(f"{n}={value_env(v)}" for n, v in values.items()) or "(base options)"
+    return values_redactor(values).text(text)
 
 
 def key_options(options: RunOptions) -> Dict[str, Any]:
@@ -144,7 +165,7 @@ def plan_runs(run_flags: Mapping[str, Any], points: Sequence[Dict[str, Any]], se
     width = max(3, len(str(len(points) - 1)))
     for index, values in enumerate(points):
         options, given, flags, planned = _check_point(run_flags, base, index, values, environ)
-        slug = point_slug(values)
+        slug = point_slug(options_redactor(options).doc(values))  # no secret in a folder's name
         for repeat in range(settings.repeat):
             key = point_key(options, repeat)  # the point's options: a repeat's seed follows from them and the repeat
             run_options = dataclasses.replace(options, seed=repeat_seed(options.seed, repeat))

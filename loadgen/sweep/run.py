@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from loadgen.net.options import Redactor, options_redactor
 from loadgen.options import parse_labels
 from loadgen.results.files import RESULT_FILE, atomic_write
 from loadgen.runner import Progress, ResultError, prepare, run_benchmark
@@ -146,7 +147,11 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
     and result.json is brought up to date if the after hook changes the point's status."""
     point_dir = os.path.join(ctx.directory, run.dir)
     os.makedirs(point_dir, exist_ok=True)
-    section: Dict[str, Any] = {"index": run.index, "repeat": run.repeat, "values": run.values, "key": run.key,
+    # The point's secrets (credential headers, URL passwords and keys) stay out of its
+    # record and files, as out of its result document.
+    redactor = options_redactor(run.options)
+    section: Dict[str, Any] = {"index": run.index, "repeat": run.repeat, "values": redactor.doc(run.values),
+                               "key": run.key,
                                "seed": run.options.seed, "dir": run.dir, "status": "done",
                                "started_at": _dt.datetime.now(tz=_dt.timezone.utc).isoformat(), "hooks": {}}
     started = time.monotonic()
@@ -162,7 +167,7 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
         if doc is not None:
             _record_seeds(section, doc)
         if doc is not None:
-            saved = _save(ctx, doc, section, point_dir, status, error, time.monotonic() - started)
+            saved = _save(ctx, doc, section, point_dir, status, error, time.monotonic() - started, redactor)
         if status == "done":
             after = _hook(ctx, "after-point", ctx.settings.after_point, run, point_dir)
             if after is not None:
@@ -171,7 +176,8 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
         status, error = "interrupted", "interrupted"
     _finish(section, status, error, time.monotonic() - started)
     record = doc if doc is not None else _bare(run, error)
-    record["sweep"] = section
+    record = redactor.doc(record)
+    record["sweep"] = redactor.doc(section)
     if doc is not None and saved != status:
         atomic_write(os.path.join(point_dir, RESULT_FILE), json.dumps(record, indent=2, default=str) + "\n")
     return record
@@ -192,12 +198,12 @@ def _finish(section: Dict[str, Any], status: str, error: str, wall_s: float) -> 
 
 
 def _save(ctx: SweepContext, doc: Dict[str, Any], section: Dict[str, Any], point_dir: str, status: str,
-          error: str, wall_s: float) -> str:
-    """Saves the point's run files with its sweep section as it stands; returns the
-    status saved."""
+          error: str, wall_s: float, redactor: Redactor) -> str:
+    """Saves the point's run files with its sweep section as it stands (redacted);
+    returns the status saved."""
     _finish(section, status, error, wall_s)
     doc["sweep"] = section
-    _, failure = ctx.save(doc, point_dir, bool(doc.get("partial")))
+    _, failure = ctx.save(redactor.doc(doc), point_dir, bool(doc.get("partial")))
     if failure:
         section["save_error"] = failure
     return status

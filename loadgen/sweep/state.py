@@ -7,6 +7,7 @@ import datetime as _dt
 import os
 from typing import IO, Any, Dict, List, Optional, Sequence
 
+from loadgen.net.options import options_redactor
 from loadgen.options import RunOptions
 from loadgen.sweep.files import (
     MANIFEST_FILE, MANIFEST_SCHEMA, POINTS_DIR, SWEEP_CSV, SWEEP_JSONL, read_manifest, read_records, write_manifest,
@@ -37,12 +38,15 @@ def base_differences(recorded: Dict[str, Any], base: Dict[str, Any], swept: Sequ
 
 
 class SweepState:
-    """The records of a sweep folder by point key, kept in step with its files."""
+    """The records of a sweep folder by point key, kept in step with its files (which
+    never hold the secrets of any point's options: credential headers, URL passwords
+    and keys)."""
 
     def __init__(self, directory: str, runs: Sequence[PlannedRun], records: List[Dict[str, Any]],
                  lock: Optional[IO[bytes]]) -> None:
         self.directory = directory
         self.runs = list(runs)
+        self._redactor = options_redactor(*(r.options for r in self.runs))
         self.records: Dict[str, Dict[str, Any]] = {}
         self._earlier: List[str] = []  # keys of records no planned run has, in their order
         planned = {r.key for r in runs}
@@ -81,7 +85,7 @@ class SweepState:
 
     def update(self, record: Dict[str, Any]) -> List[str]:
         """Keeps a point's record and rewrites sweep.jsonl and sweep.csv; returns their paths."""
-        self.records[record["sweep"]["key"]] = record
+        self.records[record["sweep"]["key"]] = self._redactor.doc(record)
         return write_records(self.directory, self.ordered())
 
     def close(self) -> None:
@@ -158,6 +162,7 @@ def open_sweep(directory: str, base: RunOptions, swept: Sequence[str], runs: Seq
         SweepError: the base options changed, or the folder's files are not a sweep's.
     """
     os.makedirs(directory, exist_ok=True)
+    redactor = options_redactor(base, *(r.options for r in runs))
     lock = _lock(directory)
     try:
         if settings.restart:
@@ -172,14 +177,18 @@ def open_sweep(directory: str, base: RunOptions, swept: Sequence[str], runs: Seq
                              "move them aside and start over")
         mixed = False
         if earlier is not None:
-            problems = base_differences(earlier["base"], key_options(base), [*swept, *earlier["swept"]])
+            # Compared as written: redacted (a manifest written before redaction is redacted here).
+            problems = base_differences(redactor.doc(earlier["base"]), redactor.doc(key_options(base)),
+                                        [*swept, *earlier["swept"]])
             if problems and not settings.force_mix:
                 raise SweepError(
                     f"--output {directory} holds a sweep of other base options ({'; '.join(problems)}). Give the "
                     "same options to resume it, --restart to move it aside and start over, or --force-mix to "
                     "run these points beside the earlier ones")
             mixed = bool(problems)
-        write_manifest(directory, _manifest(base, swept, runs, settings, earlier, mixed))
+        if earlier is not None:
+            earlier = redactor.doc(earlier)
+        write_manifest(directory, redactor.doc(_manifest(base, swept, runs, settings, earlier, mixed)))
         return SweepState(directory, runs, records, lock)
     except BaseException:
         if lock is not None:
