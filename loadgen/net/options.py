@@ -95,10 +95,11 @@ def template_headers(path: Optional[str]) -> List[Tuple[str, str]]:
     be read (its loader says why)."""
     if not path:
         return []
+    from loadgen.files import TEMPLATE_LIMIT_BYTES, read_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            tpl = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        tpl = json.loads(read_text(path, what="--request-template", limit_bytes=TEMPLATE_LIMIT_BYTES))
+    except (ValueError, RecursionError):
         return []
     headers = tpl.get("headers") if isinstance(tpl, dict) else None
     if not isinstance(headers, dict):

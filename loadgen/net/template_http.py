@@ -11,6 +11,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
+from loadgen.files import TEMPLATE_LIMIT_BYTES, read_text
 from loadgen.net.base import HttpSUT
 from loadgen.net.options import header_problem, redact_query
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind, read_jsonl
@@ -128,11 +129,9 @@ def load_template(path: str, default_path: str = "/") -> Dict[str, Any]:
             naming the file and the field (never a header's value).
     """
     where = f"--request-template {path}"
+    text = read_text(path, what="--request-template", limit_bytes=TEMPLATE_LIMIT_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            tpl = json.load(f)
-    except OSError as e:
-        raise ValueError(f"--request-template: cannot read {path}: {e.strerror or e}") from None
+        tpl = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{where}: not JSON: {e}") from None
     if not isinstance(tpl, dict):

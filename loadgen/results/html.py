@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from loadgen.results.html_sections import run_sections, sweep_sections
 from loadgen.results.html_data import Run
 
-__all__ = ["HTML_FILE", "BokehMissing", "render_html", "render_sweep_html", "script_json"]
+__all__ = ["HTML_FILE", "BokehMissing", "redacted", "render_html", "render_sweep_html", "script_json"]
 
 #: The name of the report in a run's ``--output`` folder.
 HTML_FILE = "report.html"
@@ -100,6 +100,29 @@ def _page(title: str, subtitle: str, sections: List[Tuple[str, str, str]], specs
     )
 
 
+class _Settings:
+    """A document's recorded options read as run options, for their secrets (the
+    request template's file is not read: a report reads only the documents)."""
+
+    def __init__(self, settings: Any) -> None:
+        self._settings = settings if isinstance(settings, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        return None if name == "request_template" else self._settings.get(name)
+
+
+def redacted(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """``doc`` with the secrets its own recorded options name redacted (credential
+    headers, URL passwords, secret query values), and secret query values wherever a URL
+    holds one: a report shows none, even of a document written without redaction."""
+    from loadgen.net.options import options_redactor
+
+    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
+    sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
+    sources = [settings.get("effective"), settings.get("given"), sweep.get("values")]
+    return options_redactor(*(_Settings(s) for s in sources)).doc(doc)
+
+
 def render_html(runs: Sequence[Run], title: Optional[str] = None) -> str:
     """The report of one or more runs (result documents; a merged one renders as a run).
     Several runs are overlaid: their spectra and their time series on one axis.
@@ -113,6 +136,7 @@ def render_html(runs: Sequence[Run], title: Optional[str] = None) -> str:
     """
     if not runs:
         raise ValueError("render_html needs at least one result document")
+    runs = [(name, redacted(doc)) for name, doc in runs]
     sections, specs = run_sections(runs)
     first = runs[0][1]
     default = f"loadgen: {first.get('scenario', '?')} on {first.get('sut', '?')}" if len(runs) == 1 \
@@ -132,7 +156,7 @@ def render_sweep_html(sweeps: Sequence[Tuple[str, Iterable[Dict[str, Any]]]], ti
     Raises:
         BokehMissing: the bokeh package is not installed.
     """
-    named: List[Tuple[str, List[Dict[str, Any]]]] = [(n, list(r)) for n, r in sweeps]
+    named: List[Tuple[str, List[Dict[str, Any]]]] = [(n, [redacted(x) for x in r]) for n, r in sweeps]
     if not named:
         raise ValueError("render_sweep_html needs at least one sweep")
     sections, specs = sweep_sections(named)

@@ -173,14 +173,19 @@ class LiveMetrics:
         """Serves ``engine``'s figures from now on (the run's effective options ``o``,
         engine ``settings``, ``sut``, the GPU sampler ``gpu``), with a ``point`` label
         when :attr:`point` is set."""
+        from loadgen.net.options import options_redactor
+        from loadgen.net.targets import redact_url
+
+        # Every label value is redacted as the result document is: the SUT's URL (its
+        # password, secret query values), and any credential a --label repeats.
+        redactor = options_redactor(o)
         labels = label_names(parse_labels(o.label))
         labels.setdefault("run", self.run_id)
         labels["worker"] = str(o.worker_index or 0)
         if self.point is not None:
             labels["point"] = self.point
-        from loadgen.net import net_options
-
-        info = {"scenario": o.scenario, "sut": net_options(o).redactor().text(o.sut), "mode": settings.mode}
+        labels = {k: redactor.text(v) for k, v in labels.items()}
+        info = {"scenario": o.scenario, "sut": redactor.text(redact_url(o.sut)), "mode": settings.mode}
         with self._lock:
             self._run = _Run(engine, settings, sut, gpu, labels, info)
 
