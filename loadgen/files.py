@@ -19,7 +19,8 @@ import os
 import stat
 from typing import IO, Any, Optional, Union
 
-__all__ = ["CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "InputFileError", "RESULT_LIMIT_BYTES",
+__all__ = ["CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "FileTooLargeError", "InputFileError",
+           "RESULT_LIMIT_BYTES",
            "TEMPLATE_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "open_bounded", "read_bytes", "read_text", "size_text"]
 
 MIB = 1 << 20
@@ -41,8 +42,22 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 class InputFileError(ValueError):
-    """A file a user named cannot be read as asked; the message is one line naming how it
-    was given (the flag), the file, and what is wrong."""
+    """A file a user named cannot be read as asked; the message is one line,
+    ``"{what}: {problem}"``, naming how it was given (the flag), the file, and what is
+    wrong.
+
+    Attributes:
+        what: how the file was given (its flag).
+        problem: the message without ``what``, for a caller that names the flag itself.
+    """
+
+    def __init__(self, what: str, problem: str) -> None:
+        self.what, self.problem = what, problem
+        super().__init__(f"{what}: {problem}")
+
+
+class FileTooLargeError(InputFileError):
+    """A file over the limit of its kind."""
 
 
 def size_text(n: int) -> str:
@@ -54,17 +69,17 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-def _too_large(what: str, path: str, limit_bytes: int, size: Optional[int] = None) -> InputFileError:
+def _too_large(what: str, path: str, limit_bytes: int, size: Optional[int] = None) -> FileTooLargeError:
     limit = size_text(limit_bytes)
     if size is not None:
-        return InputFileError(f"{what}: {path} is {size_text(size)}, over the {limit} limit for {what}")
-    return InputFileError(f"{what}: {path} holds more than {limit}, the limit for {what}")
+        return FileTooLargeError(what, f"{path} is {size_text(size)}, over the {limit} limit for {what}")
+    return FileTooLargeError(what, f"{path} holds more than {limit}, the limit for {what}")
 
 
 def _os_error(what: str, path: str, e: OSError) -> InputFileError:
     if isinstance(e, IsADirectoryError):
-        return InputFileError(f"{what}: {path} is a folder, not a file")
-    return InputFileError(f"{what}: cannot read {path}: {e.strerror or e}")
+        return InputFileError(what, f"{path} is a folder, not a file")
+    return InputFileError(what, f"cannot read {path}: {e.strerror or e}")
 
 
 class _BoundedRaw(io.RawIOBase):
@@ -140,10 +155,12 @@ def open_bounded(path: PathLike, *, what: str, limit_bytes: int) -> IO[bytes]:
         raw = io.FileIO(name, "r")
     except OSError as e:
         raise _os_error(what, name, e) from None
+    except ValueError as e:  # a NUL in the name
+        raise InputFileError(what, f"cannot read {name!r}: {e}") from None
     try:
         st = os.fstat(raw.fileno())
         if stat.S_ISDIR(st.st_mode):
-            raise InputFileError(f"{what}: {name} is a folder, not a file")
+            raise InputFileError(what, f"{name} is a folder, not a file")
         if stat.S_ISREG(st.st_mode) and st.st_size > limit_bytes:
             raise _too_large(what, name, limit_bytes, st.st_size)
     except BaseException:
@@ -175,4 +192,4 @@ def read_text(path: PathLike, *, what: str, limit_bytes: int) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputFileError(f"{what}: {name} is not UTF-8 text (byte {e.start})") from None
+        raise InputFileError(what, f"{name} is not UTF-8 text (byte {e.start})") from None

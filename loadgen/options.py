@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults as D
 from loadgen.files import CONFIG_LIMIT_BYTES, InputFileError, read_text
+from loadgen.llm.dist import MAX_REQUEST_TOKENS
 from loadgen.units import TIME_UNITS, parse_duration_s
 
 __all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "SWEEP_TABLE", "parse_labels", "parse_stages",
@@ -414,7 +415,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
-    OptionSpec("max_tokens", _int(1), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
+    OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
     OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
     OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
                "max_tokens), or ShareGPT JSON (see 'LLM workloads')", "FILE"),

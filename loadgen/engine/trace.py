@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import io
 import os
-from typing import Any, List, Optional
+from typing import IO, Any, Optional
 
 import numpy as np
 
 from loadgen.defaults import MAX_TIME_S
+from loadgen.files import TRACE_LIMIT_BYTES, InputFileError, open_bounded
 from loadgen.units import NS_PER, TIME_UNITS
 
 __all__ = ["load_trace"]
@@ -16,7 +19,8 @@ __all__ = ["load_trace"]
 def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
     """Arrival offsets in ns from an array, a ``.npy`` file, or a text file.
 
-    A text file holds one offset per line; a ``# unit: ms`` (or ``us``, ``s``, ``ns``)
+    A file is read up to :data:`loadgen.files.TRACE_LIMIT_BYTES`. A text file holds one
+    offset per line; a ``# unit: ms`` (or ``us``, ``s``, ``ns``)
     line sets the unit, else ``unit``, else a file named ``*.ms.txt`` is in ms, otherwise
     ns. Blank lines and other ``#`` lines are skipped. Arrays and ``.npy`` files are ns.
 
@@ -31,9 +35,10 @@ def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
-            arr = _read_npy(path) if path.endswith(".npy") else np.asarray(_read_text(path, unit))
-        except OSError as e:
-            raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+            with open_bounded(path, what="--trace", limit_bytes=TRACE_LIMIT_BYTES) as f:
+                arr = _read_npy(f, path) if path.endswith(".npy") else np.frombuffer(_read_text(f, path, unit))
+        except InputFileError as e:  # the caller names the flag
+            raise ValueError(e.problem) from None
         try:
             return _checked_offsets(arr)
         except ValueError as e:
@@ -41,16 +46,18 @@ def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
     return _checked_offsets(np.asarray(source))
 
 
-def _read_npy(path: str) -> np.ndarray:
+def _read_npy(f: IO[bytes], path: str) -> np.ndarray:
     """A ``.npy`` file's array; ValueError naming the file when it is not a numeric array."""
-    with open(path, "rb") as f:
-        magic = f.read(6)
+    if not f.seekable():  # a pipe: numpy reads the header twice
+        f = io.BytesIO(f.read())
+    magic = f.read(6)
     if magic != b"\x93NUMPY":
         raise ValueError(f"{path} is not a .npy file (it does not start with numpy's header); "
                          "a text trace must not be named *.npy")
+    f.seek(0)
     try:
-        arr = np.load(path, allow_pickle=False)
-    except OSError:
+        arr = np.load(f, allow_pickle=False)
+    except InputFileError:
         raise
     except Exception as e:  # numpy raises ValueError, EOFError, UnpicklingError, ...
         raise ValueError(f"{path} is not a .npy array of offsets in ns ({type(e).__name__}: {e})") from None
@@ -61,29 +68,36 @@ def _read_npy(path: str) -> np.ndarray:
     return arr
 
 
-def _read_text(path: str, unit: Optional[str]) -> List[float]:
+#: The longest line of a text trace: a number, or a comment.
+_MAX_LINE_BYTES = 4096
+
+
+def _read_text(f: IO[bytes], path: str, unit: Optional[str]) -> "array.array[float]":
+    """The offsets of a text trace in ns, as doubles (8 bytes each, not a Python float's 32)."""
     scale = NS_PER[unit or ("ms" if path.endswith(".ms.txt") else "ns")]
-    values: List[float] = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise ValueError(f"{path} line {number}: not UTF-8 text (a trace holds one number per "
-                                 "line; a .npy trace must be named *.npy)") from None
-            if text.startswith("# unit:"):
-                name = text.split(":", 1)[1].strip()
-                if name not in NS_PER:
-                    raise ValueError(f"{path} line {number}: unknown unit {name!r} ({', '.join(TIME_UNITS)})")
-                scale = NS_PER[name]
-                continue
-            if not text or text.startswith("#"):
-                continue
-            try:
-                values.append(float(text) * scale)
-            except ValueError:
-                raise ValueError(f"{path} line {number}: not a number: {text[:40]!r} "
-                                 "(a trace holds one number per line)") from None
+    values = array.array("d")
+    for number, raw in enumerate(iter(lambda: f.readline(_MAX_LINE_BYTES + 1), b""), start=1):
+        if len(raw) > _MAX_LINE_BYTES:
+            raise ValueError(f"{path} line {number}: longer than {_MAX_LINE_BYTES} bytes (a trace holds one "
+                             "number per line; a .npy trace must be named *.npy)")
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} line {number}: not UTF-8 text (a trace holds one number per "
+                             "line; a .npy trace must be named *.npy)") from None
+        if text.startswith("# unit:"):
+            name = text.split(":", 1)[1].strip()
+            if name not in NS_PER:
+                raise ValueError(f"{path} line {number}: unknown unit {name!r} ({', '.join(TIME_UNITS)})")
+            scale = NS_PER[name]
+            continue
+        if not text or text.startswith("#"):
+            continue
+        try:
+            values.append(float(text) * scale)
+        except ValueError:
+            raise ValueError(f"{path} line {number}: not a number: {text[:40]!r} "
+                             "(a trace holds one number per line)") from None
     return values
 
 

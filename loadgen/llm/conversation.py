@@ -22,7 +22,7 @@ import numpy as np
 
 from loadgen.llm.dataset import Prompt, read_conversations
 from loadgen.llm.dist import LengthDist, parse_dist
-from loadgen.llm.workload import LlmOptions, _body, _Builder, _setup, length_stats
+from loadgen.llm.workload import LlmOptions, _body, _Builder, _setup, check_prompt_bytes, length_stats
 
 __all__ = ["Conversations", "build_conversations", "parse_think_time"]
 
@@ -54,6 +54,7 @@ def _synthetic(o: LlmOptions, builder: _Builder, rng: np.random.Generator, count
     out_dist = parse_dist(o.output_tokens) if o.output_tokens else None
     n = count * o.turns
     lengths = dist.draw(rng, n)
+    check_prompt_bytes(o, builder.tok, int(lengths.sum()) + count * o.shared_prefix_tokens, n)
     outs = out_dist.draw(rng, n) if out_dist else np.full(n, o.max_tokens)
     info.update(input_tokens=dist.describe(), output_tokens=out_dist.describe() if out_dist else
                 {"spec": str(o.max_tokens), "kind": "fixed", "value": o.max_tokens})

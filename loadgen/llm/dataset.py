@@ -22,6 +22,9 @@ import dataclasses
 import json
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from loadgen.files import DATASET_LIMIT_BYTES, read_text
+from loadgen.llm.dist import MAX_REQUEST_TOKENS
+
 __all__ = ["Prompt", "read_conversations", "read_dataset"]
 
 Content = Union[str, List[Dict[str, Any]]]
@@ -63,8 +66,9 @@ def _object_line(line: str, where: str) -> Dict[str, Any]:
 
 def _max_tokens(obj: Dict[str, Any], where: str) -> Optional[int]:
     mt = obj.get("max_tokens")
-    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
-        raise ValueError(f"{where}: 'max_tokens' must be a positive integer, got {mt!r}")
+    if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= MAX_REQUEST_TOKENS):
+        shown = repr(mt) if len(repr(mt)) <= 40 else f"a number of {len(str(mt))} digits"
+        raise ValueError(f"{where}: 'max_tokens' must be an integer in 1..{MAX_REQUEST_TOKENS}, got {shown}")
     return mt
 
 
@@ -105,11 +109,8 @@ def _sharegpt(doc: Any, path: str, count: Callable[[str], int], exact: bool) -> 
 
 
 def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--dataset {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    """The dataset's text, at most :data:`loadgen.files.DATASET_LIMIT_BYTES`."""
+    return read_text(path, what="--dataset", limit_bytes=DATASET_LIMIT_BYTES)
 
 
 def _load_sharegpt(text: str, path: str) -> Any:

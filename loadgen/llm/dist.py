@@ -23,6 +23,9 @@ __all__ = ["LengthDist", "parse_dist"]
 
 #: The largest length any distribution draws (the default ``max``).
 MAX_TOKENS_LIMIT = 131072
+#: The largest ``max_tokens`` a request may carry (``--max-tokens``, a dataset's
+#: ``max_tokens``): what the servers' 32-bit token counts hold.
+MAX_REQUEST_TOKENS = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)

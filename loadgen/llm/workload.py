@@ -17,17 +17,26 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from loadgen.files import size_text
 from loadgen.llm.dataset import Content, Prompt, read_dataset
 from loadgen.llm.dist import parse_dist
 from loadgen.llm.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["LlmOptions", "Workload", "build_workload", "length_stats"]
+__all__ = ["MAX_PROMPT_BYTES", "LlmOptions", "Workload", "build_workload", "check_prompt_bytes", "length_stats"]
 
 _WORDS = ("the", "model", "answer", "token", "server", "load", "latency", "stream", "time", "first",
           "query", "batch", "fast", "slow", "inference", "request")
 _FIX_ROUNDS = 64  # re-encode rounds before a prompt of an exact length is given up on
 #: The most distinct prompts prepared; sample indices past them wrap around.
 MAX_PROMPTS = 16384
+#: The most synthetic prompt text built before a run. Every prompt is held as text, as
+#: its encoded request body and by the native client: a run over this would take
+#: gigabytes and minutes to start, so it is refused before any prompt is built.
+MAX_PROMPT_BYTES = 512 << 20
+#: What a synthetic prompt takes per token: the mean word and its space without a
+#: tokenizer; with one, a generous mean of ordinary tokens' text.
+_BYTES_PER_WORD = sum(len(w) + 1 for w in _WORDS) / len(_WORDS)
+_BYTES_PER_TOKEN = 8.0
 
 
 @dataclasses.dataclass
@@ -101,10 +110,24 @@ class _Builder:
                          f"{_FIX_ROUNDS} rounds of re-encoding")
 
 
+def check_prompt_bytes(o: LlmOptions, tok: Optional[Tokenizer], tokens: int, prompts: int) -> None:
+    """Refuses synthetic prompts of ``tokens`` tokens in all (``prompts`` of them) whose
+    text would be over :data:`MAX_PROMPT_BYTES`; ValueError naming the flags to lower."""
+    need = int(tokens * (_BYTES_PER_TOKEN if tok is not None else _BYTES_PER_WORD))
+    if need <= MAX_PROMPT_BYTES:
+        return
+    lengths = f"--input-tokens {o.input_tokens}" if o.input_tokens else f"--prompt-words {o.prompt_words}"
+    raise ValueError(f"{lengths} with --sample-count {o.sample_count}: {prompts:,} distinct prompts of "
+                     f"{tokens:,} tokens in all would take about {size_text(need)} to build, over the "
+                     f"{size_text(MAX_PROMPT_BYTES)} loadgen builds before a run; lower --sample-count "
+                     "(sample indices wrap around the prompts) or the prompt lengths")
+
+
 def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator, count: int,
                info: Dict[str, Any]) -> List[Prompt]:
     dist = parse_dist(o.input_tokens) if o.input_tokens else parse_dist(str(o.prompt_words))
     lengths = dist.draw(rng, count)
+    check_prompt_bytes(o, tok, int(lengths.sum()) + count * o.shared_prefix_tokens, count)
     out_dist = parse_dist(o.output_tokens) if o.output_tokens else None
     outs = out_dist.draw(rng, count) if out_dist else np.full(count, o.max_tokens)
     info.update(input_tokens=dist.describe(), output_tokens=out_dist.describe() if out_dist else

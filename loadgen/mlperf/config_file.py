@@ -22,11 +22,13 @@ MLPerf parses it:
 from __future__ import annotations
 
 import errno
+import os
 import math
 import re
 import threading
 from typing import Any
 
+from ..files import CONFIG_LIMIT_BYTES, FileTooLargeError, InputFileError, read_bytes
 from ._builtin_conf import MLPERF_CONF
 from .settings import TestMode, TestSettings
 
@@ -107,7 +109,11 @@ def from_config(ts: TestSettings, path: Any, model: str, scenario: str, conf_kin
     if conf_kind == 0:
         text = BUILTIN_MLPERF_CONF
     else:
-        read = _read_config_file(path)
+        try:
+            read = _read_config_file(path)
+        except FileTooLargeError as e:
+            _report_config_error(e.problem)
+            return -errno.EINVAL
         if read is None:
             _report_config_error(f"cannot open the configuration file {path}")
             return -errno.ENOENT
@@ -246,16 +252,22 @@ def _apply_counts(c: _Applier) -> None:
 def _read_config_file(path: Any) -> str | None:
     """The file's bytes, one character per byte; None when it cannot be opened.
 
-    A directory opens but reads as empty, as a C++ input file stream behaves.
+    A directory opens but reads as empty, as a C++ input file stream behaves. A file over
+    :data:`loadgen.files.CONFIG_LIMIT_BYTES` raises :class:`loadgen.files.FileTooLargeError`.
     """
     if isinstance(path, (str, bytes)) and len(path) == 0:
         return None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except IsADirectoryError:
+        name = os.fsdecode(path)
+    except TypeError:
+        return None
+    if os.path.isdir(name):
         return ""
-    except (OSError, ValueError):
+    try:
+        data = read_bytes(name, what="configuration file", limit_bytes=CONFIG_LIMIT_BYTES)
+    except FileTooLargeError:
+        raise
+    except InputFileError:
         return None
     return data.decode("latin-1")
 

@@ -11,6 +11,7 @@ the SLOs and turns the engine's counts into the result's ``goodput`` section.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -21,27 +22,37 @@ __all__ = ["SLO_NAMES", "goodput_section", "parse_slo", "parse_slos"]
 #: The SLOs the engine judges, in the order the result lists them.
 SLO_NAMES = ("ttft", "tpot", "latency")
 _MAX_NS = 10**17  # about 3 years, the engine's time range
-_SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*<=\s*(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
-                  r"(?P<unit>[a-z]+)?\s*$")
+_SLO = re.compile(r"^\s*(?P<name>[a-z_]+)\s*<=\s*(?P<bound>.*?)\s*$")
+_BOUND = re.compile(r"(?P<value>[-+]?(?:inf(?:inity)?|nan|[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.))"
+                    r"\s*(?P<unit>[a-z]*)", re.IGNORECASE)
+_ALLOWED = f"allowed: 1 ns to {_MAX_NS // 10**9:.0e} s, about 3 years".replace("e+0", "e")
 
 
 def parse_slo(text: str) -> "tuple[str, int]":
-    """'ttft<=200ms' -> ('ttft', 200000000). Raises ValueError naming what is wrong."""
+    """'ttft<=200ms' -> ('ttft', 200000000). Raises ValueError naming what is wrong and,
+    for a bound that is not a finite number in range, the allowed range."""
     m = _SLO.match(str(text))
-    if not m:
+    if not m or not m.group("bound"):
         raise ValueError(f"{text!r} is not NAME<=VALUE with a time unit, like ttft<=200ms or latency<=5s")
-    name, value, unit = m.group("name"), float(m.group("value")), m.group("unit")
+    name, bound = m.group("name"), m.group("bound")
     if name == "itl":
         raise ValueError(f"{text!r}: an itl SLO is not supported (the engine sees a request's first token "
                          f"and completion, not each gap); use tpot, the mean gap, instead")
     if name not in SLO_NAMES:
         raise ValueError(f"{text!r}: unknown SLO {name!r}; use one of {', '.join(SLO_NAMES)}")
+    b = _BOUND.fullmatch(bound)
+    if not b:
+        raise ValueError(f"{text!r}: the bound {bound!r} is not a number and a time unit, like {name}<=200ms "
+                         f"({_ALLOWED})")
+    unit, value = b.group("unit"), float(b.group("value"))
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r}: the bound must be a finite number ({_ALLOWED})")
     if unit not in TIME_UNITS:
         raise ValueError(f"{text!r}: give a time unit ({', '.join(TIME_UNITS)}), like {name}<=200ms")
-    ns = int(round(to_ns(value, unit)))
+    ns = to_ns(value, unit)
     if not 1 <= ns <= _MAX_NS:
-        raise ValueError(f"{text!r}: the bound must be at least 1 ns and at most {_MAX_NS} ns")
-    return name, ns
+        raise ValueError(f"{text!r}: the bound is out of range ({_ALLOWED})")
+    return name, int(round(ns))
 
 
 def parse_slos(texts: Sequence[str]) -> Dict[str, int]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
@@ -75,6 +76,8 @@ def parse_threshold(expr: str) -> Tuple[str, str, float]:
         value /= 100.0
     elif unit is not None:
         raise ThresholdError(f"{expr!r}: {metric} takes no unit{' but %' if metric in _FRACTIONS else ''}")
+    if not math.isfinite(value):  # such as 1e400ms: no figure compares with it, and a result holds none
+        raise ThresholdError(f"{expr!r}: the value is out of range (a finite number, below 1e308 in ns for a latency)")
     return metric, op, value
 
 

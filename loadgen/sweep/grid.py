@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from loadgen.files import CONFIG_LIMIT_BYTES, InputFileError, read_text
 from loadgen.options import OPTION_SPECS, OptionSpec
 
 __all__ = ["LABEL_PREFIX", "MAX_POINTS", "Dimension", "SweepError", "combine", "convert_value", "env_name",
@@ -202,14 +203,9 @@ def read_points_file(path: str) -> List[Dict[str, Any]]:
     ``[sweep]`` table holding it), a JSON list of objects, or JSON lines of objects."""
     where = f"--points {path}:"
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SweepError(f"--points: cannot read {path}: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise SweepError(f"{where} not UTF-8 text (byte {e.start})") from None
+        text = read_text(path, what="--points", limit_bytes=CONFIG_LIMIT_BYTES)
+    except InputFileError as e:
+        raise SweepError(str(e)) from None
     if path.endswith(".toml"):
         return points_from_list(_toml_points(text, where), where)
     try:
