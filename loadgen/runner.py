@@ -205,7 +205,7 @@ def _run_benchmark(
             scraper.finish()
         if live is not None:
             live.finish()  # the final values, served until the next run or the server's end
-    result = engine.result()
+    result = _measured_intervals(engine.result())
     requests = engine.requests_section(clock_offset_s)
     started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
     worker = _worker(scenario, options, effective, started)
@@ -244,6 +244,16 @@ def _run_benchmark(
     if sut_exit is not None:  # an error, with the measured result to save
         raise ResultError(str(sut_exit), redacted) from sut_exit
     return redacted
+
+
+def _measured_intervals(result: Any) -> Any:
+    """``result`` without the time series' intervals of negative length: a run stopped
+    during its warm-up ends before its measurement was to start, and the engine's last
+    interval then runs from that start back to the end. Nothing was measured in it."""
+    kept = [p for p in result.timeseries if p["length_ns"] >= 0]
+    if len(kept) == len(result.timeseries):
+        return result
+    return dataclasses.replace(result, timeseries=kept)
 
 
 def _wait_for_start(start_at: float, stop_requested: Optional[Callable[[], bool]]) -> None:

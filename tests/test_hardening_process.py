@@ -162,3 +162,113 @@ def test_a_sut_calling_sys_exit_opening_or_closing_is_an_error_with_the_result_s
     assert doc["valid"] is False and message in doc["invalid_reasons"]
     assert (doc["counts"]["completed"] > 0) is completed
     assert doc["interrupted"] is not completed  # closing comes once the run has ended
+
+
+# ------------------------------------------------------------------------- signals
+
+MARKER_SUT = """
+import time
+
+MARK = {mark!r}
+
+
+def f(sample):
+    open(MARK, "w").close()
+    time.sleep(0.0005)
+"""
+
+SLOW_IMPORT_SUT = """
+import time
+
+open({mark!r}, "w").close()
+time.sleep(60)
+
+
+def f(sample):
+    pass
+"""
+
+CODES = {signal.SIGTERM: 130, signal.SIGINT: 130, signal.SIGHUP: 129}
+
+
+def start_cli(*args: object, cwd: Optional[Path] = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "loadgen", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=cwd)
+
+
+def signal_when(proc: subprocess.Popen, mark: Path, sig: int, after_s: float = 0.5,
+                timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """Sends ``sig`` to ``proc`` ``after_s`` after ``mark`` appears; waits for its end."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not mark.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"exited early with {proc.returncode}: {proc.communicate()[1]}")
+            assert time.monotonic() < deadline, f"{mark.name} did not appear within {timeout_s} s"
+            time.sleep(0.05)
+        time.sleep(after_s)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # only the process this test started
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_during_the_warm_up_writes_every_file_of_an_interrupted_run(tmp_path, sig):
+    mark = tmp_path / "started"
+    sut = write(tmp_path / "marker.py", MARKER_SUT.format(mark=str(mark)))
+    out = tmp_path / "out"
+    proc = signal_when(start_cli("run", "--sut", f"python:{sut}:f", "--target-qps", "200", "--warmup-s", "30",
+                                 "--duration-s", "5", "--output", out, "--quiet"), mark, sig)
+    assert proc.returncode == CODES[sig], proc.stderr
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr, proc.stderr
+    assert set(os.listdir(out)) == OUTPUT_FILES
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["interrupted"] is True and doc["valid"] is False
+    assert doc["counts"]["issued"] == 0 and doc["warmup"]["issued"] > 0  # stopped before measuring began
+    assert all(p["length_s"] >= 0 for p in doc["timeseries"])
+    assert (out / "summary.txt").read_text().startswith("INVALID")
+    assert (out / "latency.hlog").read_text().startswith("#")
+
+
+def test_sighup_during_the_run_stops_it_and_writes_an_interrupted_result_exit_129(tmp_path):
+    mark = tmp_path / "started"
+    sut = write(tmp_path / "marker.py", MARKER_SUT.format(mark=str(mark)))
+    out = tmp_path / "out"
+    proc = signal_when(start_cli("run", "--sut", f"python:{sut}:f", "--target-qps", "200", "--duration-s", "30",
+                                 "--output", out, "--quiet"), mark, signal.SIGHUP)
+    assert proc.returncode == 129, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert set(os.listdir(out)) == OUTPUT_FILES
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["interrupted"] is True and 0 < doc["counts"]["issued"] < 3000
+
+
+@pytest.mark.parametrize("sig", list(CODES), ids=[s.name for s in CODES])
+def test_a_signal_while_the_sut_loads_is_one_line_and_the_signals_exit_code(tmp_path, sig):
+    mark = tmp_path / "loading"
+    sut = write(tmp_path / "slow_sut.py", SLOW_IMPORT_SUT.format(mark=str(mark)))
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = signal_when(start_cli("run", "--sut", f"python:{sut}:f", "--duration-s", "1", "--output", out),
+                       mark, sig, after_s=0.2)
+    assert proc.returncode == CODES[sig], proc.stderr
+    assert time.monotonic() - started < 45  # not the 60 s the import sleeps
+    expected = "interrupted" if sig == signal.SIGINT else f"interrupted by {sig.name}"
+    assert proc.stderr.strip().splitlines() == [expected]
+    assert not out.exists()
+
+
+def test_sighup_during_a_sweep_ends_it_as_interrupted_exit_129(tmp_path):
+    mark = tmp_path / "started"
+    sut = write(tmp_path / "marker.py", MARKER_SUT.format(mark=str(mark)))
+    out = tmp_path / "out"
+    proc = signal_when(start_cli("sweep", "--sut", f"python:{sut}:f", "--duration-s", "30",
+                                 "--vary", "target-qps=100,200", "--output", out, "--quiet"), mark, signal.SIGHUP)
+    assert proc.returncode == 129, proc.stderr
+    assert "Traceback" not in proc.stderr
+    records = [json.loads(line) for line in (out / "sweep.jsonl").read_text().splitlines()]
+    assert records[0]["sweep"]["status"] == "interrupted" and records[0]["interrupted"] is True

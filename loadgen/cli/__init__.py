@@ -2,7 +2,8 @@
 
 Exit codes: 0 the run was valid (or the command succeeded), 1 it ran but was invalid or a
 --fail-if/--require threshold failed, 2 bad usage, options or input, 130 interrupted
-(Ctrl-C, or SIGTERM as when a pod is stopped), 141 stdout was a pipe that closed before
+(Ctrl-C, or SIGTERM as when a pod is stopped), 129 hung up (SIGHUP: the terminal or
+session went away; a run in progress stops and writes its result as for SIGTERM), 141 stdout was a pipe that closed before
 all the output was written (as in ``loadgen report R | head -1``; 128 + SIGPIPE, what a
 shell reports for a process a broken pipe ended). A closed pipe ends the command quietly,
 with no traceback; ``run`` still finishes the run and writes its ``--output`` files
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
@@ -28,7 +30,9 @@ from loadgen.cli import merge as _merge
 from loadgen.cli import report as _report
 from loadgen.cli import run as _run
 from loadgen.cli import sweep as _sweep
-from loadgen.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError, check_unknown
+from loadgen.cli.common import (
+    EXIT_BROKEN_PIPE, EXIT_USAGE, Interrupts, Parser, UsageError, check_unknown, exit_code_for,
+)
 
 __all__ = ["main"]
 
@@ -59,15 +63,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     try:
         try:
-            status = _main(argv)
+            with Interrupts():  # a signal before (or after) a command's own handling: interrupted
+                status = _main(argv)
         except SystemExit:  # --help, --version: printed; their output is flushed here
-            sys.stdout.flush()
+            _flush_stdout()
             raise
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        _flush_stdout()  # a closed pipe shows here, not in the interpreter's exit
         return status
+    except KeyboardInterrupt as e:  # outside the command's own handling (building the parser)
+        return _interrupted(e)
     except BrokenPipeError:
         _silence_closed_pipes()
         return EXIT_BROKEN_PIPE
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:  # None: started with stdout closed (>&-)
+        sys.stdout.flush()
 
 
 def _silence_closed_pipes() -> None:
@@ -107,6 +119,13 @@ def _main(argv: Optional[List[str]]) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    """Says that a signal (or Ctrl-C) ended the command; returns its exit code."""
+    signum = getattr(e, "signum", None)
+    by = "" if signum in (None, signal.SIGINT) else f" by {signal.Signals(signum).name}"
+    print(f"interrupted{by}", file=sys.stderr)
+    return exit_code_for(signum)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from loadgen.telemetry.live import LiveMetrics
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_HANGUP = 128 + 1  # 128 + SIGHUP: the terminal or session went away
 EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE (a constant: Windows has no signal.SIGPIPE)
 
 
@@ -92,11 +93,33 @@ def check_unknown(argv: Sequence[str], known: Iterable[str], command: str) -> No
                 raise UsageError(f"unknown option {flag}{hint}")
 
 
+#: The signals that interrupt a command: Ctrl-C, a stop (as when a pod is stopped), and
+#: the terminal or session going away (SIGHUP, where the platform has it).
+STOP_SIGNALS: Tuple[int, ...] = tuple(
+    sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig is not None)
+
+
+def exit_code_for(signum: Optional[int]) -> int:
+    """The exit code of a command that ``signum`` interrupted: 129 for SIGHUP, else 130
+    (SIGINT, and SIGTERM alike, as a stopped pod's run is an interrupted run)."""
+    return EXIT_HANGUP if signum is not None and signum == getattr(signal, "SIGHUP", None) else EXIT_INTERRUPTED
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal that ends the command at once; :attr:`signum` is the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class Interrupts:
-    """SIGINT/SIGTERM handling from the options to the end of a run. Before the run (while
-    the SUT is loaded or a server's readiness awaited) either signal ends the command as
-    interrupted (exit 130); during it, the first asks the run to stop (the result is
-    still written). Handlers are restored afterwards."""
+    """SIGINT/SIGTERM/SIGHUP handling from the options to the end of a run. Before the
+    run (while the SUT is loaded or a server's readiness awaited) a signal ends the
+    command as interrupted (:class:`Interrupted`: exit 130, 129 for SIGHUP); during it,
+    the first asks the run to stop (the result is still written, and the command's exit
+    code is :attr:`exit_code`). Handlers are restored afterwards. :func:`main` holds one
+    around the whole command, so that no signal ends it by the default action."""
 
     def __init__(self) -> None:
         self.signal: Optional[int] = None
@@ -105,16 +128,23 @@ class Interrupts:
 
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The exit code a signal received calls for (None when none came)."""
+        return None if self.signal is None else exit_code_for(self.signal)
+
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        first = self.signal is None
+        if first:
+            self.signal = signum  # also before the run: whoever catches Interrupted sees it
         if not self.running:
-            raise KeyboardInterrupt  # nothing measured yet: main says "interrupted", exit 130
-        if self.signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: give up at once
-        self.signal = signum
+            raise Interrupted(signum)  # nothing measured yet: main says "interrupted"
+        if not first and signum == signal.SIGINT:
+            raise Interrupted(signum)  # a second Ctrl-C: give up at once
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
@@ -300,11 +330,87 @@ def linger_live(live: Optional[LiveMetrics], options: RunOptions) -> None:
 def after_run_failure(doc: Dict[str, Any], failure: str, paths: List[str], as_json: bool) -> int:
     """An error after the run: the measured result is saved (``paths``), or printed as
     JSON (on stdout with --json, else on stderr), then the error; exit 1."""
-    if not paths:
-        text = json.dumps(doc, indent=2, default=str)
-        print(text, file=sys.stdout if as_json else sys.stderr)
     where = f"saved in {paths[0]}" if paths else ("printed on stdout" if as_json else "printed above")
+    if not paths:
+        text = json.dumps(doc, indent=2, default=str) + "\n"
+        if as_json:
+            problem = write_stdout(text)
+            if problem is not None:
+                where = f"saved in {save_fallback(doc)} ({problem})"
+        else:
+            sys.stderr.write(text)
     print(f"error: {failure} (the measured result is {where})", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def write_stdout(text: str) -> Optional[str]:
+    """Writes ``text`` on stdout, flushed; None when it got there, else why not (stdout
+    closed, a full device, an I/O error). After a failure what is still buffered is sent
+    to os.devnull, so that no later flush fails again. A closed pipe is raised
+    (BrokenPipeError), for main to end the command quietly."""
+    stream = sys.stdout
+    try:
+        if stream is None:  # started with stdout closed (>&-)
+            return "stdout is closed"
+        stream.write(text)
+        stream.flush()
+        return None
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        _discard_stdout()
+        return f"stdout: {reason}"
+
+
+def _discard_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def save_fallback(doc: Dict[str, Any]) -> str:
+    """Saves ``doc`` as a new ``loadgen-result-*.json`` in the current folder (in the
+    temporary folder when that cannot be written), for a result that could not be
+    printed and has no --output; returns its path."""
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    last: Optional[OSError] = None
+    for folder in (os.getcwd(), tempfile.gettempdir()):
+        try:
+            fd, path = tempfile.mkstemp(prefix="loadgen-result-", suffix=".json", dir=folder)
+        except OSError as e:
+            last = e
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+    raise last if last is not None else OSError("no folder to save the result in")
+
+
+def show_json(doc: Dict[str, Any], paths: List[str], what: str = "result") -> Optional[int]:
+    """Prints ``doc`` as the --json output; None when it got there. Else the error is said
+    in one line naming where the result is (``paths[0]``, or a file saved for it, see
+    :func:`save_fallback`), and the exit code (1) returned. A closed pipe still ends the
+    command quietly (exit 141), the result saved first when it has no file."""
+    try:
+        problem = write_stdout(json.dumps(doc, indent=2) + "\n")
+    except BrokenPipeError:
+        if not paths:
+            path = save_fallback(doc)
+            with contextlib.suppress(OSError, ValueError):
+                print(f"error: --json: stdout closed before the {what} was written; it is saved in {path}",
+                      file=sys.stderr)
+        raise
+    if problem is None:
+        return None
+    where = paths[0] if paths else save_fallback(doc)
+    print(f"error: --json: cannot write the {what} on stdout ({problem}); it is saved in {where}", file=sys.stderr)
     return EXIT_INVALID
 
 

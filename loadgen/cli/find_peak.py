@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Tuple
 
 from loadgen.cli.common import (
-    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, UsageError, add_run_options, check_applies,
-    check_output, check_thresholds, linger_live, run_flags, serve_live, warn,
+    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, UsageError, add_run_options, after_run_failure, check_applies,
+    check_output, check_thresholds, exit_code_for, linger_live, run_flags, serve_live, show_json, warn,
 )
 from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
 from loadgen.results import ThresholdError
@@ -147,9 +146,12 @@ def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int
         show = not options.quiet  # progress goes to stderr: with --json, stdout holds the document alone
         interrupts.running = True
         doc = search.run(say=_say if show else None, stop_requested=lambda: interrupts.signal is not None)
-    code = _report(doc, options.json, options.quiet, search.write_error, options.output)
-    if interrupts.signal is None:
-        linger_live(live, options)
+        # Within the signal handling: a signal now is taken as during the search, once shown.
+        code = _report(doc, options.json, options.quiet, search.write_error, options.output)
+        if interrupts.signal is None:
+            linger_live(live, options)
+        elif code != EXIT_INVALID:  # an error showing the result (1) stands
+            code = exit_code_for(interrupts.signal)
     return code
 
 
@@ -165,12 +167,11 @@ def _report(doc: Dict[str, Any], as_json: bool, quiet: bool, write_error: str, o
     from loadgen.peak.report import render_peak
 
     if write_error:  # nothing measured is lost: the final document holds every run's summary
-        print(json.dumps(doc, indent=2, default=str), file=sys.stdout if as_json else sys.stderr)
-        where = "printed on stdout" if as_json else "printed above"
-        print(f"error: {write_error} (the final result is {where})", file=sys.stderr)
-        return EXIT_INVALID
+        return after_run_failure(doc, write_error, [], as_json)
     if as_json:
-        print(json.dumps(doc, indent=2))
+        code = show_json(doc, [os.path.join(output, "result.json")] if output else [])
+        if code is not None:
+            return code
     elif not quiet:
         sys.stdout.write(render_peak(doc))
         if output:
@@ -179,7 +180,7 @@ def _report(doc: Dict[str, Any], as_json: bool, quiet: bool, write_error: str, o
                   f"{len(runs)} run folders in {os.path.join(output, PROBES_DIR)}")
     peak = doc["peak"]
     if peak["interrupted"]:
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED  # the command's signal decides: 129 for SIGHUP
     if peak.get("limited_by") in ("generator", "client"):
         return EXIT_GENERATOR_LIMIT
     thresholds_ok = all(t["passed"] for t in doc.get("thresholds", []))

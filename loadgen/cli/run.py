@@ -11,9 +11,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from loadgen.cli.common import (
-    EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
-    after_run_failure, check_applies, check_output, check_thresholds, linger_live, run_flags, save, serve_live,
-    warn,
+    EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options, after_run_failure,
+    check_applies, check_output, check_thresholds, linger_live, run_flags, save, serve_live, show_json, warn,
 )
 from loadgen.engine.records import check_record_path
 from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
@@ -61,7 +60,7 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             raise UsageError(str(e)) from None
         quiet = options.quiet or options.json
         _say_start(options, quiet)
-        show = None if quiet else ProgressPrinter(sys.stdout)
+        show = None if quiet or sys.stdout is None else ProgressPrinter(sys.stdout)  # None: started with >&-
         tty = show is not None and show.tty
         interrupts.running = True
         failure: Optional[str] = None
@@ -73,6 +72,14 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             )
         except ResultError as e:  # measured, but the document could not be built
             doc, failure = e.doc, str(e)
+        # Still within the signal handling: a signal while the files are written is
+        # taken as during the run (the files are finished, then the exit code says it).
+        return _after_run(doc, failure, options, interrupts, show, live)
+
+
+def _after_run(doc: Dict[str, Any], failure: Optional[str], options: RunOptions, interrupts: Interrupts,
+               show: Optional[ProgressPrinter], live: Any) -> int:
+    """Saves, shows and judges the run's result; returns the exit code."""
     if show is not None:
         show.end()
     _warn_late_start(doc)
@@ -94,7 +101,9 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if failure is None:
         try:
             if options.json:
-                print(json.dumps(doc, indent=2))
+                code = show_json(doc, paths)
+                if code is not None:
+                    return code
             elif not options.quiet:
                 sys.stdout.write(render_summary(doc))
                 if options.output:
@@ -109,8 +118,8 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         return after_run_failure(doc, failure, paths, options.json)
     if not _records_written(doc, options.quiet or options.json):
         return EXIT_INVALID
-    if interrupts.signal is not None:
-        return EXIT_INTERRUPTED
+    if interrupts.exit_code is not None:
+        return interrupts.exit_code
     thresholds_ok = all(t["passed"] for t in doc["thresholds"])
     return EXIT_OK if doc["valid"] and thresholds_ok else EXIT_INVALID
 

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
-    check_applies, check_output, linger_live, run_flags, save, save_html, serve_live, warn,
+    check_applies, check_output, exit_code_for, linger_live, run_flags, save, save_html, serve_live, warn,
+    write_stdout,
 )
 from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
 from loadgen.results import ThresholdError
@@ -141,15 +142,16 @@ class _Reporter:
         self.as_json = as_json
         self.printer = printer
         self.broken: Optional[BrokenPipeError] = None  # stdout closed: the sweep goes on, unseen
+        self.failed: Optional[str] = None  # why a --json line could not be written (stdout closed, full)
 
     def start(self, position: int, total: int, run: PlannedRun, eta_s: Optional[float]) -> None:
         if self.printer is not None:
             self.printer.write(f"[{position}/{total}] point {run.index}: {run.describe()}  (ETA {_duration(eta_s)})\n")
 
     def end(self, position: int, total: int, run: PlannedRun, record: Dict[str, Any]) -> None:
-        if self.as_json and self.broken is None:
+        if self.as_json and self.broken is None and self.failed is None:
             try:
-                print(json.dumps(record, separators=(",", ":")), flush=True)
+                self.failed = write_stdout(json.dumps(record, separators=(",", ":")) + "\n")
             except BrokenPipeError as e:
                 self.broken = e
         if self.printer is None:
@@ -243,7 +245,7 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         _check_live(base, runs)
         live = serve_live(base, stack)
         quiet = base.quiet or base.json
-        printer = None if quiet else ProgressPrinter(sys.stdout)
+        printer = None if quiet or sys.stdout is None else ProgressPrinter(sys.stdout)  # None: started with >&-
         todo = sum(1 for r in runs if not state.finished(r))
         if printer is not None:
             points = len({r.index for r in runs})
@@ -259,6 +261,14 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             raise UsageError(f"--output: cannot write to {directory}: {e.strerror or e}") from None
         finally:
             state.close()
+        # Within the signal handling: a signal now is taken as during the sweep's last point.
+        return _after_sweep(outcome, directory, base, swept, runs, printer, reporter, live, interrupts)
+
+
+def _after_sweep(outcome: SweepOutcome, directory: str, base: RunOptions, swept: List[str],
+                 runs: Sequence[PlannedRun], printer: Optional[ProgressPrinter], reporter: _Reporter,
+                 live: Any, interrupts: Interrupts) -> int:
+    """The sweep's report.html, end lines and warnings; returns the exit code."""
     if not base.no_html:
         _save_sweep_html(directory)
     if printer is not None:
@@ -266,11 +276,16 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     broken = reporter.broken or (printer.broken if printer is not None else None)
     if broken is not None:
         raise broken  # after every point ran and was saved: main ends quietly
-    if not outcome.interrupted:
+    if reporter.failed is not None:
+        print(f"error: --json: cannot write the points' records on stdout ({reporter.failed}); they are saved in "
+              f"{os.path.join(directory, SWEEP_JSONL)}", file=sys.stderr)
+        return EXIT_INVALID
+    if not outcome.interrupted and interrupts.signal is None:
         linger_live(live, base)
     if outcome.interrupted:
         warn(f"interrupted: {sum(1 for r in outcome.records if r and r['sweep']['status'] == 'done')} of "
              f"{len(runs)} runs are done; run the same command again to run the rest")
     elif outcome.stopped:
         warn("stopped at a failed point (--stop-on-error); run the same command again to retry it and go on")
-    return _exit_code(outcome)
+    code = _exit_code(outcome)
+    return exit_code_for(interrupts.signal) if code == EXIT_INTERRUPTED or interrupts.signal is not None else code
