@@ -337,9 +337,11 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
                f"(default: 90 single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
     OptionSpec("duration_s", _float(D.MIN_DURATION_S, D.MAX_TIME_S, unit="s"), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
-               "but offline, ramp and trace)", "S"),
+               "but offline, ramp and trace); on an MLPerf scenario, its minimum duration (with --min-duration-s, "
+               "the longer of the two)", "S"),
     OptionSpec("query_count", _int(1, D.MAX_QUERY_COUNT), "stop after this many queries", "N"),
-    OptionSpec("min_duration_s", _float(0, D.MAX_TIME_S, unit="s"), f"MLPerf scenarios: keep issuing at least this long (default {D.MLPERF_MIN_DURATION_S:g})", "S"),
+    OptionSpec("min_duration_s", _float(0, D.MAX_TIME_S, unit="s"), f"MLPerf scenarios: keep issuing at least this long, and until --min-query-count "
+               f"queries (default {D.MLPERF_MIN_DURATION_S:g}; with --duration-s, the longer of the two)", "S"),
     OptionSpec("min_query_count", _int(0, D.MAX_QUERY_COUNT), f"MLPerf scenarios: keep issuing until this many queries "
                f"(default {D.MLPERF_MIN_QUERY_COUNT})", "N"),
     OptionSpec("samples_per_query", _int(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: 8 multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),

@@ -21,9 +21,14 @@ class _Mlperf(Scenario):
     uses: Tuple[str, ...] = ("min_duration_s", "min_query_count")
 
     def effective(self, opts: RunOptions) -> RunOptions:
-        if opts.duration_s is not None and opts.min_duration_s is None:
-            # "--duration-s 5" on an MLPerf scenario means its minimum duration.
-            opts = _replace(opts, min_duration_s=opts.duration_s, duration_s=None)
+        if opts.duration_s is not None:
+            # "--duration-s 5" on an MLPerf scenario is its minimum duration, MLPerf's
+            # min_duration: a floor, after which the run goes on until --min-query-count
+            # queries too. Never a cap: one below --min-duration-s would end every run too
+            # short (INVALID), one above it would be cut to the minimum. Given both, the
+            # run lasts at least the longer.
+            floor = opts.duration_s if opts.min_duration_s is None else max(opts.duration_s, opts.min_duration_s)
+            opts = _replace(opts, min_duration_s=floor, duration_s=None)
         return super().effective(opts)
 
 
