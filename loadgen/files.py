@@ -19,15 +19,16 @@ import os
 import stat
 from typing import IO, Any, Optional, Union
 
-__all__ = ["CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "FileTooLargeError", "InputFileError",
-           "RESULT_LIMIT_BYTES",
-           "TEMPLATE_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "open_bounded", "read_bytes", "read_text", "size_text"]
+__all__ = ["CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "RESULT_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
+           "TOKENIZER_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "FileTooLargeError", "InputFileError", "open_bounded",
+           "read_bytes", "read_text", "size_text"]
 
 MIB = 1 << 20
-#: A result document (``report``, ``merge``, ``compare``, ``--baseline``), and a run's own
-#: results.csv appended to.
+#: A result document (``report``, ``merge``, ``compare``), and the results.csv a run
+#: appends to.
 RESULT_LIMIT_BYTES = 64 * MIB
-#: A config file (``--config``, ``--points``, an MLPerf ``--mlperf-conf``/``--user-conf``).
+#: A config file (``--config``, ``--points``, ``TestSettings.FromConfig``'s mlperf.conf
+#: and user.conf).
 CONFIG_LIMIT_BYTES = 64 * MIB
 #: A request template or payload (``--request-template``, ``--payload``).
 TEMPLATE_LIMIT_BYTES = 64 * MIB
@@ -35,6 +36,8 @@ TEMPLATE_LIMIT_BYTES = 64 * MIB
 TRACE_LIMIT_BYTES = 512 * MIB
 #: An LLM dataset (``--dataset``): ShareGPT's common file is about 650 MiB.
 DATASET_LIMIT_BYTES = 1024 * MIB
+#: A tokenizer.json (``--tokenizer``): the largest vocabularies' are tens of MiB.
+TOKENIZER_LIMIT_BYTES = 256 * MIB
 #: An HdrHistogram interval log (``hlog``), streamed line by line: days of 1-s intervals.
 HLOG_LIMIT_BYTES = 4096 * MIB
 

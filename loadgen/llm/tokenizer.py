@@ -13,6 +13,8 @@ from typing import Any, Iterator, List, Optional, Sequence
 
 import numpy as np
 
+from loadgen.files import TOKENIZER_LIMIT_BYTES, read_text
+
 __all__ = ["Tokenizer", "load_tokenizer"]
 
 
@@ -90,8 +92,9 @@ def load_tokenizer(spec: str) -> Tokenizer:
         except ImportError:
             raise ValueError(f"--tokenizer {spec}: reading tokenizer.json needs the 'tokenizers' package "
                              "(pip install 'loadgen[llm]')") from None
+        text = read_text(file, what="--tokenizer", limit_bytes=TOKENIZER_LIMIT_BYTES)
         try:
-            return Tokenizer(spec, tokenizers.Tokenizer.from_file(file))
+            return Tokenizer(spec, tokenizers.Tokenizer.from_str(text))
         except Exception as e:  # tokenizers raises its own Exception subclass
             raise ValueError(f"--tokenizer {spec}: cannot read {file}: {e}") from None
     try:
