@@ -272,3 +272,67 @@ def test_sighup_during_a_sweep_ends_it_as_interrupted_exit_129(tmp_path):
     assert "Traceback" not in proc.stderr
     records = [json.loads(line) for line in (out / "sweep.jsonl").read_text().splitlines()]
     assert records[0]["sweep"]["status"] == "interrupted" and records[0]["interrupted"] is True
+
+
+# -------------------------------------------------------- --json into a closed or full stdout
+
+def _run_json(tmp_path: Path, stdout: str, *args: object) -> subprocess.CompletedProcess:
+    """``loadgen ARGS --json`` in ``tmp_path`` with stdout ``closed`` (>&-), ``full``
+    (/dev/full) or ``gone`` (a pipe whose reader has already closed it)."""
+    cmd = [sys.executable, "-m", "loadgen", *map(str, args), "--json"]
+    kw = dict(stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=tmp_path, timeout=90)
+    if stdout == "closed":
+        return subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *cmd], **kw)
+    if stdout == "full":
+        with open("/dev/full", "w") as full:
+            return subprocess.run(cmd, stdout=full, **kw)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(cmd, stdout=write_end, **kw)
+    finally:
+        os.close(write_end)
+
+
+def _saved_in(line: str) -> Path:
+    return Path(line.rsplit("; it is saved in ", 1)[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("stdout, reason", [("closed", "stdout is closed"),
+                                            ("full", "stdout: No space left on device")])
+@pytest.mark.parametrize("output", [False, True], ids=["no-output", "output"])
+def test_json_into_a_closed_or_full_stdout_is_one_line_and_the_result_is_on_disk(tmp_path, stdout, reason, output):
+    out = tmp_path / "out"
+    args = ["run", "--sut", "null", "--scenario", "constant", "--target-qps", "200", "--duration-s", "0.5"]
+    proc = _run_json(tmp_path, stdout, *args, *(["--output", out] if output else []))
+    assert proc.returncode == 1, proc.stderr
+    line = one_line_error(proc.stderr)
+    assert line.startswith(f"error: --json: cannot write the result on stdout ({reason}); it is saved in "), line
+    saved = _saved_in(line)
+    if output:
+        assert saved == out / "result.json"
+    else:
+        assert saved.parent == tmp_path and saved.name.startswith("loadgen-result-")
+    doc = json.loads((tmp_path / saved).read_text())
+    assert doc["scenario"] == "constant" and doc["counts"]["issued"] > 0
+
+
+def test_json_into_a_pipe_already_closed_ends_quietly_with_the_result_saved(tmp_path):
+    proc = _run_json(tmp_path, "gone", "run", "--sut", "null", "--duration-s", "0.5")
+    assert proc.returncode == 141, proc.stderr  # a closed pipe, as before
+    line = one_line_error(proc.stderr)
+    assert line.startswith("error: --json: stdout closed before the result was written; it is saved in ")
+    assert json.loads(_saved_in(line).read_text())["counts"]["issued"] > 0
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_sweep_json_lines_into_a_closed_or_full_stdout_name_the_file_that_has_them(tmp_path, stdout):
+    out = tmp_path / "out"
+    proc = _run_json(tmp_path, stdout, "sweep", "--sut", "null", "--duration-s", "0.5",
+                     "--vary", "target-qps=100,200", "--output", out)
+    assert proc.returncode == 1, proc.stderr
+    line = one_line_error(proc.stderr)
+    assert line.startswith("error: --json: cannot write the points' records on stdout (") and \
+        line.endswith(f"they are saved in {out / 'sweep.jsonl'}"), line
+    assert len((out / "sweep.jsonl").read_text().splitlines()) == 2
