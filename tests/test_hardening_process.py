@@ -336,3 +336,44 @@ def test_sweep_json_lines_into_a_closed_or_full_stdout_name_the_file_that_has_th
     assert line.startswith("error: --json: cannot write the points' records on stdout (") and \
         line.endswith(f"they are saved in {out / 'sweep.jsonl'}"), line
     assert len((out / "sweep.jsonl").read_text().splitlines()) == 2
+
+
+# ------------------------------------------------------ sweep hooks that print without end
+
+KEEP = 64 * 1024
+
+
+def _sweep_with_hook(tmp_path: Path, hook: str, *extra: object) -> dict:
+    out = tmp_path / "out"
+    proc = run_cli("sweep", "--sut", "null", "--duration-s", "0.2", "--vary", "target-qps=100", "--output", out,
+                   "--before-point", hook, "--quiet", *extra)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (record,) = [json.loads(line) for line in (out / "sweep.jsonl").read_text().splitlines()]
+    record["_dir"] = out / record["sweep"]["dir"]
+    return record
+
+
+def test_a_hook_printing_a_lot_keeps_its_first_and_last_64_kib_and_counts_the_rest(tmp_path):
+    lines = 100_000  # 10-byte lines: 1,000,000 bytes
+    hook = f"{sys.executable} -c \"import sys; sys.stdout.write(''.join(f'{{i:09d}}\\n' for i in range({lines})))\""
+    record = _sweep_with_hook(tmp_path, hook)
+    section = record["sweep"]["hooks"]["before-point"]
+    assert section["ok"] is True and record["sweep"]["status"] == "done"
+    assert section["dropped_bytes"] == {"stdout": 1_000_000 - 2 * KEEP}
+    log = (record["_dir"] / section["logs"]["stdout"]).read_bytes()
+    whole = "".join(f"{i:09d}\n" for i in range(lines)).encode()
+    assert log.startswith(whole[:KEEP]) and log.endswith(whole[-KEEP:])
+    assert f"{1_000_000 - 2 * KEEP} bytes of this output were dropped".encode() in log[KEEP:-KEEP]
+    assert len(log) < 2 * KEEP + 200
+
+
+def test_a_hook_printing_without_end_is_still_killed_at_its_timeout_with_bounded_logs(tmp_path):
+    started = time.monotonic()
+    record = _sweep_with_hook(tmp_path, "yes out & exec yes err >&2", "--hook-timeout-s", "2")
+    assert time.monotonic() - started < 60
+    section = record["sweep"]["hooks"]["before-point"]
+    assert section["timed_out"] is True and record["sweep"]["status"] == "failed"
+    assert section["dropped_bytes"]["stdout"] > 0 and section["dropped_bytes"]["stderr"] > 0
+    for stream in ("stdout", "stderr"):
+        assert (record["_dir"] / section["logs"][stream]).stat().st_size < 2 * KEEP + 200
+    assert section["stderr_tail"].endswith("err\n") and len(section["stderr_tail"]) == 2000
