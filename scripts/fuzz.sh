@@ -19,7 +19,8 @@
 # regression test in tests/test_fuzz_regressions.py (plain pytest, no atheris).
 #
 # PYTHON (default: python) must import a built loadgen; atheris is installed with pip
-# when missing.
+# when missing. CLANGXX (default: clang++) builds the libFuzzer targets. Exit 2 when the
+# Python targets cannot be listed (PYTHON fails to run tests/fuzz/fuzz_run.py --list).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -38,7 +39,16 @@ cd "$out"
 if [[ $# -gt 0 ]]; then
   targets=("$@")
 else
-  mapfile -t targets < <("$PYTHON" "$root/tests/fuzz/fuzz_run.py" --list)
+  # Not `mapfile < <(...)`: a failure there went unseen, and every Python target with it.
+  if ! listing="$("$PYTHON" "$root/tests/fuzz/fuzz_run.py" --list)"; then
+    echo "fuzz.sh: listing the Python fuzz targets failed ($PYTHON tests/fuzz/fuzz_run.py --list; see above)" >&2
+    exit 2
+  fi
+  if [[ -z "$listing" ]]; then
+    echo "fuzz.sh: $PYTHON tests/fuzz/fuzz_run.py --list named no target" >&2
+    exit 2
+  fi
+  mapfile -t targets <<<"$listing"
   targets+=(hdr_codec http_parser sse_scanner)
 fi
 

@@ -377,3 +377,32 @@ def test_a_hook_printing_without_end_is_still_killed_at_its_timeout_with_bounded
     for stream in ("stdout", "stderr"):
         assert (record["_dir"] / section["logs"][stream]).stat().st_size < 2 * KEEP + 200
     assert section["stderr_tail"].endswith("err\n") and len(section["stderr_tail"]) == 2000
+
+
+# ------------------------------------------------------- scripts/fuzz.sh's target listing
+
+FAKE_PYTHON = """#!/bin/sh
+# Stands in for Python: 'import atheris' works; the target listing {does}.
+case "$*" in
+  *--list*) {listing} ;;
+esac
+exit 0
+"""
+
+
+@pytest.mark.parametrize("does, listing", [
+    ("fails", 'echo "ImportError: no module named atheris" >&2; exit 1'),
+    ("names nothing", "exit 0"),
+])
+def test_fuzz_sh_fails_when_the_python_targets_cannot_be_listed(tmp_path, does, listing):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON.format(does=does, listing=listing))
+    fake.chmod(0o755)
+    # No C++ compiler: the native targets are skipped, so a listing failure that went
+    # unseen would end the script at once with exit 0.
+    env = clean_env(PYTHON=str(fake), CLANGXX=str(tmp_path / "no-such-clang++"))
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "fuzz.sh"), "1"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "fuzz.sh: " in proc.stderr and "tests/fuzz/fuzz_run.py --list" in proc.stderr, proc.stderr
+    assert "clean" not in proc.stdout and "skipped" not in proc.stdout
