@@ -92,6 +92,14 @@ def test_a_sut_calling_sys_exit_while_loading_is_exit_2_naming_it(tmp_path, wher
     assert not (out / "result.json").exists()
 
 
+@pytest.mark.parametrize("command", [["run"], ["find-peak", "--latency-bound-ms", "10"]], ids=["run", "find-peak"])
+def test_a_sut_raising_keyboard_interrupt_itself_while_loading_is_exit_2_not_an_interruption(tmp_path, command):
+    sut = write(tmp_path / "raising_sut.py", "raise KeyboardInterrupt\n")
+    proc = run_cli(*command, "--sut", f"python:{sut}:f", "--duration-s", "1", "--quiet")
+    assert proc.returncode == 2, proc.stderr
+    assert one_line_error(proc.stderr) == f"error: SUT 'python:{sut}:f' raised KeyboardInterrupt while loading"
+
+
 def test_a_sweep_point_whose_sut_calls_sys_exit_while_loading_fails_naming_it(tmp_path):
     write(tmp_path / "exiting_sut.py", EXIT_AT_IMPORT.format(code="0"))
     out = tmp_path / "out"

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
 
 from loadgen.options import OPTION_SPECS, RunOptions
 from loadgen.results import ThresholdError, parse_threshold, write_outputs
@@ -149,6 +149,18 @@ class Interrupts:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def loading_sut(interrupts: Interrupts, sut: str) -> Iterator[None]:
+    """Around the SUT's loading: a KeyboardInterrupt that no signal caused (``interrupts``
+    saw none) is the SUT's own code raising it, bad input (exit 2), not an interruption."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if interrupts.signal is None:
+            raise UsageError(f"SUT {sut!r} raised KeyboardInterrupt while loading") from None
+        raise
 
 
 class ProgressPrinter:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, UsageError, add_run_options, after_run_failure, check_applies,
-    check_output, check_thresholds, exit_code_for, linger_live, run_flags, serve_live, show_json, warn,
+    check_output, check_thresholds, exit_code_for, linger_live, loading_sut, run_flags, serve_live, show_json, warn,
 )
 from loadgen.options import OPTION_SPECS, OptionError, resolve, unknown_environment
 from loadgen.results import ThresholdError
@@ -139,7 +139,8 @@ def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int
             check_output(options.output)
             _check_earlier_search(options.output)
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
-            search = PeakSearch(options, settings, given)  # every option and the SUT checked
+            with loading_sut(interrupts, options.sut):
+                search = PeakSearch(options, settings, given)  # every option and the SUT checked
             search.live = live
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None

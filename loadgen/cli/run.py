@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional
 
 from loadgen.cli.common import (
     EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options, after_run_failure,
-    check_applies, check_output, check_thresholds, linger_live, run_flags, save, serve_live, show_json, warn,
+    check_applies, check_output, check_thresholds, linger_live, loading_sut, run_flags, save, serve_live, show_json,
+    warn,
 )
 from loadgen.engine.records import check_record_path
 from loadgen.options import OPTION_SPECS, OptionError, RunOptions, resolve, unknown_environment
@@ -55,7 +56,8 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             if options.record_requests:
                 check_record_path(options.record_requests)
-            prepared = prepare(options)  # every option and the SUT checked before anything runs
+            with loading_sut(interrupts, options.sut):
+                prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:
             raise UsageError(str(e)) from None
         quiet = options.quiet or options.json
