@@ -414,3 +414,20 @@ def test_fuzz_sh_fails_when_the_python_targets_cannot_be_listed(tmp_path, does, 
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "fuzz.sh: " in proc.stderr and "tests/fuzz/fuzz_run.py --list" in proc.stderr, proc.stderr
     assert "clean" not in proc.stdout and "skipped" not in proc.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_while_waiting_for_start_at_is_the_signals_exit_code(tmp_path, sig):
+    proc = start_cli("run", "--sut", "null", "--duration-s", "1", "--start-at", f"{time.time() + 120:.3f}",
+                     "--output", tmp_path / "out")
+    try:
+        assert proc.stdout.readline().startswith("waiting ")  # prepared, waiting for the start
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # only the process this test started
+            proc.communicate()
+    assert proc.returncode == CODES[sig], err
+    assert err.strip().splitlines()[-1] == f"interrupted by {sig.name}"
+    assert not (tmp_path / "out" / "result.json").exists()  # nothing was measured

@@ -11,7 +11,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from loadgen.cli.common import (
-    EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options, after_run_failure,
+    EXIT_INVALID, EXIT_OK, Interrupted, Interrupts, ProgressPrinter, UsageError, add_run_options, after_run_failure,
     check_applies, check_output, check_thresholds, linger_live, loading_sut, run_flags, save, serve_live, show_json,
     warn,
 )
@@ -74,6 +74,10 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             )
         except ResultError as e:  # measured, but the document could not be built
             doc, failure = e.doc, str(e)
+        except KeyboardInterrupt as e:  # stopped before it started (--start-at): the signal's exit code
+            if interrupts.signal is not None and not isinstance(e, Interrupted):
+                raise Interrupted(interrupts.signal) from None
+            raise
         # Still within the signal handling: a signal while the files are written is
         # taken as during the run (the files are finished, then the exit code says it).
         return _after_run(doc, failure, options, interrupts, show, live)
