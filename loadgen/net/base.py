@@ -13,6 +13,7 @@ goes on.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,6 +33,60 @@ __all__ = ["HttpSUT", "NetworkSUT", "http_get"]
 _WARM_MAX = 1024  # connections opened before the run; more open as the load needs them
 _MEMO_MAX_BYTES = 64 * 1024  # responses up to this size have their check remembered
 _MEMO_MAX_ENTRIES = 4096
+# Files a run needs beside its connections (the engine's eventfd, the event loop's own,
+# result and record files, telemetry, a live metrics server): kept free of connections.
+_FD_RESERVE = 24
+
+
+def _open_files() -> Optional[Tuple[int, int, int]]:
+    """(files open now, the soft and hard limits on them), or None where unknown."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        used = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError, ValueError):
+        return None
+    return used, soft, hard
+
+
+def check_open_files(connections: int, what: str) -> None:
+    """Makes room for ``connections`` sockets under the open-file limit (``ulimit -n``):
+    the soft limit is raised (up to the hard one) when they would not fit.
+
+    Raises:
+        ValueError: they cannot fit; the message names ``what`` (the option that asked
+            for them) and both ways out.
+    """
+    files = _open_files()
+    if files is None:
+        return
+    import resource
+
+    used, soft, hard = files
+    need = used + connections + _FD_RESERVE
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+            return
+        except (OSError, ValueError):
+            pass
+    raise ValueError(
+        f"{what}: {connections} connections need as many open files, and this process may open {soft} "
+        f"(ulimit -n; {used} are open, and the run keeps {_FD_RESERVE} for itself); open fewer connections, "
+        f"or raise the limit (ulimit -n {need})")
+
+
+def _free_files() -> Optional[int]:
+    files = _open_files()
+    if files is None:
+        return None
+    import resource
+
+    used, soft, _ = files
+    return None if soft == resource.RLIM_INFINITY else max(0, soft - used - _FD_RESERVE)
 
 
 class NetworkSUT(LoopSUT):
@@ -155,6 +210,8 @@ class HttpSUT(NetworkSUT):
     def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
         super().__init__(target, net, pool_size)
         self.ssl = ssl_context(net.ca_file, net.insecure) if target.tls else None
+        check_open_files(self.connections, f"--connections {net.connections}" if net.connections else
+                         "the connections (one per query in flight: --concurrency, --max-in-flight)")
         self.requests: List[bytes] = []
         self.pool: Optional[HttpPool] = None
         self._stream = False
@@ -190,7 +247,9 @@ class HttpSUT(NetworkSUT):
         self.pool = HttpPool(loop, self.target.host, self.target.port, self.connections,
                              ssl_context=self.ssl, server_hostname=self.target.host,
                              max_response_bytes=self.net.max_response_bytes)
-        self.warm_connections = await self.pool.warm(min(self.connections, _WARM_MAX))
+        warm = min(self.connections, _WARM_MAX)
+        free = _free_files()  # opening them all would leave the engine no file to run with
+        self.warm_connections = await self.pool.warm(warm if free is None else min(warm, free))
 
     async def close_on_loop(self) -> None:
         if self.pool is not None:
