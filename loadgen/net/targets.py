@@ -163,9 +163,6 @@ def parse_target(url: str, *, template: bool = False) -> Target:
         parts = urllib.parse.urlsplit(url)
     except ValueError as e:  # urlsplit: "Invalid IPv6 URL", a bad port
         raise ValueError(f"--sut: not a valid URL ({e}); use {_FORMS}") from None
-    problem = url_problem(url)
-    if problem:
-        raise ValueError(f"--sut {shown!r}: not a valid URL: {problem}")
     scheme = parts.scheme.lower()
     forms = _FORMS
     if scheme not in ("http", "https", "grpc", "grpcs", "openai+http", "openai+https"):
@@ -179,6 +176,9 @@ def parse_target(url: str, *, template: bool = False) -> Target:
     problem = host_problem(host)
     if problem:
         raise ValueError(f"--sut {shown}: {problem}")
+    problem = url_problem(url)  # after the host's own check, which names the host
+    if problem:
+        raise ValueError(f"--sut {shown!r}: not a valid URL: {problem}")
     tls = scheme.endswith("s") and scheme != "grpc" or scheme == "grpcs"
     if port is None:
         port = 443 if tls else (8001 if scheme.startswith("grpc") else 80)
