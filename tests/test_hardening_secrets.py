@@ -172,7 +172,7 @@ def test_secret_query_values_of_the_sut_and_metrics_urls_are_used_and_never_show
 # ---------------------------------------------------------- malformed --header values
 
 @pytest.mark.parametrize("header, named", [
-    (f"Authorization Bearer {TOKEN}", "without ':'"),
+    (f"Authorization Bearer {TOKEN}", "it has no ':'"),
     (f"Authorization: Bearer {TOKEN}\r\nX-Injected: 1", "'Authorization'"),
     (f"Authorization: Bearer {TOKEN}\nHost: elsewhere", "'Authorization'"),
     (f"Authorization Bearer {TOKEN}: x", "a header name must be a token"),

@@ -80,8 +80,8 @@ def parse_header(text: str) -> Tuple[str, str]:
     message names the header (or says it has no ':'), never its value."""
     name, sep, value = str(text).partition(":")
     if not sep:
-        raise ValueError("a header without ':' (write it as 'Name: value'; its text is not shown, as it may "
-                         "hold a credential)")
+        raise ValueError("it is not a header like 'Name: value': it has no ':' (its text is not shown, as it "
+                         "may hold a credential)")
     name = name.strip()
     problem = header_problem(name, value)
     if problem:
