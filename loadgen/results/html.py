@@ -117,10 +117,12 @@ def redacted(doc: Dict[str, Any]) -> Dict[str, Any]:
     holds one: a report shows none, even of a document written without redaction."""
     from loadgen.net.options import options_redactor
 
-    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
-    sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
+    settings, sweep = doc.get("settings"), doc.get("sweep")
+    settings = settings if isinstance(settings, dict) else {}
+    sweep = sweep if isinstance(sweep, dict) else {}
     sources = [settings.get("effective"), settings.get("given"), sweep.get("values")]
-    return options_redactor(*(_Settings(s) for s in sources)).doc(doc)
+    out: Dict[str, Any] = options_redactor(*(_Settings(s) for s in sources)).doc(doc)
+    return out
 
 
 def render_html(runs: Sequence[Run], title: Optional[str] = None) -> str:

@@ -176,7 +176,7 @@ def run_point(run: PlannedRun, ctx: SweepContext) -> Dict[str, Any]:
         status, error = "interrupted", "interrupted"
     _finish(section, status, error, time.monotonic() - started)
     record = doc if doc is not None else _bare(run, error)
-    record = redactor.doc(record)
+    record = dict(redactor.doc(record))
     record["sweep"] = redactor.doc(section)
     if doc is not None and saved != status:
         atomic_write(os.path.join(point_dir, RESULT_FILE), json.dumps(record, indent=2, default=str) + "\n")
