@@ -17,6 +17,7 @@
 #include "request_log.h"
 #include "sample_selector.h"
 #include "schedule.h"
+#include "sse.h"
 
 namespace py = pybind11;
 using loadgen::Engine;
@@ -392,8 +393,24 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("inline_issue", &Engine::inline_issue)
       .def("eventfd", &Engine::eventfd)
       .def("arm_eventfd", &Engine::arm_eventfd)
-      .def("complete", &Engine::complete, py::arg("id"), py::arg("completed_ns") = 0,
-           py::arg("n_tokens") = -1, py::arg("n_input") = -1)
+      .def("complete",
+           [](Engine& e, int64_t id, int64_t completed_ns, const py::handle& n_tokens, int64_t n_input) {
+             // Any Python int: one past int64 fails the query as the engine fails any count
+             // out of range (invalid_token_count), not as a TypeError of the binding.
+             int overflow = 0;
+             const long long n = PyLong_AsLongLongAndOverflow(n_tokens.ptr(), &overflow);
+             if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+             if (overflow != 0) {
+               e.fail(id, "invalid_token_count",
+                      "n_tokens " + py::str(n_tokens).cast<std::string>() + " is out of range (-1: not known, or 0 to " +
+                          std::to_string(loadgen::kMaxTokenCount) + ")");
+               return false;
+             }
+             return e.complete(id, completed_ns, n, n_input);
+           },
+           py::arg("id"), py::arg("completed_ns") = 0, py::arg("n_tokens") = -1, py::arg("n_input") = -1,
+           "Completes query id (see Engine::complete); a count of n_tokens outside -1..MAX_TOKEN_COUNT "
+           "fails it as invalid_token_count.")
       .def("complete_many",
            [](Engine& e, const Int64Array& ids, const py::object& completed_ns) {
              const int64_t n = static_cast<int64_t>(ids.size());
@@ -415,11 +432,12 @@ void bind_engine(py::module_& m) {
            },
            py::arg("ids"), py::arg("completed_ns") = py::none())
       .def("fail",
-           [](Engine& e, int64_t id, const py::str& kind, const py::str& message) {
-             return e.fail(id, utf8_text(kind), utf8_text(message));
+           [](Engine& e, int64_t id, const py::str& kind, const py::str& message, bool count_unknown) {
+             return e.fail(id, utf8_text(kind), utf8_text(message), count_unknown);
            },
-           py::arg("id"), py::arg("kind"), py::arg("message"),
-           "Fails query id; kind and message are cleaned and bounded (see Engine::fail).")
+           py::arg("id"), py::arg("kind"), py::arg("message"), py::arg("count_unknown") = true,
+           "Fails query id; kind and message are cleaned and bounded (see Engine::fail). count_unknown "
+           "false: an id not in flight is not counted.")
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
       .def("http_take_unchecked",
            [](Engine& e, int64_t max, double timeout_s) -> py::object {
@@ -532,6 +550,8 @@ void bind_engine(py::module_& m) {
              d["cancelled"] = c.cancelled;
              d["outstanding"] = c.outstanding;
              d["unknown_completions"] = c.unknown_completions;
+             d["duplicate_completions"] = c.duplicate_completions;
+             d["late_completions"] = c.late_completions;
              d["cap_waits"] = c.cap_waits;
              d["warmup_issued"] = c.warmup_issued;
              d["warmup_completed"] = c.warmup_completed;

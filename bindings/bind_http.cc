@@ -84,6 +84,7 @@ void bind_http(py::module_& m) {
       .def_property_readonly("error_kind", &HttpResponseParser::error_kind)
       .def_property_readonly("error_message", &HttpResponseParser::error_message);
 
+  m.attr("MAX_TOKEN_COUNT") = loadgen::kMaxTokenCount;
   py::class_<SseScanner>(m, "SseScanner")
       .def(py::init<int64_t>(), py::arg("max_event_bytes") = int64_t{64} << 20)
       .def("start", &SseScanner::start)

@@ -8,6 +8,7 @@
 #include "affinity.h"
 #include "clock.h"
 #include "require.h"
+#include "sse.h"
 
 namespace loadgen {
 namespace {
@@ -589,8 +590,18 @@ void Engine::track_timeout(int64_t id) {
 
 bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
                                bool count_unknown, int64_t n_input) noexcept {
+  if (n_tokens < -1 || n_tokens > kMaxTokenCount) {
+    // A count no answer has: the query fails (no total takes it, so none can wrap).
+    try {
+      fail(id, "invalid_token_count",
+           "n_tokens " + std::to_string(n_tokens) + " is out of range (-1: not known, or 0 to " +
+               std::to_string(kMaxTokenCount) + ")");
+    } catch (...) {  // out of memory for the message: fail() resolved the query first
+    }
+    return false;
+  }
   if (!table_.claim_issued(id)) {
-    if (count_unknown) unknown_.fetch_add(1, std::memory_order_relaxed);
+    if (count_unknown) count_stray(id);
     return false;
   }
   const InFlightTable::Slot& sl = table_.slot(id);
@@ -598,7 +609,7 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
   if (s_.timeout_ns > 0 && t - sl.scheduled_ns >= s_.timeout_ns) {
     // Past its deadline: timed out, whether the reaper or the answer got here first
     // (the monitor thread may run late on a busy machine).
-    time_out(id, t);
+    time_out(id, t, InFlightTable::kBySut);
     return true;
   }
   if (in_warmup(sl.scheduled_ns)) {
@@ -610,8 +621,22 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
   log_resolution(id, RecordStatus::kOk, t, n_tokens, 0, n_input);
-  release(id, t);
+  release(id, t, InFlightTable::kBySut);
   return true;
+}
+
+void Engine::count_stray(int64_t id) noexcept {
+  switch (table_.classify_stray(id)) {
+    case InFlightTable::Stray::kNeverIssued:
+      unknown_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case InFlightTable::Stray::kDuplicate:
+      duplicate_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case InFlightTable::Stray::kLate:
+      late_.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
 }
 
 void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens,
@@ -633,8 +658,8 @@ void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n
   records_->append(r);
 }
 
-void Engine::release(int64_t id, int64_t t) noexcept {
-  table_.free(id);
+void Engine::release(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept {
+  table_.free(id, by);
   // A closed loop's next query is due from when this one ended, however it ended.
   last_free_ns_.store(t > 0 ? t : now_ns(), std::memory_order_release);
   resolved_.fetch_add(1, std::memory_order_seq_cst);
@@ -644,10 +669,10 @@ void Engine::release(int64_t id, int64_t t) noexcept {
   if (inline_issue_) queued_.notify_eventfd();
 }
 
-void Engine::time_out(int64_t id, int64_t t) noexcept {
+void Engine::time_out(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept {
   count_resolution(id, timed_out_);
   log_resolution(id, RecordStatus::kTimedOut, t);
-  release(id, t);
+  release(id, t, by);
 }
 
 int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept {
@@ -656,9 +681,9 @@ int64_t Engine::complete_many(const int64_t* ids, const int64_t* completed_ns, i
   return ok;
 }
 
-bool Engine::fail(int64_t id, const std::string& kind, const std::string& message) {
+bool Engine::fail(int64_t id, const std::string& kind, const std::string& message, bool count_unknown) {
   if (!table_.claim_issued(id)) {
-    unknown_.fetch_add(1, std::memory_order_relaxed);
+    if (count_unknown) count_stray(id);
     return false;
   }
   const bool measured = count_resolution(id, failed_);
@@ -674,7 +699,7 @@ bool Engine::fail(int64_t id, const std::string& kind, const std::string& messag
     }
     log_resolution(id, RecordStatus::kFailed, now_ns(), -1, kind_index);
   }
-  release(id);  // before the bookkeeping, which allocates and could throw
+  release(id, 0, InFlightTable::kBySut);  // before the bookkeeping, which allocates and could throw
   if (!measured) return true;  // a warm-up failure: counted apart, its kind and message not kept
   if (clean.empty()) clean = clean_kind(kind);
   std::lock_guard<std::mutex> lock(info_mutex_);
@@ -721,7 +746,7 @@ void Engine::reap_timeouts(int64_t now) noexcept {
     // scheduled_ns is read atomically, as fill() writes it.
     if (now - __atomic_load_n(&sl.scheduled_ns, __ATOMIC_RELAXED) < s_.timeout_ns) return;
     if (table_.transition(id, st, InFlightTable::kClaimed)) {
-      time_out(id, now);
+      time_out(id, now, InFlightTable::kByEngine);
       timeout_queue_.pop_front();
     }
   }
@@ -734,7 +759,7 @@ void Engine::cancel_outstanding() noexcept {
       count_resolution(id, cancelled_);
       const int64_t t = now_ns();
       log_resolution(id, RecordStatus::kCancelled, t);
-      release(id, t);
+      release(id, t, InFlightTable::kByEngine);
     }
   }
 }
@@ -805,6 +830,8 @@ EngineCounts Engine::counts() const {
   c.timed_out = timed_out_.load();
   c.cancelled = cancelled_.load();
   c.unknown_completions = unknown_.load();
+  c.duplicate_completions = duplicate_.load();
+  c.late_completions = late_.load();
   c.cap_waits = cap_waits_.load();
   static_cast<RecorderCounts&>(c) = recorder_.counts();
   return c;

@@ -126,7 +126,10 @@ struct EngineCounts : RecorderCounts {
   int64_t timed_out = 0;
   int64_t cancelled = 0;
   int64_t outstanding = 0;
-  int64_t unknown_completions = 0;  ///< complete()/fail() of an id not in flight (late, duplicate, bogus)
+  /// complete()/fail() of an id not in flight, by what it was (see InFlightTable::Stray):
+  int64_t unknown_completions = 0;    ///< an id never handed out
+  int64_t duplicate_completions = 0;  ///< a query the SUT had completed or failed already
+  int64_t late_completions = 0;       ///< a query timed out or cancelled (or too far back to tell)
   int64_t cap_waits = 0;            ///< queries that waited for the in-flight cap (or table space)
   /// Warm-up queries (scheduled before the end of the warm-up), by outcome; in no
   /// other count and in no histogram.
@@ -198,9 +201,10 @@ class Engine : private CompletionSink {
 
   // --- completion, from any thread ---
 
-  /// Completes query `id` at `completed_ns` (0: now). `n_tokens` >= 0 records output
-  /// tokens (and time per output token after a first_token()). False when the id is
-  /// not in flight (late, duplicate or unknown); that is counted, never fatal. A time
+  /// Completes query `id` at `completed_ns` (0: now). `n_tokens` in 0..kMaxTokenCount
+  /// records output tokens (and time per output token after a first_token()); -1: none;
+  /// any other count fails the query as invalid_token_count (false). False when the id
+  /// is not in flight; that is counted (unknown, duplicate or late), never fatal. A time
   /// before the query was scheduled or issued, or a latency above highest_trackable_ns,
   /// completes the query but is counted as out of range instead of recorded.
   /// `n_input` >= 0: the request's input tokens, for its per-request record.
@@ -217,7 +221,9 @@ class Engine : private CompletionSink {
   /// many more were cut), with control characters as spaces and bytes that are not UTF-8
   /// as '?'. Kept: the first max_error_messages messages, then the first of each new
   /// kind, up to twice max_error_messages in all. Any thread.
-  bool fail(int64_t id, const std::string& kind, const std::string& message);
+  /// `count_unknown` false: an id not in flight is not counted (failing whatever of a
+  /// batch is still in flight).
+  bool fail(int64_t id, const std::string& kind, const std::string& message, bool count_unknown = true);
   /// Records the first token of query `id` at `t_ns` (0: now); once per query.
   bool first_token(int64_t id, int64_t t_ns = 0) noexcept;
 
@@ -270,10 +276,12 @@ class Engine : private CompletionSink {
   // when `count_unknown`.
   bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
                          bool count_unknown, int64_t n_input = -1) noexcept;
-  // Frees a claimed slot (ended at t, 0: now) and wakes the issue thread.
-  void release(int64_t id, int64_t t = 0) noexcept;
+  // Frees a claimed slot (ended at t, 0: now; resolved by `by`) and wakes the issue thread.
+  void release(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept;
   /// Resolves a claimed query as timed out at time t (its deadline passed).
-  void time_out(int64_t id, int64_t t) noexcept;
+  void time_out(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept;
+  // Counts a completion or failure of `id`, not in flight, as unknown, duplicate or late.
+  void count_stray(int64_t id) noexcept;
   // Whether a query scheduled at `scheduled_ns` belongs to the warm-up (never before
   // the start time is known: warmup_end_ns_ starts at INT64_MIN).
   bool in_warmup(int64_t scheduled_ns) const noexcept {
@@ -413,6 +421,8 @@ class Engine : private CompletionSink {
   std::atomic<int64_t> timed_out_{0};
   std::atomic<int64_t> cancelled_{0};
   std::atomic<int64_t> unknown_{0};
+  std::atomic<int64_t> duplicate_{0};
+  std::atomic<int64_t> late_{0};
   std::atomic<int64_t> cap_waits_{0};
   std::atomic<int64_t> last_free_ns_{0};
   std::atomic<int64_t> warmup_end_ns_{INT64_MIN};  // start + warmup_ns, once started

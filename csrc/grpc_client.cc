@@ -944,7 +944,9 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
     } else if (st != Conn::kClosed) {
       if ((ev & EPOLLOUT) && c->out_off < c->out.size()) flush(c);
       if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-        while (c->fd >= 0) {
+        // At most 16 reads (1 MiB) per event, as in the HTTP client: a server writing
+        // faster than this thread reads must not keep it from the others and the timeouts.
+        for (int reads = 0; c->fd >= 0 && reads < 16; ++reads) {
           int64_t kernel_t = 0;
           const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
           if (r < 0 && errno == EINTR) continue;

@@ -35,6 +35,58 @@ using netio::errno_text;
 namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
+// Reads of one connection per readiness event (1 MiB): then the other connections and
+// the timeout scan get their turn.
+constexpr int kMaxReadsPerEvent = 16;
+
+// `text` cut to 200 bytes, with CR, LF, tabs and other control bytes written as escapes.
+std::string shown(const std::string& text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < 200; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > 200) out += "...";
+  return out;
+}
+
+// Throws unless `request` starts with a request line "METHOD SP target SP HTTP/1.x CRLF"
+// whose method and target hold no space, CR, LF or other control byte: the bytes go to
+// the server as they are, and a raw space or line break in the target would be read as
+// the end of the line (a different request, or headers of the sender's making).
+void require_request_line(const std::string& request, size_t index) {
+  const size_t eol = request.find("\r\n");
+  const std::string line = request.substr(0, eol == std::string::npos ? request.size() : eol);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = line.rfind(' ');
+  const bool framed = eol != std::string::npos && sp1 != std::string::npos && sp1 > 0 && sp2 > sp1 + 1 &&
+                      line.compare(sp2 + 1, std::string::npos, "HTTP/1.1") == 0;
+  if (!framed) {  // a line break in the path ends the line early: what is left has no version
+    const std::string rest = eol == std::string::npos ? "" : "\\r\\n" + shown(request.substr(eol + 2, 40));
+    throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
+                                rest + "' is not a method, a space, a path, a space and HTTP/1.1: a raw CR or LF "
+                                "in the path is not allowed; percent-encode it");
+  }
+  for (size_t i = 0; i < sp2; ++i) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    if (i != sp1 && (c <= 0x20 || c == 0x7f)) {
+      throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the path '" +
+                                  shown(line.substr(sp1 + 1, sp2 - sp1 - 1)) +
+                                  "' holds a raw space, tab or control byte; percent-encode it (a space is %20)");
+    }
+  }
+}
 
 }  // namespace
 
@@ -49,6 +101,9 @@ void validate(const HttpClientSettings& s) {
   require(s.io_threads >= 1 && s.io_threads <= 256,
           "http.io_threads must be in 1..256, got " + std::to_string(s.io_threads));
   require(!s.requests.empty(), "http.requests must hold at least one prepared request");
+  if (s.grpc_path.empty()) {  // HTTP/1.1: each request starts with its request line
+    for (size_t i = 0; i < s.requests.size(); ++i) require_request_line(s.requests[i], i);
+  }
   require(s.max_response_bytes >= 1, "http.max_response_bytes must be >= 1");
   require(s.connect_timeout_ns >= 1, "http.connect_timeout_ns must be >= 1");
   require(s.timeout_ns >= 0, "http.timeout_ns must be >= 0");
@@ -526,14 +581,24 @@ void HttpClient::io_loop(Io* io) {
             on_writable(c);
           }
           if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-            // Read until the socket is drained (or the connection ends).
-            while (c->fd >= 0) {
+            // Read until the socket is drained (or the connection ends), at most
+            // kMaxReadsPerEvent reads: a server that writes faster than this thread reads
+            // (an endless stream of blank lines) would otherwise hold it here for good,
+            // its timeout and the other connections unseen (epoll reports the rest).
+            for (int reads = 0; c->fd >= 0 && reads < kMaxReadsPerEvent; ++reads) {
               int64_t kernel_t = 0;
               const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
               if (r < 0 && errno == EINTR) continue;
               if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
               const int64_t t = now_ns();
               note_receive_wait(*io, t, kernel_t);
+              if (r > 0 && c->state == Conn::kBusy && c->deadline != 0 && t >= c->deadline) {
+                // Bytes still coming past the query's timeout: the connection goes now, as
+                // expire() would close it (the engine counts the timeout).
+                closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
+                close_locked(c, nullptr, "");
+                break;
+              }
               if (r < 0) {
                 const int err = errno;
                 const bool any = c->parser.got_bytes();

@@ -109,31 +109,6 @@ std::string bytes_repr(const char* p, size_t n, bool lowered = false) {
   return out;
 }
 
-// Python's int() of a bytes object in base 10 (whitespace around, one sign, single
-// underscores between digits), for at most a few bytes. False where int() would raise.
-bool parse_py_int(const char* p, size_t n, int* out) {
-  size_t i = 0;
-  while (i < n && is_space(static_cast<unsigned char>(p[i]))) ++i;
-  bool negative = false;
-  if (i < n && (p[i] == '+' || p[i] == '-')) negative = p[i++] == '-';
-  if (i >= n || !is_digit(static_cast<unsigned char>(p[i]))) return false;
-  int value = 0;
-  while (i < n) {
-    if (is_digit(static_cast<unsigned char>(p[i]))) {
-      value = value * 10 + (p[i++] - '0');
-    } else if (p[i] == '_') {
-      ++i;
-      if (i >= n || !is_digit(static_cast<unsigned char>(p[i]))) return false;
-    } else {
-      break;
-    }
-  }
-  while (i < n && is_space(static_cast<unsigned char>(p[i]))) ++i;
-  if (i != n) return false;
-  *out = negative ? -value : value;
-  return true;
-}
-
 // The decimal text of the hexadecimal digits p[0..n) (no leading zeros), or "" when it
 // would be longer than Python converts (kMaxStrDigits).
 std::string hex_to_decimal(const char* p, size_t n) {
@@ -367,14 +342,24 @@ HttpResponseParser::Result HttpResponseParser::run(const char* p, size_t len, si
 }
 
 HttpResponseParser::Result HttpResponseParser::on_head(const char* head, size_t n) {
-  if (n < 7 || std::memcmp(head, "HTTP/1.", 7) != 0) {
-    return invalid("status line " + bytes_repr(head, n < 40 ? n : 40));
+  // The status line: "HTTP/1.x", a space, a code of exactly three digits (the first not
+  // 0), then nothing or a space or tab and a reason without CR; one CR may end it. A code
+  // of more or fewer digits would be misread as one of three.
+  const void* lf = std::memchr(head, '\n', n);
+  const size_t line = lf != nullptr ? static_cast<size_t>(static_cast<const char*>(lf) - head) : n;
+  bool ok = line >= 12 && std::memcmp(head, "HTTP/1.", 7) == 0 && is_digit(static_cast<unsigned char>(head[7])) &&
+            head[8] == ' ' && head[9] >= '1' && head[9] <= '9' && is_digit(static_cast<unsigned char>(head[10])) &&
+            is_digit(static_cast<unsigned char>(head[11]));
+  if (ok) {
+    size_t end = line;
+    if (end > 12 && head[end - 1] == '\r') --end;  // the one CR that may end the line
+    if (end > 12) {
+      ok = head[12] == ' ' || head[12] == '\t';
+      for (size_t i = 13; ok && i < end; ++i) ok = head[i] != '\r';
+    }
   }
-  int status = 0;
-  const size_t code_len = n > 12 ? 3 : (n > 9 ? n - 9 : 0);
-  if (!parse_py_int(head + 9, code_len, &status)) {
-    return invalid("status line " + bytes_repr(head, n < 40 ? n : 40));
-  }
+  if (!ok) return invalid("status line " + bytes_repr(head, line < 40 ? line : 40));
+  const int status = (head[9] - '0') * 100 + (head[10] - '0') * 10 + (head[11] - '0');
   if (status >= 100 && status < 200) return Result::kNeedMore;  // informational: the real head follows
   status_ = status;
 

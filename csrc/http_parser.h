@@ -3,9 +3,9 @@
 // the asyncio client's parser (loadgen/net/http1.py): the same verdicts, error kinds and
 // messages on the same bytes split the same way.
 //
-// Rules: the status line starts "HTTP/1." and the status is bytes 9..11 read as Python's
-// int() reads them; 1xx heads are skipped (the real head follows); keep_alive is false on
-// a "connection: close" header or HTTP/1.0; a HEAD request and 204/304 have no body;
+// Rules: the status line is "HTTP/1.x", a space, a code of exactly three digits (100 to
+// 999), then nothing or a space or tab and a reason (any other line is malformed); 1xx
+// heads are skipped (the real head follows); keep_alive is false on a "connection: close" header or HTTP/1.0; a HEAD request and 204/304 have no body;
 // "transfer-encoding: ...chunked..." means chunked (hex-digit sizes, extensions after ';'
 // ignored, trailers up to a blank line, each chunk followed by CRLF exactly); else a
 // Content-Length (ASCII digits only); else the body runs until the server closes. The

@@ -73,11 +73,24 @@ FirstTokenStamp stamp_first_token(std::atomic<int64_t>& stamp, int64_t t_ns, Sti
 class InFlightTable {
  public:
   enum State : uint64_t { kFree = 0, kQueued = 1, kIssuing = 2, kIssued = 3, kClaimed = 4 };
+  /// Who resolved a query (kept in its slot's history).
+  enum ResolvedBy : uint64_t { kBySut = 1, kByEngine = 2 };
+  /// What a completion (or failure) of an id that was not in flight was.
+  enum class Stray {
+    kNeverIssued,  ///< no query with this id was handed out
+    kDuplicate,    ///< its query had been resolved by the SUT already (completed or failed)
+    kLate,         ///< its query had timed out or been cancelled, or is too far back to tell
+  };
+  /// The queries a slot remembers after they were resolved.
+  static constexpr int kHistory = 4;
   struct alignas(64) Slot {
     std::atomic<uint64_t> state{kFree};
     int64_t scheduled_ns = 0;
     int64_t issued_ns = 0;
     std::atomic<int64_t> first_token_ns{0};
+    /// The slot's last kHistory resolved queries, (id << 3) | ResolvedBy (0: none), written
+    /// by the resolver before it frees the slot: the rest of the slot's cache line.
+    std::atomic<uint64_t> history[kHistory] = {};
   };
 
   /// `capacity` slots (a power of 2, >= 1), each with room for `samples_per_query`
@@ -130,8 +143,16 @@ class InFlightTable {
   /// Claims issued query `id` for its caller to resolve; false when `id` is not in
   /// flight (late, duplicate, bogus).
   bool claim_issued(int64_t id) noexcept { return valid_id(id) && transition(id, kIssued, kClaimed); }
-  /// Frees a claimed slot.
-  void free(int64_t id) noexcept { set(id, kFree); }
+  /// Frees a claimed slot, remembering who resolved its query.
+  void free(int64_t id, ResolvedBy by) noexcept {
+    remember(id, by);
+    set(id, kFree);
+  }
+  /// What an id that claim_issued() refused was: never handed out, a query already
+  /// resolved by the SUT, or one the engine resolved (timed out, cancelled) or too far
+  /// back to tell (its slot has resolved kHistory later queries since). Waits out a
+  /// resolution of that very id in progress. Any thread; lock-free.
+  Stray classify_stray(int64_t id) const noexcept;
   /// Claims whatever query slot `slot_index` holds once it is queued or issued (waiting
   /// out a consumer or completer mid-way). Returns its id, or 0 when the slot is free.
   int64_t claim_outstanding(uint64_t slot_index) noexcept;
@@ -140,6 +161,9 @@ class InFlightTable {
   bool stamp_first_token(int64_t id, int64_t t_ns, int64_t* scheduled_ns) noexcept;
 
  private:
+  // Replaces the oldest entry of id's slot's history (the slot is claimed: one writer).
+  void remember(int64_t id, ResolvedBy by) noexcept;
+
   static constexpr TaggedWord kStates{3};
   uint64_t mask_;
   TaggedWord ids_;

@@ -153,28 +153,24 @@ class JsonReader {
     return i == m;
   }
 
-  // An int (or bool, an int in Python) value, clamped to int64.
-  static bool int_value(const JVal& v, int64_t* out) {
-    if (v.kind == JVal::kTrue || v.kind == JVal::kFalse) {
-      *out = v.kind == JVal::kTrue ? 1 : 0;
-      return true;
-    }
+  // An int value (not a bool: Python's count check refuses those) when it is within
+  // 0..kMaxTokenCount; false with *out_of_range set when it is an int outside it.
+  static bool token_count(const JVal& v, int64_t* out, bool* out_of_range) {
+    *out_of_range = false;
     if (v.kind != JVal::kInt) return false;
     const char* p = v.b;
     const bool neg = *p == '-';
     if (neg) ++p;
-    // Magnitudes up to 2^63 (INT64_MIN's), clamped there.
-    constexpr uint64_t kLimit = uint64_t{1} << 63;
-    uint64_t x = 0;
+    int64_t x = 0;
     for (; p < v.e; ++p) {
-      const auto d = static_cast<uint64_t>(*p - '0');
-      x = x > (kLimit - d) / 10 ? kLimit : x * 10 + d;
+      x = x * 10 + (*p - '0');
+      if (x > kMaxTokenCount) break;  // past the bound: no need to read on (nor to overflow)
     }
-    if (neg) {
-      *out = x == kLimit ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(x);
-    } else {
-      *out = x >= kLimit ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(x);
+    if (x > kMaxTokenCount || (neg && x != 0)) {
+      *out_of_range = true;
+      return false;
     }
+    *out = x;
     return true;
   }
 
@@ -382,20 +378,24 @@ bool SseScanner::feed(const char* data, size_t n, int64_t t) {
   const char* b = buf_.data();
   const size_t size = buf_.size();
   size_t pos = 0;
-  // What was held has no event's end in it: search from its last 3 bytes on.
-  size_t from = held > 3 ? held - 3 : 0;
-  for (;;) {
-    const char* lf = static_cast<const char*>(memmem(b + from, size - from, "\n\n", 2));
-    if (lf != nullptr) {
-      event(b + pos, static_cast<size_t>(lf - (b + pos)), t);
-      pos = static_cast<size_t>(lf - b) + 2;
-    } else {
-      const char* crlf = static_cast<const char*>(memmem(b + from, size - from, "\r\n\r\n", 4));
-      if (crlf == nullptr) break;
-      event(b + pos, static_cast<size_t>(crlf - (b + pos)), t);
-      pos = static_cast<size_t>(crlf - b) + 4;
-    }
-    from = pos;
+  // What was held has no event's end in it: search from its last 3 bytes on. An event
+  // ends at the earlier of "\n\n" and "\r\n\r\n"; an end not found stays not found (the
+  // buffer does not grow here), so each byte is searched once for each.
+  const size_t from = held > 3 ? held - 3 : 0;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  const auto find = [&](const char* needle, size_t m, size_t at) {
+    const char* hit = static_cast<const char*>(memmem(b + at, size - at, needle, m));
+    return hit != nullptr ? static_cast<size_t>(hit - b) : kNone;
+  };
+  size_t lf = find("\n\n", 2, from);
+  size_t crlf = find("\r\n\r\n", 4, from);
+  while (lf != kNone || crlf != kNone) {
+    const bool by_lf = crlf == kNone || (lf != kNone && lf < crlf);
+    const size_t end = by_lf ? lf : crlf;
+    event(b + pos, end - pos, t);
+    pos = end + (by_lf ? 2 : 4);
+    if (lf != kNone && lf < pos) lf = find("\n\n", 2, pos);
+    if (crlf != kNone && crlf < pos) crlf = find("\r\n\r\n", 4, pos);
   }
   if (static_cast<int64_t>(size - pos) > max_event_bytes_) {  // bounded per event, not in total
     held_over_ = static_cast<int64_t>(size - pos);
@@ -486,7 +486,12 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
       if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
     });
     int64_t x = 0;
-    if (JsonReader::int_value(tokens, &x)) usage_tokens_ = x;
+    bool out_of_range = false;
+    if (JsonReader::token_count(tokens, &x, &out_of_range)) {
+      usage_tokens_ = x;
+    } else if (out_of_range) {  // a protocol error; the stream's choices still count, as in Python
+      fail(SseProblem::kBadTokenCount, tokens.b, static_cast<size_t>(tokens.e - tokens.b));
+    }
   }
   if (choices.kind != JVal::kArray) return;  // a dict or a string iterates to no choice
   JsonReader::elements(choices, &scratch, [&](const JVal& choice) {

@@ -4,7 +4,7 @@
 // client. It gives the answers of the asyncio client's TokenStream
 // (loadgen/net/openai_stream.py) on the same bytes split the same way:
 //
-// - Events end at the first "\n\n" of what is held, else at its first "\r\n\r\n".
+// - An event ends at the earlier of the first "\n\n" and the first "\r\n\r\n" held.
 // - An event's data: the event less "data: " when it is one line starting "data: {",
 //   else its "data:" lines (after "\r\n" -> "\n"), each less "data:" and its leading
 //   ASCII whitespace, joined with "\n". Empty data is no event; "[DONE]" ends the stream.
@@ -13,14 +13,14 @@
 //   string is (no JSON is read).
 // - Else the data is read as JSON, as Python's json.loads reads it (NaN and Infinity
 //   included, duplicate keys: the last wins). Not JSON, not an object, and an "error" key
-//   are the stream's error (the first one is kept; later events still count). An int (or
-//   bool) usage.completion_tokens is the stream's usage; each choice (an object in the
+//   are the stream's error (the first one is kept; later events still count). An int
+//   usage.completion_tokens in 0..kMaxTokenCount is the stream's usage, one outside it the
+//   stream's error (a bool is no count, as in Python); each choice (an object in the
 //   "choices" list) is a token when delta.content (delta an object), else text, is
 //   truthy in Python's sense, and a finish when its finish_reason is truthy.
 //
 // Where it differs from Python, on input no server sends: nesting deeper than
-// kMaxJsonDepth is not JSON (Python's limit depends on its stack); a completion_tokens
-// past int64 is clamped; a truthy "choices" that is a number or true (Python raises
+// kMaxJsonDepth is not JSON (Python's limit depends on its stack); a truthy "choices" that is a number or true (Python raises
 // TypeError there) counts no choice.
 //
 // Not thread-safe: one scanner per connection. In the steady state it allocates nothing:
@@ -44,7 +44,13 @@ enum class SseProblem : uint8_t {
   kNoTokens = 5,    ///< no token, no finish_reason and no usage of 0
   kNoDone = 6,      ///< no data: [DONE]
   kTooLarge = 7,    ///< an event over the limit (its length goes with it)
+  kBadTokenCount = 8,  ///< usage.completion_tokens outside 0..kMaxTokenCount (problem_data(): its digits)
 };
+
+/// The most output tokens one answer may report (a request's record holds the count in
+/// 32 bits): usage.completion_tokens past it, or below 0, fails the stream, and the engine
+/// refuses a completion with more (so no sum of them can wrap).
+inline constexpr int64_t kMaxTokenCount = 2147483647;
 
 /// Nesting deeper than this is not JSON.
 inline constexpr int kMaxJsonDepth = 900;

@@ -104,9 +104,8 @@ _json = st.recursive(_scalar, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
     st.dictionaries(st.sampled_from(["text", "content", "delta", "choices", "finish_reason", "usage",
                                      "completion_tokens", "error", "x"]), inner, max_size=4)), max_leaves=12)
-# Counts past int64 are clamped natively (csrc/sse.h): not generated.
 _tokens = st.one_of(st.integers(-3, 40), st.booleans(), st.none(), st.just(2.0), st.just("7"),
-                    st.just(2**63 - 1), st.just(-2**63))
+                    st.just(2**31 - 1), st.just(2**31), st.just(2**63 - 1), st.just(-2**63), st.just(2**64))
 
 
 @st.composite
@@ -244,11 +243,22 @@ def test_each_rule_worded_as_the_asyncio_client(pieces, says):
     assert got == python_outcome(pieces, 1 << 20) and got.error == says
 
 
-def test_bool_completion_tokens_are_ints_as_in_python():
+def test_bool_completion_tokens_are_no_count_as_in_python():
     s = _core.SseScanner()
     s.start()
     s.feed(b'data: {"usage":{"completion_tokens":false},"choices":[]}\n\n', 5)
-    assert s.usage_tokens == 0 and s.chunks == 0
+    assert s.usage_tokens == -1 and s.chunks == 0 and s.problem == 0
+
+
+@pytest.mark.parametrize("count", [2**63, 2**63 - 1, 2**64 + 5, 10**30, 2**31, -1, -(2**63)])
+def test_a_completion_tokens_out_of_range_fails_the_stream_and_its_tokens_still_count(count):
+    # 2**63 or more was clamped and summed into the run's tokens, which wrapped negative.
+    pieces = [b'data: {"choices":[{"text":"a"}]}\n\n',
+              b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % count]
+    got = native_outcome(pieces, 1 << 20)
+    assert got == python_outcome(pieces, 1 << 20)
+    assert got.usage_tokens == -1 and got.chunks == 1
+    assert got.error == f"usage.completion_tokens {count} is out of range (0 to {2**31 - 1})"
 
 
 def test_a_truthy_number_of_choices_counts_no_choice():

@@ -28,8 +28,11 @@ class RunResult:
     """What one run measured. Histograms hold nanoseconds.
 
     Attributes:
-        counts: issued, completed, failed, timed_out, cancelled, outstanding,
-            unknown_completions, cap_waits, tokens, and the warm-up's warmup_issued,
+        counts: issued, completed, failed, timed_out, cancelled, outstanding, cap_waits,
+            tokens; the completions (or failures) of ids not in flight, which are in no
+            other count: duplicate_completions (a query the SUT had completed or failed
+            already), unknown_completions (an id never issued) and late_completions (a
+            query timed out or cancelled, or too far back to tell); and the warm-up's warmup_issued,
             warmup_completed, warmup_failed (in no other count). issued equals completed + failed +
             timed_out + cancelled once the run has ended.
         latency: completed - scheduled, per completed query.

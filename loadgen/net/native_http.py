@@ -32,7 +32,16 @@ __all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "nat
 _TAKE_MAX = 256
 
 # The core's SseProblem codes (csrc/sse.h) of a failed stream.
-_NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_LARGE = range(1, 8)
+_NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_LARGE, _BAD_TOKEN_COUNT = range(1, 9)
+
+
+def _bad_token_count_text(digits: bytes) -> str:
+    """The message of a stream whose ``usage.completion_tokens`` (``digits``, an integer's
+    text) is outside 0 to ``_core.MAX_TOKEN_COUNT``, as the asyncio client words it."""
+    from loadgen.net.options import clip
+
+    return f"usage.completion_tokens {clip(digits.decode('ascii', 'replace'), 40)} is out of range " \
+           f"(0 to {_core.MAX_TOKEN_COUNT})"
 
 
 def native_refusal(target: Any, net: Any = None) -> Optional[str]:
@@ -243,6 +252,8 @@ class NativeOpenAISUT(NativeHttpSUT):
             kind, message = "response_too_large", too_large_text(inner.max_event_bytes, int(body))
         elif problem in (_NO_TOKENS, _NO_DONE):
             kind, message = "invalid_response", NO_TOKENS if problem == _NO_TOKENS else NO_DONE
+        elif problem == _BAD_TOKEN_COUNT:  # body: the count's digits
+            kind, message = "invalid_response", _bad_token_count_text(body)
         else:
             try:
                 doc: Any = _loads_json(body.decode("utf-8", "replace"))

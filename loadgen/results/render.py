@@ -156,6 +156,12 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         *_warmup_lines(doc),
         *_worker_lines(doc),
     ]
+    stray = [f"{c[key]:,} {what}" for key, what in (("duplicate_completions", "duplicate"),
+                                                    ("unknown_completions", "unknown"),
+                                                    ("late_completions", "late")) if c.get(key)]
+    if stray:
+        lines.append("completions  " + ", ".join(stray) + " (of queries not in flight: already resolved, "
+                     "never issued, or timed out)")
     unrecorded = [f"{c[key]:,} {what}" for key, what in _UNRECORDED if c.get(key)]
     if unrecorded:
         lines.append("unrecorded   " + ", ".join(unrecorded) + " (impossible times from the SUT)")

@@ -235,6 +235,7 @@ def common_invalid_reasons(scenario: Scenario, result: RunResult, o: RunOptions,
             )
     reasons += _bound_reasons(result, o)
     reasons += _out_of_range_reasons(c)
+    reasons += _stray_completion_reasons(c)
     if scenario.checks_overload and result.issue_delay.total_count:
         reasons += _lateness_reasons(result, o)
     return reasons
@@ -268,6 +269,22 @@ def _bound_reasons(result: RunResult, o: RunOptions) -> List[str]:
         f"{_ms(result.latency.value_at_percentile(percentile))}, above the bound of "
         f"{o.latency_bound_ms:g} ms ({over} of {count} latencies, {over / count:.2%}, were over it)"
     ]
+
+
+def _stray_completion_reasons(c: Dict[str, int]) -> List[str]:
+    """Completions (or failures) the SUT reported for queries it had already resolved, or
+    for ids it was never given: its accounting of queries is wrong, and so may be its
+    counts. (One for a query that had timed out or been cancelled is late, not wrong.)"""
+    duplicate, unknown = c.get("duplicate_completions", 0), c.get("unknown_completions", 0)
+    what = []
+    if duplicate:
+        what.append(f"{duplicate:,} duplicate completions (of queries it had already completed or failed)")
+    if unknown:
+        what.append(f"{unknown:,} unknown completions (of ids it was never given)")
+    if not what:
+        return []
+    return [f"the SUT reported {' and '.join(what)}: each query must end exactly once, by the id it "
+            "was issued with"]
 
 
 def _out_of_range_reasons(c: Dict[str, int]) -> List[str]:

@@ -238,8 +238,11 @@ class Batch:
         return self._engine.complete_many(np.ascontiguousarray(ids, dtype=np.int64), completed_ns)
 
     def complete_one(self, query_id: int, *, completed_ns: int = 0, n_tokens: int = -1) -> bool:
-        """Completes one query; ``n_tokens`` >= 0 records its output tokens (and, after
-        :meth:`first_token`, its time per output token). False if it was not in flight."""
+        """Completes one query; ``n_tokens`` in 0 to ``MAX_TOKEN_COUNT`` (2**31 - 1)
+        records its output tokens (and, after :meth:`first_token`, its time per output
+        token); -1: not known. Any other count fails the query as ``invalid_token_count``
+        (a message naming ``n_tokens`` and its range), so no total can wrap. False if it
+        was not in flight or failed so."""
         return self._engine.complete(int(query_id), completed_ns, n_tokens)
 
     def first_token(self, query_id: int, t_ns: int = 0) -> bool:
@@ -250,9 +253,12 @@ class Batch:
     def fail(self, ids: Optional[npt.ArrayLike] = None, kind: str = "error", message: str = "") -> int:
         """Fails the given queries (all of the batch by default) with an error kind. The
         engine keeps the kind as a short identifier and the message cut to 500 bytes,
-        without control characters. Returns how many were still in flight."""
-        target = self.ids if ids is None else np.asarray(ids, dtype=np.int64)
-        return sum(bool(self._engine.fail(int(i), kind, message)) for i in target)
+        without control characters. Returns how many were still in flight. Given ids
+        that were not in flight are counted (as duplicate, unknown or late completions);
+        by default those of the batch already resolved are skipped."""
+        if ids is None:
+            return sum(bool(self._engine.fail(int(i), kind, message, False)) for i in self.ids)
+        return sum(bool(self._engine.fail(int(i), kind, message)) for i in np.asarray(ids, dtype=np.int64))
 
 
 #: What kind of SUT something is: "null", "fixed_delay", "demo", "function", "async",
