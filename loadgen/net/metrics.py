@@ -339,7 +339,7 @@ class MetricsScraper:
         try:
             text, content_type = self._fetch()
             values, kinds = parse_prometheus(text, content_type)
-        except Exception as e:  # noqa: BLE001 - a failed scrape, whatever failed, is counted, not raised
+        except Exception as e:  # a failed scrape, whatever failed, is counted, not raised
             # (ValueError: the GET's failure, or a page that does not parse; anything else
             # would otherwise end the scraping thread with a traceback)
             reason = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
