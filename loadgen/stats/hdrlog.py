@@ -152,13 +152,14 @@ class HistogramLogReader:
     """Reads the intervals of a histogram log, in file order.
 
     Args:
-        source: a path or a text stream.
+        source: a path (read up to :data:`loadgen.files.HLOG_LIMIT_BYTES`), or a text or
+            binary stream.
 
     Iterating yields :class:`LogEntry` objects. A malformed interval line raises
     :class:`HistogramLogError` naming the line; comments and the legend are skipped.
     """
 
-    def __init__(self, source: Union[str, os.PathLike[str], IO[str]]) -> None:
+    def __init__(self, source: Union[str, os.PathLike[str], IO[str], IO[bytes]]) -> None:
         # A path is read as bytes and decoded line by line, so that a file that is not
         # text is reported at its line (a text stream decodes ahead, in blocks).
         self._stream: Union[IO[str], IO[bytes]]
