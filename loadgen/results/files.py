@@ -98,7 +98,7 @@ def result_files(paths: Iterable[Union[str, os.PathLike[str]]]) -> List[str]:
 
 def load_result(path: Union[str, os.PathLike[str]], *, what: str = "result") -> Dict[str, Any]:
     """Reads one result document and checks it against the ``loadgen.result/1`` schema
-    (:mod:`loadgen.results.schema`) and its accounting (:func:`check_accounting`).
+    (:mod:`loadgen.results.schema`) and its accounting (:func:`~loadgen.results.schema.check_accounting`).
 
     Args:
         path: the result.json file.
