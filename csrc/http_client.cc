@@ -73,7 +73,13 @@ void require_request_line(const std::string& request, size_t index) {
   const bool framed = eol != std::string::npos && sp1 != std::string::npos && sp1 > 0 && sp2 > sp1 + 1 &&
                       line.compare(sp2 + 1, std::string::npos, "HTTP/1.1") == 0;
   if (!framed) {  // a line break in the path ends the line early: what is left has no version
-    const std::string rest = eol == std::string::npos ? "" : "\\r\\n" + shown(request.substr(eol + 2, 40));
+    // What the path's line break left of the line (not the headers after it: they may
+    // hold credentials).
+    std::string rest;
+    if (eol != std::string::npos) {
+      const size_t next = request.find("\r\n", eol + 2);
+      rest = "\\r\\n" + shown(request.substr(eol + 2, std::min<size_t>(next - eol - 2, 60)));
+    }
     throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
                                 rest + "' is not a method, a space, a path, a space and HTTP/1.1: a raw CR or LF "
                                 "in the path is not allowed; percent-encode it");
