@@ -19,7 +19,8 @@ import os
 import stat
 from typing import IO, Any, Optional, Union
 
-__all__ = ["CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "RESULT_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
+__all__ = ["CERT_LIMIT_BYTES", "CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "PAYLOAD_LIMIT_BYTES",
+           "RESULT_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
            "TOKENIZER_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "FileTooLargeError", "InputFileError", "open_bounded",
            "read_bytes", "read_text", "size_text"]
 
@@ -32,6 +33,10 @@ RESULT_LIMIT_BYTES = 64 * MIB
 CONFIG_LIMIT_BYTES = 64 * MIB
 #: A request template or payload (``--request-template``, ``--payload``).
 TEMPLATE_LIMIT_BYTES = 64 * MIB
+#: Samples or request bodies (``--payload``: ``.npy``, ``.npz``, ``.jsonl`` or raw lines).
+PAYLOAD_LIMIT_BYTES = 256 * MIB
+#: A certificate bundle (``--ca-file``).
+CERT_LIMIT_BYTES = 16 * MIB
 #: An arrival trace (``--trace``): 64 Mi offsets as a ``.npy`` of int64.
 TRACE_LIMIT_BYTES = 512 * MIB
 #: An LLM dataset (``--dataset``): ShareGPT's common file is about 650 MiB.

@@ -189,13 +189,10 @@ NOT_USER_FILES = {
     ("loadgen/results/html.py", 'with open(path, encoding="utf-8") as f:'),  # the package's report.css/js, bokeh's
     ("loadgen/mlperf/detail_log.py", 'with open(path, "rb") as f:'),  # the package's own files, for their digests
     ("loadgen/engine/trace.py", "arr = np.load(f, allow_pickle=False)"),  # f: a stream from open_bounded
+    ("loadgen/net/tensors.py", "loaded = np.load(f, allow_pickle=False)"),  # f: a stream from open_bounded
 }
 # Reads of files a user names that do not go through loadgen.files yet.
 NOT_YET_BOUNDED = {
-    ("loadgen/net/payloads.py", 'with open(path, encoding="utf-8") as f:'),  # --payload .jsonl
-    ("loadgen/net/payloads.py", 'with open(path, "rb") as f:'),  # --payload raw lines
-    ("loadgen/net/tensors.py", "loaded = np.load(path, allow_pickle=False)"),  # --payload .npy/.npz
-    ("loadgen/net/kserve_grpc.py", 'with open(self.net.ca_file, "rb") as f:'),  # --ca-file
     ("loadgen/sweep/files.py", 'with open(path, "rb") as f:'),  # a sweep folder's sweep.json(l)
 }
 #: Calls that read a file: open() for reading, and these methods and functions.
@@ -387,3 +384,39 @@ def test_the_help_says_what_duration_means_on_an_mlperf_scenario():
     text = " ".join(proc.stdout.split())
     assert "on an MLPerf scenario, its minimum duration (with --min-duration-s, the longer of the two)" in text
     assert "with --duration-s, the longer of the two" in text
+
+
+# ------------------------------------------------------------- --payload and --ca-file
+
+@pytest.mark.parametrize("reader", ["jsonl", "raw_lines", "npy", "ca_file"])
+def test_payload_and_ca_files_are_read_bounded(sparse, reader):
+    """A 1.5 GB --payload or --ca-file is refused before it is read, and /dev/zero after
+    the limit, each in one line naming the flag and the file."""
+    from loadgen.files import InputFileError
+    from loadgen.net.payloads import raw_lines, read_jsonl
+    from loadgen.net.tensors import load_samples
+
+    def read(path: str) -> None:
+        if reader == "jsonl":
+            read_jsonl(path)
+        elif reader == "raw_lines":
+            raw_lines(path, 1 << 40)
+        elif reader == "npy":
+            load_samples(path, None, 10)
+        else:  # the gRPC client reads its CA bundle when it makes the channel's credentials
+            from loadgen.net.kserve_grpc import KServeGrpcSUT
+            from loadgen.net.options import NetOptions
+            from loadgen.net.targets import parse_target
+            KServeGrpcSUT(parse_target("grpcs://127.0.0.1:9/m"), NetOptions(ca_file=path), 1)._credentials()
+
+    flag = "--ca-file" if reader == "ca_file" else "--payload"
+    for path in (str(sparse), "/dev/zero"):
+        # /dev/zero as .npy fails at its first bytes, a header that is no array's.
+        expected = ValueError if (reader, path) == ("npy", "/dev/zero") else InputFileError
+        with pytest.raises(expected) as info:
+            read(path)
+        if expected is ValueError:
+            assert str(info.value).startswith(f"--payload: cannot read {path}")
+            continue
+        message = str(info.value)
+        assert "\n" not in message and message.startswith(flag) and path in message and "MiB" in message

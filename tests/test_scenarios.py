@@ -67,8 +67,11 @@ def test_server_defaults_to_1000_qps_and_a_10_ms_bound_at_p99():
 def test_mlperf_duration_means_the_minimum_duration():
     o = effective(scenario="server", duration_s=3.0)
     assert o.min_duration_s == 3.0 and o.duration_s is None
+    # Beside --min-duration-s it is a floor too, never a cap: the longer of the two.
     o = effective(scenario="server", duration_s=3.0, min_duration_s=1.0)
-    assert o.min_duration_s == 1.0 and o.duration_s == 3.0
+    assert o.min_duration_s == 3.0 and o.duration_s is None
+    o = effective(scenario="server", duration_s=1.0, min_duration_s=3.0)
+    assert o.min_duration_s == 3.0 and o.duration_s is None
 
 
 @pytest.mark.parametrize(

@@ -237,11 +237,8 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
             return None
         root = None
         if self.net.ca_file:
-            try:
-                with open(self.net.ca_file, "rb") as f:
-                    root = f.read()
-            except OSError as e:
-                raise ValueError(f"--ca-file: cannot read {self.net.ca_file}: {e.strerror or e}") from None
+            from loadgen.files import CERT_LIMIT_BYTES, read_bytes
+            root = read_bytes(self.net.ca_file, what="--ca-file", limit_bytes=CERT_LIMIT_BYTES)
         return grpc.ssl_channel_credentials(root_certificates=root)
 
     def _sync_channel(self, options=None):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, List
 
+from loadgen.files import PAYLOAD_LIMIT_BYTES, open_bounded, read_text
+
 __all__ = ["SYNTHETIC_MAX", "payload_kind", "raw_lines", "read_jsonl"]
 
 SYNTHETIC_MAX = 256  # distinct synthetic samples prepared (indices wrap around them)
@@ -15,17 +17,14 @@ SYNTHETIC_MAX = 256  # distinct synthetic samples prepared (indices wrap around 
 def read_jsonl(path: str) -> List[Any]:
     """The JSON values of a JSON-lines file; ValueError naming the bad line."""
     values = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    values.append(json.loads(line))
-                except ValueError as e:
-                    raise ValueError(f"--payload: {path} line {number} is not JSON: {e}") from None
-    except OSError as e:
-        raise ValueError(f"--payload: cannot read {path}: {e.strerror or e}") from None
+    text = read_text(path, what="--payload", limit_bytes=PAYLOAD_LIMIT_BYTES)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except ValueError as e:
+            raise ValueError(f"--payload: {path} line {number} is not JSON: {e}") from None
     if not values:
         raise ValueError(f"--payload: {path} has no lines")
     return values
@@ -42,8 +41,8 @@ def payload_kind(path: str) -> str:
 def raw_lines(path: str, count: int) -> List[bytes]:
     """The first ``count`` non-blank lines of a file, as bytes without the newline (the
     bodies are sent exactly as written)."""
-    out = []
-    with open(path, "rb") as f:
+    out: List[bytes] = []
+    with open_bounded(path, what="--payload", limit_bytes=PAYLOAD_LIMIT_BYTES) as f:
         for line in f:
             line = line.strip()
             if line:

@@ -20,6 +20,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from loadgen.files import PAYLOAD_LIMIT_BYTES, InputFileError, open_bounded
+
 __all__ = ["DTYPES", "MAX_SAMPLE_BYTES", "MAX_SYNTHETIC_BYTES", "InputSpec", "datatype_of", "load_samples",
            "numpy_dtype", "parse_input_spec", "sample_nbytes", "synthetic_count", "synthetic_samples",
            "synthetic_source"]
@@ -179,8 +181,14 @@ def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) ->
         ValueError: the file cannot be read, has no samples, or does not fit the inputs.
     """
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+        with open_bounded(path, what="--payload", limit_bytes=PAYLOAD_LIMIT_BYTES) as f:
+            loaded = np.load(f, allow_pickle=False)
+            if not isinstance(loaded, np.ndarray):  # an .npz reads its members lazily: now, while open
+                with loaded:
+                    loaded = {k: loaded[k] for k in loaded.files}
+    except InputFileError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
         raise ValueError(f"--payload: cannot read {path}: {e}") from None
     if isinstance(loaded, np.ndarray):
         if specs is not None and len(specs) != 1:
@@ -189,8 +197,7 @@ def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) ->
                              f"({names}); use an .npz with one array per input")
         arrays = {specs[0].name if specs else "INPUT0": loaded}
     else:
-        with loaded:
-            arrays = {k: loaded[k] for k in loaded.files}
+        arrays = loaded
         if specs is not None:
             missing = [s.name for s in specs if s.name not in arrays]
             if missing:
