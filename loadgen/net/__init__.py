@@ -4,7 +4,7 @@ same scenarios, schedules and measurement rule as in-process SUTs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from loadgen import defaults
 from loadgen.sut.spec import is_network_sut
@@ -22,17 +22,12 @@ def net_options(o: Any):
     from loadgen.net.options import NetOptions, parse_header
     from loadgen.net.tensors import parse_input_spec
 
-    import urllib.parse
+    from loadgen.net.targets import url_secrets
 
-    def password(url: Any) -> Optional[str]:
-        try:
-            return urllib.parse.urlsplit(url).password if url else None
-        except ValueError:
-            return None
-
-    # Passwords in the --sut and --server-metrics-url URLs are redacted from everything.
-    secrets = [p for p in (password(o.sut) if is_network_sut(o.sut) else None,
-                           password(getattr(o, "server_metrics_url", None))) if p]
+    # The passwords and secret query values of the --sut and --server-metrics-url URLs are
+    # redacted from everything, also where a server echoes them bare.
+    secrets = (url_secrets(o.sut if is_network_sut(o.sut) else None)
+               + url_secrets(getattr(o, "server_metrics_url", None)))
     return NetOptions(
         secret_values=tuple(secrets),
         headers=[parse_header(h) for h in o.header],
