@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import urllib.parse
 import subprocess
 import sys
 import time
@@ -166,8 +167,16 @@ def _metrics_page(method: str, path: str, head: bytes, sock: socket.socket) -> b
 
 
 @pytest.mark.integration
-def test_secret_query_values_of_the_sut_and_metrics_urls_are_used_and_never_shown(tmp_path, serve):
-    sut = serve(_template_route(403))  # echoes the request line, with its api_key
+def _bare_key_route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
+    """403 naming the api_key's value alone, not as ``api_key=...``."""
+    key = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["api_key"][0]
+    return _send(sock, 403, json.dumps({"error": f"the key {key} is not allowed"}).encode())
+
+
+@pytest.mark.parametrize("echo", ["request_line", "bare_value"])
+def test_secret_query_values_of_the_sut_and_metrics_urls_are_used_and_never_shown(tmp_path, serve, echo):
+    # The server echoes the request line (with api_key=...), or the key's value alone.
+    sut = serve(_template_route(403) if echo == "request_line" else _bare_key_route)
     metrics = serve(_metrics_page)
     tpl = _template(tmp_path, {"method": "POST", "body": {"x": 1}})
     out_dir = tmp_path / "out"
