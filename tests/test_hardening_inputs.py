@@ -122,10 +122,12 @@ def _commands(path: str, tmp_path: Path, result: Path) -> Dict[str, Tuple[List[o
         "config": (["run", "--config", path, "--sut", "null", "--duration-s", "0.2"], ["--config", path]),
         "trace": (["run", "--scenario", "trace", "--sut", "null", "--trace", path], ["--trace", path]),
         "points": (["sweep", "--points", path, "--output", tmp_path / "sweep"], ["--points", path]),
+        "request_template": (["run", "--sut", "http://127.0.0.1:9/predict", "--request-template", path,
+                              "--duration-s", "0.2"], ["--request-template", path]),
     }
 
 
-COMMANDS = ["report", "merge", "compare", "hlog", "config", "trace", "points"]
+COMMANDS = ["report", "merge", "compare", "hlog", "config", "trace", "points", "request_template"]
 
 
 @pytest.mark.integration
