@@ -23,3 +23,21 @@ def _session_cwd(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _isolated_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def serve():
+    """``serve(route)`` starts a small HTTP/1.1 server thread on 127.0.0.1 whose
+    ``route(method, path, head, sock)`` answers each request (see
+    ``tests/test_hardening_net.py``); every one started is stopped after the test."""
+    from tests.test_hardening_net import _Server
+
+    servers = []
+
+    def start(route):
+        servers.append(_Server(route))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -114,19 +114,6 @@ class _Server:
             t.join(5)
 
 
-@pytest.fixture
-def serve():
-    servers: List[_Server] = []
-
-    def _start(route):
-        servers.append(_Server(route))
-        return servers[-1]
-
-    yield _start
-    for s in servers:
-        s.stop()
-
-
 def _send(sock: socket.socket, status: int, body: bytes, headers: Tuple[str, ...] = (),
           content_type: str = "application/json") -> bool:
     head = [f"HTTP/1.1 {status} X", f"Content-Type: {content_type}", f"Content-Length: {len(body)}", *headers]
@@ -162,12 +149,14 @@ def _env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
 
 
-def run_cli(tmp_path: Path, *args: object, timeout: float = 60) -> Tuple[int, str, str, int]:
-    """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS``."""
+def run_cli(tmp_path: Path, *args: object, timeout: float = 60, cwd: Optional[Path] = None,
+            preexec_fn: Optional[Callable[[], None]] = None) -> Tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS`` (from
+    ``cwd``; ``preexec_fn`` runs in the child before it starts, to set its limits)."""
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen([sys.executable, "-m", "loadgen", *map(str, args)], stdout=fo, stderr=fe,
-                                env=_env())
+                                env=_env(), cwd=cwd, preexec_fn=preexec_fn)
     deadline = time.monotonic() + timeout
     # The child's own high-water mark, read while it runs: VmHWM belongs to the process's
     # memory since exec. (wait4's ru_maxrss would not do: Linux carries the forking

@@ -28,24 +28,11 @@ from loadgen.net.http1 import Request, ResponseTooLarge, blocking_get
 from loadgen.net.metrics import MetricsScraper
 from loadgen.net.openai_stream import MAX_TOKEN_COUNT, TokenStream, WholeResponse
 from loadgen.net.options import NetOptions
-from tests.test_hardening_net import GOOD, MIB, SECRET, _env, _openai_sut, _send, _Server, kserve, kserve_url, run_cli
+from tests.test_hardening_net import GOOD, MIB, SECRET, _env, _openai_sut, _send, kserve, kserve_url, run_cli
 
 PAGE = b"# TYPE requests_total counter\nrequests_total 1\n"
 LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "--max-issue-delay-ms", "100",
         "--grace-s", "5")
-
-
-@pytest.fixture
-def serve():
-    servers: List[_Server] = []
-
-    def _start(route):
-        servers.append(_Server(route))
-        return servers[-1]
-
-    yield _start
-    for s in servers:
-        s.stop()
 
 
 def _trickle(sock: socket.socket, prefix: bytes = b"", byte: bytes = b"x", every_s: float = 0.5,

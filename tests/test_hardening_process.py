@@ -17,7 +17,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import pytest
 

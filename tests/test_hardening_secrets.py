@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -26,26 +26,12 @@ import loadgen
 from loadgen.net.options import REDACTED, Redactor, parse_header
 from loadgen.net.targets import parse_target, redact_url, url_secrets
 from loadgen.net.template_http import load_template
-from tests.test_hardening_net import GOOD, _send, _Server, kserve, kserve_url
+from tests.test_hardening_net import GOOD, _send, kserve, kserve_url
 
 TOKEN = "Hq4Lm8Rv2Xt6Jw9Z"  # distinctive: no three characters of it in a row occur in loadgen's text
 KEY = "Pb3Ny7Dc5Gk1Vs8F"
 LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "--max-issue-delay-ms", "100",
         "--grace-s", "5")
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., _Server]]:
-    """Starts HTTP/1.1 servers on 127.0.0.1 (``serve(route)``), stopped after the test."""
-    servers: List[_Server] = []
-
-    def start(route: Callable[[str, str, bytes, socket.socket], bool]) -> _Server:
-        servers.append(_Server(route))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

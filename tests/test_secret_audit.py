@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -36,20 +36,6 @@ METADATA = {"name": "m", "versions": ["1"], "platform": "test",
 PAGE = b"# TYPE requests_total counter\nrequests_total 1\n"
 RUN = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "1.5", "--max-issue-delay-ms", "500",
        "--grace-s", "5", "--ready-timeout-s", "10", "--interval-s", "0.5")
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., _Server]]:
-    """Starts HTTP/1.1 servers on 127.0.0.1 (``serve(route)``), stopped after the test."""
-    servers: List[_Server] = []
-
-    def start(route: Callable[[str, str, bytes, socket.socket], bool]) -> _Server:
-        servers.append(_Server(route))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def _forms(secret: str) -> List[str]:
