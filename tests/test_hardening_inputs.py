@@ -47,9 +47,10 @@ def _limit_address_space() -> None:
 
 
 def run_cli(tmp_path: Path, *args: object, timeout: float = 90) -> Tuple[int, str, str, int]:
-    """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS`` run from
-    the repository, its address space limited to :data:`CHILD_AS_BYTES`."""
-    return hardening_net.run_cli(tmp_path, *args, timeout=timeout, cwd=ROOT, preexec_fn=_limit_address_space)
+    """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS``, its
+    address space limited to :data:`CHILD_AS_BYTES` (from the test's own folder, so that
+    the installed package is the one run)."""
+    return hardening_net.run_cli(tmp_path, *args, timeout=timeout, preexec_fn=_limit_address_space)
 
 
 def assert_usage_error(rc: int, err: str, *fragments: str) -> None:
@@ -75,7 +76,7 @@ def result_file(tmp_path_factory) -> Path:
     """A real, valid result.json of a short null-SUT run."""
     out = tmp_path_factory.mktemp("run")
     proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--sut", "null", "--duration-s", "0.3",
-                           "--output", str(out), "--no-html", "--quiet"], cwd=ROOT, capture_output=True,
+                           "--output", str(out), "--no-html", "--quiet"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     return out / "result.json"
@@ -353,7 +354,7 @@ def test_mlperf_duration_and_minimum_make_a_run_of_at_least_the_longer(tmp_path,
 
 
 def test_the_help_says_what_duration_means_on_an_mlperf_scenario():
-    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--help"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--help"], capture_output=True,
                           text=True, timeout=60)
     text = " ".join(proc.stdout.split())
     assert "on an MLPerf scenario, its minimum duration (with --min-duration-s, the longer of the two)" in text
