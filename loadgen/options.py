@@ -446,6 +446,10 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
                "interval) go in the result", "URL"),
+    OptionSpec("server_stats_url", _str, "Triton: read the model's statistics from this HTTP endpoint "
+               "(http://HOST:PORT, Triton's HTTP port) when measuring begins and after the run; the server's "
+               "queue and compute times per request go in the result's 'server_breakdown' (default: the --sut's "
+               "server for http:// targets that are Triton; needed for grpc:// targets; none: off)", "URL"),
     OptionSpec("metrics_port", _int(0, 65535), "serve live Prometheus metrics on this port during the run "
                "(0: a free port, printed; see 'Live metrics' in the README)", "PORT"),
     OptionSpec("metrics_addr", _str, f"the address --metrics-port listens on (default {D.METRICS_ADDR}; "
@@ -566,6 +570,7 @@ class RunOptions:
     extra_body: Optional[str] = None
     no_stream: bool = False
     server_metrics_url: Optional[str] = None
+    server_stats_url: Optional[str] = None
     metrics_port: Optional[int] = None
     metrics_addr: str = D.METRICS_ADDR
     metrics_linger_s: float = D.METRICS_LINGER_S

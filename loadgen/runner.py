@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen import defaults
-from loadgen.engine import Engine, EngineSettings
+from loadgen.engine import Engine, EngineSettings, RunResult
 from loadgen.engine.dispatch import SutExit
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
@@ -21,6 +21,7 @@ from loadgen.workers import add_worker_section, total_load, wait_until, worker_s
 
 if TYPE_CHECKING:
     from loadgen.net.metrics import MetricsScraper
+    from loadgen.net.triton_stats import StatsWindow
     from loadgen.telemetry.live import LiveMetrics
 
 __all__ = ["Progress", "ResultError", "plan", "prepare", "run_benchmark"]
@@ -77,6 +78,9 @@ def plan(options: RunOptions) -> Tuple[Scenario, RunOptions, EngineSettings]:
         raise ValueError(f"--{given[0].replace('_', '-')} applies to network targets (--sut URL), "
                          f"not to --sut {effective.sut}")
     _check_live(effective)
+    from loadgen.net.triton_stats import check_options
+
+    check_options(effective)  # --server-stats-url: its form, and a target with a model
     return scenario, effective, settings
 
 
@@ -120,6 +124,8 @@ def run_benchmark(
     prepared: Optional[_Prepared] = None,
     finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]] = None,
     live: Optional[LiveMetrics] = None,
+    freeze_gc: bool = True,
+    on_measured: Optional[Callable[[RunResult], None]] = None,
 ) -> Dict[str, Any]:
     """Runs one benchmark and returns its result document.
 
@@ -146,18 +152,29 @@ def run_benchmark(
             run's figures (the caller closes it). Without one, ``--metrics-port`` makes a
             server for this run alone, kept for ``--metrics-linger-s`` after it (ended
             early by ``stop_requested``), then closed.
+        freeze_gc: collect, then freeze (``gc.freeze()``) what exists before the run and
+            unfreeze it after, so that a collection during the run walks only what the
+            run made. The freeze is process-wide: an embedding server passes False
+            (:func:`loadgen.run` does, unless asked).
+        on_measured: called with what the engine measured (a
+            :class:`~loadgen.engine.RunResult`) once the run has ended, before the
+            document is built from it.
+
+    Nothing else of the process is changed: no signal handler is installed (the CLI
+    installs its own), and ``--pin`` pins only the threads the run starts. Any thread
+    may call it, and several runs may go on at once.
 
     With ``--start-at`` the run waits, prepared, until that wall-clock time; a stop
     requested meanwhile raises KeyboardInterrupt (nothing was measured yet).
     """
     if live is not None or options.metrics_port is None:
         return _run_benchmark(options, given, on_progress, progress_interval_s, stop_requested, prepared,
-                              finish_when, live)
+                              finish_when, live, freeze_gc, on_measured)
     from loadgen.telemetry.live import LiveMetrics
 
     with LiveMetrics.serve(options) as own:
         doc = _run_benchmark(options, given, on_progress, progress_interval_s, stop_requested, prepared,
-                             finish_when, own)
+                             finish_when, own, freeze_gc, on_measured)
         own.linger(options.metrics_linger_s, stop_requested)
     return doc
 
@@ -166,6 +183,7 @@ def _run_benchmark(
     options: RunOptions, given: Optional[Dict[str, Any]], on_progress: Optional[Callable[[Progress], None]],
     progress_interval_s: float, stop_requested: Optional[Callable[[], bool]], prepared: Optional[_Prepared],
     finish_when: Optional[Callable[[List[Dict[str, Any]]], bool]], live: Optional[LiveMetrics],
+    freeze_gc: bool = True, on_measured: Optional[Callable[[RunResult], None]] = None,
 ) -> Dict[str, Any]:
     """:func:`run_benchmark` with its live metrics server (or none) decided."""
     scenario, effective, settings, sut = prepared if prepared is not None else prepare(options)
@@ -173,8 +191,9 @@ def _run_benchmark(
     engine = Engine(settings, sut)
     telemetry = RunTelemetry(effective, settings)
     scraper = _scraper(effective, check=False)
+    server_stats = _server_stats(effective)
     if effective.start_at is not None:
-        _wait_for_start(effective.start_at, stop_requested)
+        _wait_for_start(effective.start_at, stop_requested, freeze_gc)
     started_wall = time.time()
     clock_offset_s = started_wall - time.monotonic_ns() / 1e9  # wall clock minus the engine's clock
     if scraper is not None:
@@ -182,14 +201,19 @@ def _run_benchmark(
     # What exists now (modules, the prepared requests) lives through the run: moved out of
     # the collector's reach, a full collection during the run only walks what the run made,
     # and pauses Python SUTs and network clients for less.
-    gc.collect()
-    gc.freeze()
+    if freeze_gc:
+        gc.collect()
+        gc.freeze()
     if live is not None:
         live.attach(engine, effective, settings, sut, telemetry.gpu)
     telemetry.start(engine)
     sut_exit: Optional[SutExit] = None
+    if server_stats is not None:
+        server_stats.begin()  # without a warm-up, the server's statistics before the first query
     try:
         engine.start()  # a loop or callback SUT is opened here
+        if server_stats is not None:
+            server_stats.measuring(lambda: engine.measure_start_ns)
         interrupted = _watch(engine, on_progress, progress_interval_s, stop_requested, finish_when,
                              telemetry.poll)
     except SutExit as e:  # the SUT called sys.exit() opening or closing: what was measured is kept
@@ -199,13 +223,20 @@ def _run_benchmark(
         engine.close()
         raise
     finally:
-        gc.unfreeze()
+        if freeze_gc:
+            gc.unfreeze()
         telemetry.stop()
         if scraper is not None:
             scraper.finish()
+        if server_stats is not None:
+            server_stats.stop()
         if live is not None:
             live.finish()  # the final values, served until the next run or the server's end
     result = _measured_intervals(engine.result())
+    if server_stats is not None:
+        server_stats.end(result.counts["completed"] + result.counts["failed"])
+    if on_measured is not None:
+        on_measured(result)
     requests = engine.requests_section(clock_offset_s)
     started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
     worker = _worker(scenario, options, effective, started)
@@ -214,6 +245,8 @@ def _run_benchmark(
                              given=given or {}, started_wall=started_wall, sut=sut)
         add_worker_section(doc, worker)
         telemetry.add_to(doc, placement)
+        if server_stats is not None:
+            server_stats.add_to(doc, interrupted)
         if live is not None:
             doc["live_metrics"] = live.where()
         if requests is not None:
@@ -256,19 +289,23 @@ def _measured_intervals(result: Any) -> Any:
     return dataclasses.replace(result, timeseries=kept)
 
 
-def _wait_for_start(start_at: float, stop_requested: Optional[Callable[[], bool]]) -> None:
+def _wait_for_start(start_at: float, stop_requested: Optional[Callable[[], bool]], freeze_gc: bool = True) -> None:
     """Waits for ``--start-at``; KeyboardInterrupt when a stop is requested first. The
-    full collection before the run is made (and frozen) before the wait, so that the one
-    after it walks only what the wait made and the run starts on time."""
-    gc.collect()
-    gc.freeze()
+    full collection before the run is made (and frozen, with ``freeze_gc``) before the
+    wait, so that the one after it walks only what the wait made and the run starts on
+    time."""
+    if freeze_gc:
+        gc.collect()
+        gc.freeze()
     try:
         started = wait_until(start_at, stop_requested)
     except BaseException:
-        gc.unfreeze()
+        if freeze_gc:
+            gc.unfreeze()
         raise
     if not started:
-        gc.unfreeze()
+        if freeze_gc:
+            gc.unfreeze()
         raise KeyboardInterrupt("stopped while waiting for --start-at")
 
 
@@ -346,6 +383,14 @@ def _watch(engine: Engine, on_progress: Optional[Callable[[Progress], None]], in
             ))
             last_progress, last_completed = now, c["completed"]
     return interrupted
+
+
+def _server_stats(o: RunOptions) -> Optional[StatsWindow]:
+    """The reads of a Triton server's model statistics (None where there are none to
+    read); a server that cannot be asked is a warning of the result, not an error."""
+    from loadgen.net.triton_stats import stats_window
+
+    return stats_window(o)
 
 
 def _scraper(o: RunOptions, check: bool) -> Optional[MetricsScraper]:

@@ -10,7 +10,7 @@ from loadgen.stats.hdrlog import HistogramLogWriter
 from loadgen.stats.histogram import Histogram
 from loadgen.units import format_ns
 
-__all__ = ["CSV_COLUMNS", "csv_row", "diagnosis_items", "diagnosis_lines", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
+__all__ = ["BREAKDOWN_PARTS", "CSV_COLUMNS", "breakdown_lines", "csv_row", "diagnosis_items", "diagnosis_lines", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
            "timeseries_rows"]
 
 # The engine's histograms in the summary, in order, with their labels; a SUT's own
@@ -23,7 +23,7 @@ _SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service")
 def render_summary(doc: Dict[str, Any]) -> str:
     """The human summary: VALID/INVALID and the reasons first, then the figures."""
     lines = _verdict_lines(doc) + peak_lines(doc) + [""] + _run_lines(doc) + _histogram_lines(doc)
-    lines += _network_lines(doc)
+    lines += _network_lines(doc) + breakdown_lines(doc)
     lines += _gpu_lines(doc)
     lines += _host_lines(doc) + _merge_lines(doc)
     es = doc.get("early_stopping")
@@ -316,6 +316,22 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
             lines.append("gauges       " + ", ".join(
                 f"{k} mean {g['mean']:,.4g} ({g['min']:,.4g}..{g['max']:,.4g})" for k, g in gauges[:3]) + more)
     return lines
+
+
+#: The server's request-time parts in its breakdown (``server_breakdown``), with labels.
+BREAKDOWN_PARTS = (("queue_ns", "queue"), ("compute_input_ns", "compute input"), ("compute_infer_ns", "compute infer"),
+                   ("compute_output_ns", "compute output"), ("overhead_ns", "overhead"))
+
+
+def breakdown_lines(doc: Dict[str, Any]) -> List[str]:
+    """The server's own breakdown of its mean request time, as perf_analyzer prints it."""
+    b = doc.get("server_breakdown")
+    if not b:
+        return []
+    parts = " + ".join(f"{label} {format_ns(b.get(key, 0.0))}" for key, label in BREAKDOWN_PARTS)
+    return [f"server time  {format_ns(b['request_ns'])} a request = {parts}",
+            f"             {b['requests']:,} requests ({b.get('failed', 0):,} failed), {b.get('executions', 0):,} "
+            f"executions, batch size {b.get('batch_size', 0.0):.2f}; {b['source']} statistics of {b['model']}"]
 
 
 def _merge_lines(doc: Dict[str, Any]) -> List[str]:

@@ -1,0 +1,339 @@
+"""The server's own breakdown of a request's time, for Triton targets: the model's
+statistics (Triton's statistics extension, ``GET /v2/models/NAME[/versions/V]/stats``)
+read when measuring begins and after the run, as perf_analyzer reads them.
+
+The difference of the two reads gives, per request of the measured window, the server's
+averages of its queue, compute-input, compute-infer and compute-output times, its whole
+request time and what is left of it (overhead), with its own counts of successful and
+failed requests, executions and the mean batch size (inferences / executions). These go
+in the result's ``server_breakdown`` section.
+
+Which server is read:
+
+- an ``http(s)://`` KServe target: its own server, when its metadata (``GET /v2``) says
+  ``"name": "triton"``; any other server is left alone;
+- ``--server-stats-url http(s)://HOST:PORT``: that server (Triton's HTTP port), for the
+  target's model; how a ``grpc://`` target gets its breakdown; ``none`` turns it off.
+
+Reading never fails a run: a failed read is the named warning ``server_stats_unread``.
+With a warm-up the first read is taken when measuring begins; queries in flight across
+that moment are the server's in the window, so its count may differ from the client's by
+at most the queries then in flight (none without a warm-up: the first read comes before
+the first query).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import urllib.parse
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from loadgen.net.http1 import blocking_get
+from loadgen.net.targets import Target, host_problem, parse_target, redact_url
+
+__all__ = ["OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonStats", "breakdown", "check_options",
+           "parse_stats", "stats_window"]
+
+#: The result's section.
+SECTION = "server_breakdown"
+#: The named warning of a failed read.
+WARNING = "server_stats_unread"
+#: ``--server-stats-url`` value that turns the breakdown off.
+OFF = "none"
+#: The parts of a request's server time, as Triton's ``inference_stats`` names them.
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+_MAX_STATS_BYTES = 4 << 20
+_TIMEOUT_S = 5.0
+# After the run the server may record a request just after its response went out: the
+# last read waits this long at most for the server's count to reach the client's.
+_SETTLE_S = 1.0
+_SETTLE_STEP_S = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A model's cumulative statistics, summed over the versions the server listed:
+    ``counts`` and ``ns`` per duration (``success``, ``fail`` and :data:`PHASES`), and the
+    inference and execution counts."""
+
+    counts: Dict[str, int]
+    ns: Dict[str, int]
+    inference_count: int
+    execution_count: int
+
+
+def _int(obj: Any, what: str) -> int:
+    try:
+        value = int(obj)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} is not a count: {str(obj)[:40]!r}") from None
+    if value < 0:
+        raise ValueError(f"{what} is negative ({value})")
+    return value
+
+
+def parse_stats(body: Any, model: str) -> Snapshot:
+    """The :class:`Snapshot` of ``model`` in a statistics answer (bytes, text or parsed).
+
+    Raises:
+        ValueError: not a statistics document, or it lists nothing for ``model``.
+    """
+    try:
+        doc = json.loads(body) if isinstance(body, (bytes, str)) else body
+    except ValueError:
+        raise ValueError("the statistics are not JSON") from None
+    entries = doc.get("model_stats") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError("the answer has no model_stats list")
+    mine = [e for e in entries if isinstance(e, dict) and e.get("name") == model]
+    if not mine:
+        raise ValueError(f"the statistics list no model {model!r}")
+    counts = dict.fromkeys(("success", "fail") + PHASES, 0)
+    ns = dict(counts)
+    inferences = executions = 0
+    for e in mine:
+        stats = e.get("inference_stats")
+        if not isinstance(stats, dict):
+            raise ValueError(f"model {model!r} version {e.get('version')!r} has no inference_stats")
+        for name in counts:
+            d = stats.get(name) or {}
+            if not isinstance(d, dict):
+                raise ValueError(f"inference_stats.{name} is not an object")
+            counts[name] += _int(d.get("count", 0), f"inference_stats.{name}.count")
+            ns[name] += _int(d.get("ns", 0), f"inference_stats.{name}.ns")
+        inferences += _int(e.get("inference_count", 0), "inference_count")
+        executions += _int(e.get("execution_count", 0), "execution_count")
+    return Snapshot(counts, ns, inferences, executions)
+
+
+def breakdown(before: Snapshot, after: Snapshot) -> Dict[str, Any]:
+    """What the server did between two reads: ``requests`` (successful) and ``failed``,
+    ``inferences``, ``executions`` and ``batch_size`` (inferences per execution), and per
+    successful request the mean ``request_ns`` and each phase's mean (``queue_ns``, ...),
+    with ``overhead_ns`` the request time the phases do not account for (0 at least), as
+    perf_analyzer reports them. A counter that went back (the server restarted or the
+    model was reloaded) raises ValueError."""
+    counts = {k: after.counts[k] - before.counts[k] for k in after.counts}
+    ns = {k: after.ns[k] - before.ns[k] for k in after.ns}
+    inferences = after.inference_count - before.inference_count
+    executions = after.execution_count - before.execution_count
+    if min(list(counts.values()) + list(ns.values()) + [inferences, executions]) < 0:
+        raise ValueError("the server's counters went back between the reads (restarted, or the model reloaded)")
+    out: Dict[str, Any] = {"requests": counts["success"], "failed": counts["fail"], "inferences": inferences,
+                           "executions": executions,
+                           "batch_size": inferences / executions if executions else 0.0,
+                           "request_ns": ns["success"] / counts["success"] if counts["success"] else 0.0}
+    for phase in PHASES:
+        out[f"{phase}_ns"] = ns[phase] / counts[phase] if counts[phase] else 0.0
+    out["overhead_ns"] = max(0.0, out["request_ns"] - sum(out[f"{p}_ns"] for p in PHASES))
+    return out
+
+
+def _stats_base(url: str) -> str:
+    """``--server-stats-url``'s scheme://host:port[/prefix]; ValueError naming it."""
+    shown = redact_url(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise ValueError(f"--server-stats-url: not a valid URL ({e})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"--server-stats-url {shown}: use Triton's HTTP endpoint, http(s)://HOST:PORT "
+                         f"(or {OFF})")
+    problem = host_problem(host)
+    if problem:
+        raise ValueError(f"--server-stats-url {shown}: {problem}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"--server-stats-url {shown}: give credentials with --header, not in the URL")
+    if parts.query or parts.fragment:
+        raise ValueError(f"--server-stats-url {shown}: give the server's base URL, without a query")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+class TritonStats:
+    """Reads one model's statistics from a Triton server's HTTP endpoint."""
+
+    def __init__(self, base_url: str, model: str, version: str = "",
+                 headers: Sequence[Tuple[str, str]] = (), ssl_context: Any = None,
+                 timeout_s: float = _TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.version = version
+        quoted = urllib.parse.quote(model, safe="")
+        path = f"/v2/models/{quoted}" + (f"/versions/{urllib.parse.quote(version, safe='')}" if version else "")
+        self.url = self.base_url + path + "/stats"
+        self._headers = list(headers)
+        self._ssl_context = ssl_context
+        self._timeout_s = timeout_s
+
+    def _get(self, url: str) -> bytes:
+        r = blocking_get(url, self._headers, timeout_s=self._timeout_s, ssl_context=self._ssl_context,
+                         max_bytes=_MAX_STATS_BYTES)
+        if r.status != 200:
+            said = r.body[:200].decode("utf-8", "replace").strip()
+            raise ValueError(f"HTTP {r.status} {r.reason}".rstrip() + (f": {said}" if said else ""))
+        return bytes(r.body)
+
+    def is_triton(self) -> bool:
+        """Whether the server's metadata (``GET /v2``) names Triton; False when it does
+        not answer so."""
+        try:
+            meta = json.loads(self._get(self.base_url + "/v2"))
+        except Exception:  # not a KServe server, or not answering: not known to be Triton
+            return False
+        return isinstance(meta, dict) and str(meta.get("name", "")).lower() == "triton"
+
+    def read(self) -> Snapshot:
+        """The model's statistics now; ValueError (with what failed) when unreadable."""
+        return parse_stats(self._get(self.url), self.model)
+
+
+class StatsWindow:
+    """The two reads of a run: :meth:`begin` before the engine starts (the read itself,
+    without a warm-up), :meth:`measuring` once it has (a thread that reads when measuring
+    begins), :meth:`end` after the run, then :meth:`add_to` the document."""
+
+    def __init__(self, stats: TritonStats, unmeasured_s: float) -> None:
+        self.stats = stats
+        self.unmeasured_s = unmeasured_s
+        self._before: Optional[Snapshot] = None
+        self._after: Optional[Snapshot] = None
+        self._error = ""
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _read(self) -> Optional[Snapshot]:
+        try:
+            return self.stats.read()
+        except Exception as e:  # whatever failed, the run goes on without the breakdown
+            reason = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            self._error = self._error or reason
+            return None
+
+    def begin(self) -> None:
+        """Before the engine starts: the first read, when measuring starts with the run."""
+        if self.unmeasured_s <= 0:
+            self._before = self._read()
+
+    def measuring(self, measure_start_ns: Callable[[], int]) -> None:
+        """After the engine started: with a warm-up, a thread reads when measuring begins
+        (``measure_start_ns()``, the monotonic clock's ns, 0 until the run started)."""
+        if self.unmeasured_s > 0:
+            self._thread = threading.Thread(target=self._at_measure_start, args=(measure_start_ns,),
+                                            name="loadgen-server-stats", daemon=True)
+            self._thread.start()
+
+    def _at_measure_start(self, measure_start_ns: Callable[[], int]) -> None:
+        while not measure_start_ns():
+            if self._stop.wait(0.01):
+                return
+        wait_s = (measure_start_ns() - time.monotonic_ns()) / 1e9
+        if wait_s > 0 and self._stop.wait(wait_s):
+            return
+        self._before = self._read()
+
+    def stop(self) -> None:
+        """Ends the thread of :meth:`measuring` (the run ended, or failed)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(_TIMEOUT_S + 1)
+            self._thread = None
+
+    def end(self, client_resolved: int) -> None:
+        """After the run: the last read, taken again (for up to a second) while the
+        server's count of requests is below ``client_resolved`` (the client's completed
+        and failed queries of the window)."""
+        self.stop()
+        if self._before is None:
+            return
+        deadline = time.monotonic() + _SETTLE_S
+        while True:
+            self._after = self._read()
+            if self._after is None or time.monotonic() >= deadline:
+                return
+            done = sum(self._after.counts[k] - self._before.counts[k] for k in ("success", "fail"))
+            if done >= client_resolved:
+                return
+            time.sleep(_SETTLE_STEP_S)
+
+    def add_to(self, doc: Dict[str, Any], interrupted: bool) -> None:
+        """Puts the ``server_breakdown`` section in ``doc``, or the warning
+        ``server_stats_unread`` saying why there is none. An interrupted run before its
+        measuring began has neither."""
+        section: Dict[str, Any] = {"source": "triton", "url": self.stats.url, "model": self.stats.model,
+                                   "version": self.stats.version,
+                                   "window": "after warm-up" if self.unmeasured_s > 0 else "run"}
+        error = self._error
+        if not error and self._before is None:
+            if interrupted:
+                return
+            error = "the read when measuring began did not happen"
+        if not error and self._before is not None and self._after is not None:
+            try:
+                section.update(breakdown(self._before, self._after))
+            except ValueError as e:
+                error = str(e)
+        if error:
+            doc.setdefault("warnings", []).append(
+                {"name": WARNING, "message": f"the server's statistics ({self.stats.url}) could not be read: "
+                                             f"{error}; the result has no server-side breakdown"})
+            return
+        doc[SECTION] = section
+
+
+def check_options(o: Any) -> Optional[Target]:
+    """The KServe target whose model's statistics run options ``o`` may read (None: no
+    breakdown: not a KServe target, or ``--server-stats-url none``), checked without
+    contacting a server.
+
+    Raises:
+        ValueError: ``--server-stats-url`` is malformed or given for a target without a
+            KServe model; the message names it.
+    """
+    from loadgen.sut.spec import is_network_sut
+
+    given = getattr(o, "server_stats_url", None)
+    if given is not None and given.strip().lower() == OFF:
+        return None
+    if not is_network_sut(o.sut):
+        if given:
+            raise ValueError(f"--server-stats-url applies to network targets (--sut URL), not to --sut {o.sut}")
+        return None
+    target = parse_target(o.sut, template=bool(o.request_template))
+    if target.kind not in ("kserve_http", "kserve_grpc"):
+        if given:
+            raise ValueError(f"--server-stats-url reads a KServe model's statistics; --sut {target.url} "
+                             "names no KServe model")
+        return None
+    if given:
+        _stats_base(given)
+    return target
+
+
+def stats_window(o: Any) -> Optional[StatsWindow]:
+    """The :class:`StatsWindow` for run options ``o``: with ``--server-stats-url URL``,
+    for the target's model on that server; for an ``http(s)://`` KServe target without
+    it, on the target's server when it is Triton; None otherwise (and for
+    ``--server-stats-url none``).
+
+    Raises:
+        ValueError: as :func:`check_options`.
+    """
+    from loadgen.net import net_options
+    from loadgen.net.options import ssl_context
+
+    target = check_options(o)
+    given = o.server_stats_url
+    if target is None or not given and target.kind != "kserve_http":
+        return None
+    base = _stats_base(given) if given else target.http_base
+    net = net_options(o)
+    context = ssl_context(o.ca_file, o.insecure) if base.lower().startswith("https") else None
+    stats = TritonStats(base, target.model, target.version, net.headers, context)
+    if not given and not stats.is_triton():
+        return None
+    return StatsWindow(stats, o.unmeasured_s)
