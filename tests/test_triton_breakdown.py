@@ -1,0 +1,198 @@
+"""The server-side breakdown of Triton targets (``server_breakdown``, loadgen.net.triton_stats):
+the statistics document parsed and differenced, a run against a scripted KServe server whose
+statistics follow the requests it served (exact figures), the failures that are warnings, the
+bad options that are usage errors, and runs against a real Triton over HTTP and gRPC whose
+breakdown counts the run's requests to the one.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from loadgen.net.triton_stats import PHASES, breakdown, parse_stats
+from loadgen.results.render import render_summary
+from loadgen.results.schema import check_result
+from tests.test_cli_run import run_cli
+from tests.test_hardening_net import GOOD, METADATA, _send, kserve_url
+from tests.test_net_servers import _targets, run_doc, triton  # noqa: F401 - triton: the real server's fixture
+
+
+def _entry(version: str, served: int, *, name: str = "m", batch: int = 2) -> dict:
+    """One version's statistics after ``served`` requests: per request 1, 2, 3 and 4 us
+    of queue, compute input, infer and output and 15 us in all; ``batch`` inferences per
+    execution (``served`` a multiple of it)."""
+    per = {"success": 15_000, "fail": 0, "queue": 1_000, "compute_input": 2_000, "compute_infer": 3_000,
+           "compute_output": 4_000, "cache_hit": 0, "cache_miss": 0}
+    stats = {k: {"count": served if k not in ("fail", "cache_hit", "cache_miss") else 0, "ns": served * ns}
+             for k, ns in per.items()}
+    return {"name": name, "version": version, "last_inference": 0, "inference_count": served,
+            "execution_count": served // batch, "inference_stats": stats, "batch_stats": [], "memory_usage": []}
+
+
+def _doc(*entries: dict) -> str:
+    return json.dumps({"model_stats": list(entries)})
+
+
+# ------------------------------------------------------------------ parsing and deltas
+
+def test_parse_sums_the_models_versions_and_leaves_other_models_out():
+    snap = parse_stats(_doc(_entry("1", 10), _entry("2", 4), _entry("1", 1000, name="other")), "m")
+    assert snap.counts["success"] == 14 and snap.ns["queue"] == 14_000 and snap.ns["success"] == 14 * 15_000
+    assert snap.inference_count == 14 and snap.execution_count == 5 + 2
+    assert snap.counts["fail"] == 0
+
+
+@pytest.mark.parametrize("body, why", [
+    (_doc(_entry("1", 3, name="other")), "no model 'm'"),
+    ('{"error": "requested model \'m\' is not available"}', "no model_stats"),
+    ("not json", "not JSON"),
+    (json.dumps({"model_stats": [{"name": "m", "version": "1"}]}), "no inference_stats"),
+    (json.dumps({"model_stats": [dict(_entry("1", 2), inference_count=-1)]}), "negative"),
+    (json.dumps({"model_stats": [dict(_entry("1", 2), execution_count="many")]}), "not a count"),
+])
+def test_parse_refuses_a_missing_model_and_malformed_documents(body, why):
+    with pytest.raises(ValueError, match=why):
+        parse_stats(body, "m")
+
+
+def test_breakdown_is_the_per_request_mean_of_the_window_between_the_reads():
+    before, after = parse_stats(_doc(_entry("1", 40)), "m"), parse_stats(_doc(_entry("1", 140)), "m")
+    b = breakdown(before, after)
+    assert (b["requests"], b["failed"], b["inferences"], b["executions"]) == (100, 0, 100, 50)
+    assert b["batch_size"] == 2.0
+    assert [b[f"{p}_ns"] for p in PHASES] == [1000.0, 2000.0, 3000.0, 4000.0]
+    assert b["request_ns"] == 15_000.0 and b["overhead_ns"] == 5_000.0
+    # Nothing served in the window: zeros, not a division by zero.
+    idle = breakdown(after, after)
+    assert idle["requests"] == 0 and idle["request_ns"] == idle["queue_ns"] == idle["batch_size"] == 0.0
+    with pytest.raises(ValueError, match="went back"):
+        breakdown(after, before)
+
+
+# --------------------------------------------- a scripted server: exact figures, failures
+
+def _scripted_triton(server_name: str = "triton", stats_status: int = 200):
+    """A KServe server for model ``m`` whose metadata says ``server_name`` and whose
+    statistics (status ``stats_status``) follow the requests it has served."""
+    served = [0]
+    lock = threading.Lock()
+
+    def route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
+        if path in ("/v2/health/ready", "/v2/models/m/ready"):
+            return _send(sock, 200, b"")
+        if path == "/v2":
+            return _send(sock, 200, json.dumps({"name": server_name, "version": "2.51.0"}).encode())
+        if path == "/v2/models/m":
+            return _send(sock, 200, json.dumps(METADATA).encode())
+        if path == "/v2/models/m/stats":
+            if stats_status != 200:
+                return _send(sock, stats_status, b'{"error":"requested model \'m\' is not available"}')
+            with lock:
+                n = served[0]
+            return _send(sock, 200, _doc(_entry("1", n, batch=1)).encode())
+        if path == "/v2/models/m/infer" and method == "POST":
+            with lock:
+                served[0] += 1
+            return _send(sock, 200, json.dumps(GOOD).encode())
+        return _send(sock, 404, b"{}")
+    return route
+
+
+LOAD = ("--scenario", "concurrency", "--concurrency", "2", "--query-count", "60")
+
+
+def test_a_scripted_triton_gives_the_exact_breakdown_of_the_run(serve):
+    server = serve(_scripted_triton())
+    doc = run_doc("--sut", kserve_url(server), *LOAD)
+    b = doc["server_breakdown"]
+    assert b["requests"] == doc["counts"]["completed"] == 60
+    assert (b["queue_ns"], b["compute_input_ns"], b["compute_infer_ns"], b["compute_output_ns"]) == (1e3, 2e3, 3e3, 4e3)
+    assert b["request_ns"] == 15e3 and b["overhead_ns"] == 5e3 and b["batch_size"] == 1.0
+    assert b["url"] == f"http://127.0.0.1:{server.port}/v2/models/m/stats" and b["window"] == "run"
+    assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+    check_result(doc)
+    text = render_summary(doc)
+    assert "server time  15.0 us a request = queue 1.0 us + compute input 2.0 us + compute infer 3.0 us" in text
+    assert "60 requests (0 failed), 60 executions, batch size 1.00" in text
+
+
+def test_an_unreadable_model_is_a_named_warning_and_the_run_stands(serve):
+    server = serve(_scripted_triton(stats_status=400))
+    doc = run_doc("--sut", kserve_url(server), *LOAD)
+    assert doc["counts"]["completed"] == 60 and doc["valid"]
+    assert "server_breakdown" not in doc
+    (w,) = [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+    assert "HTTP 400" in w["message"] and "requested model 'm' is not available" in w["message"]
+
+
+def test_a_server_that_is_not_triton_is_left_alone_unless_named(serve):
+    server = serve(_scripted_triton(server_name="mlserver"))
+    doc = run_doc("--sut", kserve_url(server), *LOAD)
+    assert "server_breakdown" not in doc
+    assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+    # Named with --server-stats-url, its statistics are read whatever it calls itself.
+    named = run_doc("--sut", kserve_url(server), *LOAD, "--server-stats-url", f"http://127.0.0.1:{server.port}")
+    assert named["server_breakdown"]["requests"] == 60
+    off = run_doc("--sut", kserve_url(server), *LOAD, "--server-stats-url", "none")
+    assert "server_breakdown" not in off
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--sut", "http://127.0.0.1:9/v2/models/m/infer", "--server-stats-url", "ftp://127.0.0.1:8000"),
+     "use Triton's HTTP endpoint"),
+    (("--sut", "http://127.0.0.1:9/v2/models/m/infer", "--server-stats-url", "http://u:pw@127.0.0.1:8000"),
+     "give credentials with --header"),
+    (("--sut", "demo", "--server-stats-url", "http://127.0.0.1:8000"), "applies to network targets"),
+    (("--sut", "openai+http://127.0.0.1:9/v1/completions", "--server-stats-url", "http://127.0.0.1:8000"),
+     "names no KServe model"),
+])
+def test_a_bad_server_stats_url_is_a_usage_error_before_the_run(args, said):
+    proc = run_cli("run", *args, "--query-count", "5")
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "pw" not in proc.stderr.replace("--sut", "")
+
+
+# ------------------------------------------------------------------ a real Triton
+
+def _check_against_the_run(doc: dict) -> dict:
+    b = doc["server_breakdown"]
+    c = doc["counts"]
+    assert c["failed"] == c["timed_out"] == 0
+    assert b["failed"] == 0 and b["source"] == "triton" and b["model"] == "add_one"
+    for key in ("request_ns", "queue_ns", "compute_input_ns", "compute_infer_ns", "compute_output_ns"):
+        assert b[key] > 0, (key, b)
+    # The server's parts of a request fit in its time, and its time in the client's latency.
+    parts = sum(b[f"{p}_ns"] for p in PHASES)
+    assert parts <= b["request_ns"] + 1 <= doc["latency_ns"]["mean"], (b, doc["latency_ns"]["mean"])
+    assert b["executions"] == b["inferences"] == b["requests"] and b["batch_size"] == 1.0  # no batching
+    check_result(doc)
+    return b
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_triton_breakdown_counts_the_runs_requests(triton, protocol):  # noqa: F811 - the imported fixture
+    url = _targets(triton)[protocol]
+    stats = ("--server-stats-url", triton.http_url) if protocol == "grpc" else ()
+    doc = run_doc("--sut", url, *stats, "--scenario", "concurrency", "--concurrency", "4", "--query-count", "400")
+    b = _check_against_the_run(doc)
+    assert b["requests"] == doc["counts"]["completed"] == 400
+    assert b["url"] == f"{triton.http_url}/v2/models/add_one/stats" and b["window"] == "run"
+
+
+@pytest.mark.integration
+def test_triton_breakdown_after_a_warm_up_is_the_measured_windows(triton):  # noqa: F811 - the imported fixture
+    concurrency = 4
+    doc = run_doc("--sut", _targets(triton)["http"], "--scenario", "concurrency", "--concurrency", str(concurrency),
+                  "--warmup-s", "0.5", "--duration-s", "1")
+    b = _check_against_the_run(doc)
+    assert b["window"] == "after warm-up"
+    # The first read comes when measuring begins: only the queries then in flight (at
+    # most one a stream) may fall on the other side of the client's count.
+    assert doc["warmup"]["completed"] > 0
+    assert abs(b["requests"] - doc["counts"]["completed"]) <= concurrency, (b, doc["counts"])
