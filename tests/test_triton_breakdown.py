@@ -13,7 +13,8 @@ import threading
 
 import pytest
 
-from loadgen.net.triton_stats import PHASES, breakdown, parse_stats
+from loadgen.net.triton_stats import PHASES, breakdown, merge_breakdowns, parse_stats
+from loadgen.results.html import render_html
 from loadgen.results.render import render_summary
 from loadgen.results.schema import check_result
 from tests.test_cli_run import run_cli
@@ -73,6 +74,22 @@ def test_breakdown_is_the_per_request_mean_of_the_window_between_the_reads():
         breakdown(after, before)
 
 
+def test_merged_workers_count_each_server_once_and_sum_the_servers():
+    def section(url: str, requests: int, queue_ns: float) -> dict:
+        return {"source": "triton", "url": url, "model": "m", "version": "", "window": "run", "requests": requests,
+                "failed": 0, "inferences": 2 * requests, "executions": requests, "batch_size": 2.0,
+                "request_ns": 10_000.0, "queue_ns": queue_ns, "compute_input_ns": 1.0, "compute_infer_ns": 2.0,
+                "compute_output_ns": 3.0, "overhead_ns": 0.0}
+    # Two workers read server A (each window also counts the other's requests), one B.
+    docs = [{"server_breakdown": section("http://a", 300, 100.0)}, {"server_breakdown": section("http://a", 310, 200.0)},
+            {"server_breakdown": section("http://b", 90, 1000.0)}, {}]
+    m = merge_breakdowns(docs)
+    assert m["servers"] == 2 and m["url"] == "http://a, http://b"
+    assert (m["requests"], m["inferences"], m["executions"], m["batch_size"]) == (400, 800, 400, 2.0)
+    assert m["queue_ns"] == (310 * 200.0 + 90 * 1000.0) / 400 and m["request_ns"] == 10_000.0
+    assert merge_breakdowns([{}, {"server_breakdown": None}]) is None
+
+
 # --------------------------------------------- a scripted server: exact figures, failures
 
 def _scripted_triton(server_name: str = "triton", stats_status: int = 200):
@@ -118,6 +135,8 @@ def test_a_scripted_triton_gives_the_exact_breakdown_of_the_run(serve):
     text = render_summary(doc)
     assert "server time  15.0 us a request = queue 1.0 us + compute input 2.0 us + compute infer 3.0 us" in text
     assert "60 requests (0 failed), 60 executions, batch size 1.00" in text
+    page = render_html([("run", doc)])
+    assert "The server's time per request" in page and "<td>15</td><td>1</td><td>2</td><td>3</td>" in page
 
 
 def test_an_unreadable_model_is_a_named_warning_and_the_run_stands(serve):

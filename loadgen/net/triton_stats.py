@@ -35,7 +35,7 @@ from loadgen.net.http1 import blocking_get
 from loadgen.net.targets import Target, host_problem, parse_target, redact_url
 
 __all__ = ["OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonStats", "breakdown", "check_options",
-           "parse_stats", "stats_window"]
+           "merge_breakdowns", "parse_stats", "stats_window"]
 
 #: The result's section.
 SECTION = "server_breakdown"
@@ -337,3 +337,29 @@ def stats_window(o: Any) -> Optional[StatsWindow]:
     if not given and not stats.is_triton():
         return None
     return StatsWindow(stats, o.unmeasured_s)
+
+
+def merge_breakdowns(docs: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The ``server_breakdown`` of workers' results merged (``loadgen merge``); None when
+    none has one. Workers that read one URL read one server, each over its own window,
+    and those windows overlap (each counts the others' requests too): per server the
+    worker whose window counted the most requests stands for it. The servers' counts are
+    summed and their per-request times averaged, weighted by their requests."""
+    servers: Dict[str, Dict[str, Any]] = {}
+    for doc in docs:
+        b = doc.get(SECTION)
+        if isinstance(b, dict) and b.get("requests", 0) >= servers.get(str(b.get("url")), {}).get("requests", -1):
+            servers[str(b.get("url"))] = b
+    if not servers:
+        return None
+    kept = list(servers.values())
+    out: Dict[str, Any] = {k: kept[0].get(k, "") for k in ("source", "model", "version", "window")}
+    out["url"] = ", ".join(servers)
+    out["servers"] = len(kept)
+    for key in ("requests", "failed", "inferences", "executions"):
+        out[key] = sum(int(b.get(key, 0)) for b in kept)
+    out["batch_size"] = out["inferences"] / out["executions"] if out["executions"] else 0.0
+    for key in ["request_ns", "overhead_ns"] + [f"{p}_ns" for p in PHASES]:
+        total = sum(float(b.get(key, 0.0)) * int(b.get("requests", 0)) for b in kept)
+        out[key] = total / out["requests"] if out["requests"] else 0.0
+    return out

@@ -7,8 +7,9 @@ import html
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from loadgen.results import html_data as charts
+from loadgen.results.cost import cost_text
 from loadgen.results.html_data import Run, Spec
-from loadgen.results.render import diagnosis_items
+from loadgen.results.render import BREAKDOWN_PARTS, diagnosis_items
 
 __all__ = ["run_sections", "sweep_sections"]
 
@@ -114,6 +115,9 @@ def _headline_rows(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
     if counts.get("tokens"):
         rows.append(("tokens", _fmt(counts["tokens"])))
     rows.extend(_llm_rows(doc))
+    cost = cost_text(doc)
+    if cost:
+        rows.append(("cost", cost))
     early = doc.get("early_stopping") or {}
     if early.get("message"):
         rows.append(("early stopping", str(early["message"])))
@@ -248,6 +252,17 @@ def _metrics_html(runs: Sequence[Run], limit: int = 200) -> str:
     return "".join(parts)
 
 
+def _breakdown_html(runs: Sequence[Run]) -> str:
+    """The server's own breakdown of its mean request time (``server_breakdown``), a row a run."""
+    rows = [[name, b.get("requests"), b.get("batch_size"), *[b.get(k, 0.0) / 1e3 for k, _ in
+                                                               (("request_ns", ""),) + BREAKDOWN_PARTS]]
+            for name, doc in runs for b in [doc.get("server_breakdown")] if isinstance(b, dict)]
+    if not rows:
+        return ""
+    headers = ["run", "requests", "batch size", "request (us)", *[f"{label} (us)" for _, label in BREAKDOWN_PARTS]]
+    return "<h4>The server's time per request (its own statistics)</h4>" + _table(headers, rows, "small")
+
+
 def _settings_html(runs: Sequence[Run]) -> str:
     parts = []
     for name, doc in runs:
@@ -281,12 +296,12 @@ def run_sections(runs: Sequence[Run]) -> Tuple[List[Section], List[Spec]]:
                                                                          _headline(runs))]
     timeline = charts.time_charts(runs)
     parts: Tuple[Tuple[str, str, List[Spec], str], ...] = (
-        ("timeline", "Over time", timeline, "" if timeline else _note("This result has no time series.")),
+        ("timeline", "Over time", timeline, _note(charts.TIMELINE_NOTE if timeline else "This result has no time series.")),
         ("spectrum", "Percentile spectrum", charts.spectrum_charts(runs), _SPECTRUM_NOTE),
         ("errors", "Errors", charts.error_charts(runs), _errors_html(runs)),
         ("gpu", "GPU", charts.gpu_charts(runs), _gpu_html(runs)),
         ("host", "Generator host", charts.host_charts(runs), _host_html(runs)),
-        ("server-metrics", "Server metrics", charts.metric_charts(runs), _metrics_html(runs)),
+        ("server-metrics", "Server metrics", charts.metric_charts(runs), _metrics_html(runs) + _breakdown_html(runs)),
     )
     for sid, heading, chart_specs, extra in parts:
         specs.extend(chart_specs)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import json
 import os
 from collections import Counter
@@ -43,11 +44,13 @@ from loadgen.results.document import build_document
 from loadgen.scenarios import get_scenario
 from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.stats.histogram import HdrDecodeError, Histogram
+from loadgen.sweep.files import MANIFEST_SCHEMA, POINTS_DIR
 from loadgen.sut.report import NamedHistogram
 from loadgen.units import s_to_ns
 from loadgen.workers import late_start_reason
 
-__all__ = ["Input", "merge_results", "merge_sweeps", "sweep_key"]
+__all__ = ["Input", "merge_network", "merge_results", "merge_server_metrics", "merge_sweeps", "merged_manifest",
+           "sweep_key", "sweep_records"]
 
 #: One result to merge: where it was read from, and the document.
 Input = Tuple[str, Dict[str, Any]]
@@ -116,11 +119,19 @@ def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
     if "environment" in first.doc:
         doc["environment"] = first.doc["environment"]
     if "sweep" in first.doc:
-        doc["sweep"] = first.doc["sweep"]
+        doc["sweep"] = _sweep_section(workers)
     reasons += _saturation_reasons(workers)
+    server_metrics = merge_server_metrics(workers, float(result.settings.interval_s))
+    if server_metrics is not None:
+        doc["server_metrics"] = server_metrics
     gpu = merge_gpu([w.doc for w in workers], int(doc["counts"]["completed"]))
     if gpu is not None:
         doc["gpu"] = gpu
+    from loadgen.net.triton_stats import merge_breakdowns
+
+    breakdown = merge_breakdowns([w.doc for w in workers])
+    if breakdown is not None:
+        doc["server_breakdown"] = breakdown
     doc["invalid_reasons"] = reasons + [r for r in doc["invalid_reasons"] if r not in reasons]
     doc["valid"] = not doc["invalid_reasons"]
     doc["merge"] = {
@@ -304,21 +315,208 @@ class _MergedSUT:
         return out
 
     def report(self) -> Dict[str, Any]:
-        reports = [w.doc["network"] for w in self.workers if isinstance(w.doc.get("network"), dict)]
-        if not reports:
-            return {}
-        out: Dict[str, Any] = json.loads(json.dumps(reports[0]))
-        if all(isinstance(r.get("connections"), int) for r in reports):
-            out["connections"] = sum(r["connections"] for r in reports)
-        tokens = [r.get("tokens") for r in reports]
-        if all(isinstance(t, dict) and isinstance(t.get("output_tokens"), int) for t in tokens):
-            out["tokens"]["output_tokens"] = sum(t["output_tokens"] for t in tokens if t)
-        natives = [r.get("native") for r in reports]
-        if all(isinstance(n, dict) and isinstance(n.get("queued_in_client"), int) for n in natives):
-            out["native"]["queued_in_client"] = sum(n["queued_in_client"] for n in natives if n)
-        if all(isinstance(r.get("ready_wait_s"), (int, float)) for r in reports):
-            out["ready_wait_s"] = max(r["ready_wait_s"] for r in reports)
-        return out
+        return merge_network(self.workers)
+
+
+# ------------------------------------------------------------------ network counters
+
+# Counts that are not summed: every worker counts the same things (its own copy of the
+# requests read from --input), so a sum would count them once per worker.
+_NET_NOT_SUMMED = ("payload.distinct_requests",)
+
+
+def merge_network(workers: Sequence[_Worker]) -> Dict[str, Any]:
+    """The merged ``network`` section (the SUT's report): every count (an integer) summed
+    over the workers that report it (connections, connects, bytes_sent, responses,
+    native.queued_in_client, tokens.output_tokens, ...; not ``payload.distinct_requests``),
+    a value that every worker has alike kept, and any other (a time, a mean, a
+    percentile, a text that differs, a count some workers lack) kept per worker in
+    ``per_worker``: {dotted key: [{"worker": index, "value": ...}]}, with the largest
+    number (the longest ``ready_wait_s``), or the distinct texts joined, in its place."""
+    reports = [(w.index, w.doc["network"]) for w in workers if isinstance(w.doc.get("network"), dict)]
+    if not reports:
+        return {}
+    per_worker: Dict[str, List[Dict[str, Any]]] = {}
+    out: Dict[str, Any] = _merge_values(reports, "", per_worker, len(reports))
+    out.pop("per_worker", None)  # a merged result's own, merged again
+    if per_worker:
+        out["per_worker"] = per_worker
+    missing = [w.index for w in workers if not isinstance(w.doc.get("network"), dict)]
+    if missing:
+        out["workers_without_report"] = missing
+    return out
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _merge_values(values: List[Tuple[int, Any]], path: str, per_worker: Dict[str, List[Dict[str, Any]]],
+                  n: int) -> Any:
+    """The workers' ``values`` (index, value) of one key of the network section, merged
+    (see :func:`merge_network`); ``n``: how many workers have the section."""
+    items = [v for _, v in values]
+    if all(isinstance(v, dict) for v in items):
+        keys = dict.fromkeys(k for v in items for k in v)
+        return {k: _merge_values([(i, v[k]) for i, v in values if k in v], f"{path}{k}.", per_worker, n)
+                for k in keys}
+    key = path[:-1]
+    if all(_is_count(v) for v in items) and key not in _NET_NOT_SUMMED:
+        if len(items) < n:
+            per_worker[key] = [{"worker": i, "value": v} for i, v in values]
+        return sum(items)
+    if len(items) == n and all(v == items[0] for v in items):
+        return items[0]
+    per_worker[key] = [{"worker": i, "value": v} for i, v in values]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+        return max(items)
+    if all(isinstance(v, str) for v in items):
+        return ", ".join(dict.fromkeys(items))
+    return items[0]
+
+
+# -------------------------------------------------------------------- server metrics
+
+def merge_server_metrics(workers: Sequence[_Worker], interval_s: float) -> Optional[Dict[str, Any]]:
+    """The merged ``server_metrics`` section (``--server-metrics-url``); None when no
+    worker scraped a server. Workers that scraped one URL saw one server, and those of
+    different URLs different servers:
+
+    - counters (``deltas``): one server's is its change from the earliest first scrape
+      to the latest last one of the workers that scraped it (the largest counter at
+      the end less the smallest at the start: the workers' own deltas overlap, each
+      counting the others' requests too); the servers' changes are summed;
+    - gauges: each with the fields of a run's (``first`` of the worker that started
+      first, ``last`` of the one that ended last, ``min``, ``max``, ``mean`` over every
+      sample of every worker, ``samples``), ``sum_of_server_means`` (each server's mean,
+      summed over the servers: the queue of all, say) and ``workers``, each worker's own;
+    - ``intervals`` on the wall clock, as the time series: per interval the counters'
+      deltas of each server (the mean of its workers' deltas) summed, and the gauges'
+      mean over the workers;
+    - scrapes, failed scrapes and non-finite values summed, the workers' errors named,
+      and ``workers``: each worker's URL, scrapes and own deltas."""
+    sections = [(w, w.doc["server_metrics"]) for w in workers if isinstance(w.doc.get("server_metrics"), dict)]
+    if not sections:
+        return None
+    servers: Dict[str, List[Tuple[_Worker, Dict[str, Any]]]] = {}
+    for w, sm in sections:
+        servers.setdefault(str(sm.get("url") or ""), []).append((w, sm))
+    deltas: Dict[str, float] = {}
+    before: Dict[str, float] = {}
+    for group in servers.values():
+        d, b = _server_counters([sm for _, sm in group])
+        for target, part in ((deltas, d), (before, b)):
+            for k, v in part.items():
+                target[k] = target.get(k, 0.0) + v
+    notes = [f"worker {w.index}: {n}" for w, sm in sections for n in sm.get("notes") or []]
+    notes += [f"worker {w.index} has no server metrics: its server's figures are not in these"
+              for w in workers if not isinstance(w.doc.get("server_metrics"), dict)]
+    out: Dict[str, Any] = {
+        "url": ", ".join(servers),
+        "servers": len(servers),
+        "scrapes": sum(int(sm.get("scrapes") or 0) for _, sm in sections),
+        "failed_scrapes": sum(int(sm.get("failed_scrapes") or 0) for _, sm in sections),
+        "errors": [f"worker {w.index}: {e}" for w, sm in sections for e in sm.get("errors") or []][:_MAX_MESSAGES],
+        "deltas": {k: deltas[k] for k in sorted(deltas) if deltas[k]},
+        "before": {k: before[k] for k in sorted(before)},
+        "gauges": _merged_gauges(servers),
+        "intervals": _merged_metric_intervals(servers, min(w.started for w in workers), interval_s),
+        "series": max(int(sm.get("series") or 0) for _, sm in sections),
+        "dropped_series": max(int(sm.get("dropped_series") or 0) for _, sm in sections),
+        "non_finite_values": sum(int(sm.get("non_finite_values") or 0) for _, sm in sections),
+        "workers": [{"worker": w.index, "url": sm.get("url"), "scrapes": sm.get("scrapes", 0),
+                     "failed_scrapes": sm.get("failed_scrapes", 0), "deltas": sm.get("deltas") or {}}
+                    for w, sm in sections],
+        "merge": {"counters": "per server (URL): its change from the workers' earliest first scrape to their "
+                              "latest last one; summed over the servers",
+                  "gauges": "min, max and mean over every worker's samples; sum_of_server_means: each server's "
+                            "mean summed over the servers; workers: each worker's own"},
+    }
+    if notes:
+        out["notes"] = notes
+    return out
+
+
+def _server_counters(sections: Sequence[Dict[str, Any]]) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """One server's counters as several workers scraped it: (each counter's change over
+    all their scrapes, its value at the earliest). A worker with fewer than two scrapes
+    has no ``before``; without any that has, the largest of the workers' deltas."""
+    spans = [sm for sm in sections if isinstance(sm.get("before"), dict)]
+    if not spans:
+        largest: Dict[str, float] = {}
+        for sm in sections:
+            for k, v in (sm.get("deltas") or {}).items():
+                largest[k] = max(largest.get(k, v), v)
+        return largest, {}
+    keys = dict.fromkeys(k for sm in spans for k in list(sm["before"]) + list(sm.get("deltas") or {}))
+    start = {k: min(float(sm["before"].get(k, 0.0)) for sm in spans) for k in keys}
+    end = {k: max(float(sm["before"].get(k, 0.0)) + float((sm.get("deltas") or {}).get(k, 0.0)) for sm in spans)
+           for k in keys}
+    return {k: end[k] - start[k] for k in keys}, start
+
+
+_GAUGE_FIELDS = ("first", "last", "min", "max", "mean", "samples")
+
+
+def _merged_gauges(servers: Dict[str, List[Tuple[_Worker, Dict[str, Any]]]]) -> Dict[str, Dict[str, Any]]:
+    """Each gauge over every worker and server (see :func:`merge_server_metrics`)."""
+    seen: Dict[str, List[Tuple[_Worker, Dict[str, Any]]]] = {}
+    server_means: Dict[str, List[float]] = {}
+    for group in servers.values():
+        pooled: Dict[str, List[Tuple[_Worker, Dict[str, Any]]]] = {}
+        for w, sm in group:
+            for key, g in (sm.get("gauges") or {}).items():
+                if isinstance(g, dict) and g.get("samples"):
+                    pooled.setdefault(key, []).append((w, g))
+        for key, pairs in pooled.items():
+            server_means.setdefault(key, []).append(_pooled_mean(pairs))
+            seen.setdefault(key, []).extend(pairs)
+    out: Dict[str, Dict[str, Any]] = {}
+    for key in sorted(seen):
+        pairs = seen[key]
+        gauges = [g for _, g in pairs]
+        out[key] = {
+            "first": min(pairs, key=lambda p: p[0].started)[1]["first"],
+            "last": max(pairs, key=lambda p: p[0].started + float(p[0].doc.get("duration_s", 0.0)))[1]["last"],
+            "min": min(g["min"] for g in gauges), "max": max(g["max"] for g in gauges),
+            "mean": _pooled_mean(pairs), "samples": sum(int(g["samples"]) for g in gauges),
+            "sum_of_server_means": sum(server_means[key]),
+            "workers": [{"worker": w.index, **{f: g.get(f) for f in _GAUGE_FIELDS}} for w, g in pairs],
+        }
+    return out
+
+
+def _pooled_mean(pairs: Sequence[Tuple[_Worker, Dict[str, Any]]]) -> float:
+    """The mean over every sample of the workers' gauge statistics."""
+    return float(sum(g["mean"] * g["samples"] for _, g in pairs) / sum(g["samples"] for _, g in pairs))
+
+
+def _merged_metric_intervals(servers: Dict[str, List[Tuple[_Worker, Dict[str, Any]]]], t0: float,
+                             interval_s: float) -> List[Dict[str, Any]]:
+    """The workers' scrape intervals on one wall clock (binned as the time series are):
+    per interval, each server's counter deltas (the mean over its workers in the bin)
+    summed over the servers, and each gauge's mean over the workers in the bin."""
+    if interval_s <= 0:
+        return []
+    deltas: Dict[int, Dict[str, float]] = {}
+    gauges: Dict[int, Dict[str, List[float]]] = {}
+    for group in servers.values():
+        server: Dict[int, Dict[str, List[float]]] = {}
+        for w, sm in group:
+            for p in sm.get("intervals") or []:
+                k = max(0, round((w.started + float(p.get("t_s", 0.0)) - t0) / interval_s))
+                for key, v in (p.get("deltas") or {}).items():
+                    server.setdefault(k, {}).setdefault(key, []).append(float(v))
+                for key, v in (p.get("gauges") or {}).items():
+                    gauges.setdefault(k, {}).setdefault(key, []).append(float(v))
+                server.setdefault(k, {})
+        for k, by_key in server.items():
+            bin_deltas = deltas.setdefault(k, {})
+            for key, vs in by_key.items():
+                bin_deltas[key] = bin_deltas.get(key, 0.0) + sum(vs) / len(vs)
+    return [{"t_s": round(k * interval_s, 3), "deltas": deltas.get(k, {}),
+             "gauges": {key: sum(vs) / len(vs) for key, vs in (gauges.get(k) or {}).items()}}
+            for k in sorted(set(deltas) | set(gauges))]
 
 
 # ------------------------------------------------------------------------ the run
@@ -510,5 +708,61 @@ def merge_sweeps(sweeps: Sequence[Sequence[Input]]) -> List[Tuple[str, Dict[str,
     out = []
     for inputs in groups.values():
         name = os.path.basename(os.path.dirname(os.path.abspath(inputs[0][0])))
-        out.append((name, merge_results(inputs)))
+        doc = merge_results(inputs)
+        if isinstance(doc.get("sweep"), dict):
+            doc["sweep"]["dir"] = f"{POINTS_DIR}/{name}"
+        out.append((name, doc))
     return out
+
+
+def _sweep_section(workers: Sequence[_Worker]) -> Dict[str, Any]:
+    """A merged point's ``sweep`` section: the first worker's (index, values, key,
+    repeat, seeds), with the status of the point on every worker: "done" when it is
+    done on each, else the first other status (a worker's point failed or was
+    interrupted)."""
+    section: Dict[str, Any] = dict(workers[0].doc.get("sweep") or {})
+    statuses = [str((w.doc.get("sweep") or {}).get("status", "done")) for w in workers]
+    section["status"] = next((s for s in statuses if s != "done"), "done")
+    if not isinstance(section.get("key"), str):
+        section["key"] = json.dumps(section.get("key"), sort_keys=True)
+    section.setdefault("repeat", 0)
+    section.pop("wall_s", None)
+    return section
+
+
+def sweep_records(merged: Sequence[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """The merged points of :func:`merge_sweeps` as the lines of a sweep's sweep.jsonl
+    (:mod:`loadgen.sweep.files`), in point order: each document with its ``sweep``
+    section, complete (index, repeat, key, values, status, dir) also for points from
+    results that lack one."""
+    records = []
+    for i, (name, doc) in enumerate(merged):
+        section = dict(doc.get("sweep") or {})
+        section.setdefault("index", i)
+        section.setdefault("repeat", 0)
+        section.setdefault("key", name)
+        section.setdefault("status", "done")
+        if not isinstance(section.get("values"), dict) or not section["values"]:
+            section["values"] = {"point": name}
+        section["dir"] = f"{POINTS_DIR}/{name}"
+        records.append({**doc, "sweep": section})
+    return sorted(records, key=lambda r: (r["sweep"]["index"], r["sweep"]["repeat"]))
+
+
+def merged_manifest(manifests: Sequence[Optional[Dict[str, Any]]], records: Sequence[Dict[str, Any]],
+                    sources: Sequence[str]) -> Dict[str, Any]:
+    """The sweep.json of a merged sweep: the first worker's manifest (its base options
+    with the load of all workers, no worker index), the merged points, and
+    ``merged_from``, the workers' sweep folders. A worker folder without a manifest
+    gives one with the swept names of the points' values."""
+    first = next((m for m in manifests if m), None)
+    now = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
+    manifest: Dict[str, Any] = dict(first) if first else {
+        "schema": MANIFEST_SCHEMA, "created_at": now, "base": {},
+        "swept": list(dict.fromkeys(k for r in records for k in r["sweep"]["values"]))}
+    base = dict(manifest.get("base") or {})
+    base.pop("worker_index", None)
+    manifest.update(base=base, updated_at=now, merged_from=list(sources), points=[
+        {k: r["sweep"][k] for k in ("index", "repeat", "key", "values", "dir", "seed") if k in r["sweep"]}
+        for r in records])
+    return manifest
