@@ -3,10 +3,14 @@ self-contained, escaped, and drawn by a real headless Chromium with the network 
 
 One Chromium session (module fixture) opens every page: a plain demo run, a run with
 scripted GPUs and a SUT whose failures carry HTML, that run's result with a server-metrics
-section whose series names carry HTML, a sweep, a merged result and two runs overlaid.
+section whose series names carry HTML, a sweep, a merged result, two runs overlaid, a
+streamed-token run against the scripted OpenAI server, and three runs overlaid.
 For each it checks that the page said it was ready, logged no error, asked for nothing
 over the network, has its sections, and that every chart drew data (coloured pixels in
-each chart's rectangle of a screenshot).
+each chart's rectangle of a screenshot). The charts' rules are checked on the data Bokeh
+drew, read from the page's models: the partial last interval has no point, a run has only
+the charts of figures it has, an interval without a value is a gap, and a run has one
+colour in every chart of an overlay.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import pytest
 
 from loadgen.results.files import load_result
 from loadgen.results.html import HTML_FILE, render_html, render_sweep_html, script_json
+from loadgen.results.html_data import PALETTE, drawn_intervals, error_charts, metric_charts, time_charts
 from tests.servers.procs import require_servers
+from tests.servers.scripted_proc import start_scripted
 from tests.test_cli_run import clean_env, run_cli, write
 
 pytestmark = pytest.mark.integration
@@ -121,7 +127,7 @@ def pages(tmp_path_factory):
         proc = run_cli(*args, env=env, cwd=tmp, timeout=120)
         assert proc.returncode in (0, 1), proc.stderr
 
-    cli("run", "--duration-s", "1", "--output", "plain", "--quiet")
+    cli("run", "--duration-s", "1", "--interval-s", "0.25", "--output", "plain", "--quiet")
     out["plain"] = tmp / "plain" / HTML_FILE
     sut = write(tmp / "failing.py", FAILING_SUT.format(payload=PAYLOAD))
     _gpu_run(tmp / "gpu", str(sut))
@@ -140,6 +146,15 @@ def pages(tmp_path_factory):
     out["merged"] = tmp / "merged" / HTML_FILE
     cli("report", "--html", "overlay.html", "plain", "gpu")
     out["overlay"] = tmp / "overlay.html"
+    # Streams whose first token comes 400 ms after the request: the first 0.25 s interval
+    # has neither a first token nor a completion, whatever the load on the host.
+    with start_scripted(tmp, "--ttft-ms", "400", "--itl-ms", "20", "--tokens", "5") as srv:
+        cli("run", "--scenario", "poisson", "--target-qps", "12", "--seed", "7", "--sut",
+            f"openai+{srv.url}/v1/completions", "--model", "m", "--duration-s", "2", "--interval-s", "0.25",
+            "--max-error-rate", "1", "--output", "llm", "--quiet")
+    out["llm"] = tmp / "llm" / HTML_FILE
+    cli("report", "--html", "overlay3.html", "plain", "gpu", "llm")
+    out["overlay3"] = tmp / "overlay3.html"
     for name, path in out.items():
         assert path.is_file(), f"{name}: no {path}"
     return out
@@ -367,8 +382,6 @@ def test_token_histograms_get_spectra_in_ms_and_rates_do_not(pages):
 
 
 def test_newer_interval_keys_are_drawn_when_present(pages):
-    from loadgen.results.html_data import error_charts, time_charts
-
     doc = load_result(pages["plain"].parent / "result.json")
     for i, p in enumerate(doc["timeseries"]):
         p.update(p90_ns=3_000_000, failed=i, timed_out=1, errors={"Refused": i, PAYLOAD: 1}, outstanding=4 + i,
@@ -381,7 +394,8 @@ def test_newer_interval_keys_are_drawn_when_present(pages):
     [errors] = error_charts([("a", doc)])
     assert errors["title"] == "Errors by class per interval"
     assert [s["name"] for s in errors["series"]] == ["Refused", PAYLOAD, "timed_out"]
-    assert errors["series"][0]["y"] == list(range(len(doc["timeseries"])))
+    drawn = drawn_intervals(doc["timeseries"])  # the run's last, partial interval is left out
+    assert errors["series"][0]["y"] == [i for i, p in enumerate(doc["timeseries"]) if p in drawn]
     page = render_html([("a", doc)])
     assert PAYLOAD not in page and "<script>window.__pwned" not in page
 
@@ -413,3 +427,158 @@ def test_token_stream_figures_and_goodput_are_headline_figures(pages):
     assert rows["input tokens sent"] == "p50 300, p99 900, max 950 per request"
     assert rows["conversations"] == ("9 started, 6 finished, 3 cut by the run's end, 0 by a failed turn; "
                                      "turns completed 9/7/6")
+
+
+# --------------------------------------------------------------------------- the charts' rules
+
+# What Bokeh drew, from the page's models: chart id -> its glyphs (name, kind, colour, dash, x, y; NaN as null).
+_DRAWN = ("Object.fromEntries(Bokeh.documents[0].roots().map(p => [p.name, p.renderers"
+          ".filter(r => r.type === 'GlyphRenderer').map(r => ({name: r.name, glyph: r.glyph.type, "
+          "color: r.glyph.line_color.value, dash: r.glyph.line_dash ? r.glyph.line_dash.value : null, "
+          "x: Array.from(r.data_source.data.x, v => Number.isNaN(v) ? null : v), "
+          "y: Array.from(r.data_source.data.y, v => Number.isNaN(v) ? null : v)}))]))")
+
+
+def _drawn(browser, path: Path) -> Dict[str, List[Dict[str, Any]]]:
+    browser.open(path.as_uri(), ready="document.body && document.body.dataset.ready")
+    assert browser.evaluate("document.body.dataset.ready") == "1"
+    return browser.evaluate(_DRAWN)
+
+
+def _middles(points: List[Dict[str, Any]]) -> List[float]:
+    return [round(p["t_s"] + p["length_s"] / 2, 3) for p in points]
+
+
+def _lines(drawn: Dict[str, List[Dict[str, Any]]], cid: str) -> List[Dict[str, Any]]:
+    return [g for g in drawn[cid] if g["glyph"] == "Line"]
+
+
+def test_the_partial_last_interval_has_no_point_in_any_time_chart(browser, pages):
+    doc = load_result(pages["plain"].parent / "result.json")
+    points, host = doc["timeseries"], doc["host"]["intervals"]
+    # The run's end cuts its last interval short: milliseconds of draining after the last full one.
+    assert points[-1]["length_s"] < max(p["length_s"] for p in points) / 2, points[-1]
+    drawn = _drawn(browser, pages["plain"])
+    time_ids = [s["id"] for s in json.loads(browser.evaluate("document.getElementById('loadgen-charts').textContent"))
+                if s.get("group") == "time"]
+    assert {"chart-latency", "chart-rate", "chart-issue-delay", "chart-outstanding", "chart-host"} <= set(time_ids)
+    for cid in time_ids:
+        intervals = host if cid == "chart-host" else points
+        full = [p for p in intervals if p["length_s"] >= max(q["length_s"] for q in intervals) / 2]
+        for line in drawn[cid]:
+            assert line["x"] == _middles(full), (cid, line["name"])
+            assert _middles(intervals[-1:])[0] not in line["x"] or intervals[-1] in full, (cid, line["name"])
+    # The rate chart: one point per full interval, each the interval's own rate (no spike at the end).
+    completed = next(g for g in _lines(drawn, "chart-rate") if g["name"] == "completed")
+    assert completed["y"] == pytest.approx([p["completed"] / p["length_s"] for p in points[:-1]], rel=1e-3)
+    text = browser.evaluate("document.getElementById('timeline').innerText")
+    assert "shorter than half the run's longest" in text and "left out of every time chart" in text
+
+
+def test_a_run_has_only_the_charts_of_the_figures_it_has(browser, pages):
+    plain = _drawn(browser, pages["plain"])
+    assert "chart-latency" in plain and "chart-host" in plain
+    absent = [c for c in plain if c == "chart-ttft" or c.startswith(("chart-gpu", "chart-errors", "chart-metrics"))]
+    assert absent == []  # a demo run: no first tokens, no GPU, no errors, no scraped metrics
+    plots = browser.evaluate("[...document.querySelectorAll('.plot')].map(e => e.id)")
+    assert sorted(plots) == sorted(plain)
+    check_page(browser, pages["llm"], RUN_SECTIONS,
+               ["chart-latency", "chart-rate", "chart-ttft", "chart-outstanding", "chart-spectrum-0"])
+    llm = browser.evaluate(_DRAWN)
+    assert "chart-ttft" in llm and "chart-errors" not in llm
+
+
+def test_an_interval_without_a_value_is_a_gap_not_a_zero(browser, pages):
+    doc = load_result(pages["llm"].parent / "result.json")
+    points = drawn_intervals(doc["timeseries"])
+    assert doc["counts"]["tokens"] > 0 and doc["ttft_ns"]["count"] > 0
+    drawn = _drawn(browser, pages["llm"])
+    rules = {"chart-ttft": lambda p: p["ttft_p50_ns"] > 0, "chart-latency": lambda p: p["completed"] > 0,
+             "chart-issue-delay": lambda p: p["issued"] > 0}
+    for cid, has_value in rules.items():
+        for line in _lines(drawn, cid):
+            assert line["x"] == _middles(points)
+            assert [y is not None for y in line["y"]] == [has_value(p) for p in points], (cid, line["name"])
+            assert 0 not in line["y"], (cid, line["name"])
+    # The first interval has neither a first token (400 ms after a request) nor a completion (480 ms).
+    for cid, least_ms in (("chart-ttft", 399.0), ("chart-latency", 479.0)):
+        for line in _lines(drawn, cid):
+            assert line["y"][0] is None, (cid, line["name"])
+            values = [y for y in line["y"] if y is not None]
+            assert len(values) >= 2 and min(values) >= least_ms, (cid, line)
+
+
+def test_a_run_has_one_colour_in_every_chart_of_an_overlay(browser, pages):
+    check_page(browser, pages["overlay3"], RUN_SECTIONS,
+               ["chart-latency", "chart-rate", "chart-ttft", "chart-errors", "chart-gpu-power_w", "chart-host",
+                "chart-spectrum-0"])
+    drawn = browser.evaluate(_DRAWN)
+    runs = ["plain", "gpu", "llm"]
+    charts_of: Dict[str, set] = {r: set() for r in runs}
+    for cid, glyphs in drawn.items():
+        dashes: Dict[str, List[str]] = {}
+        for g in glyphs:
+            run = g["name"].split(": ")[0]  # "run: p50", or the run's name alone on a spectrum
+            assert run in runs, (cid, g["name"])
+            assert g["color"] == PALETTE[runs.index(run)], (cid, g["name"], g["color"])
+            charts_of[run].add(cid)
+            if g["glyph"] == "Line":
+                dashes.setdefault(run, []).append(g["dash"])
+        for run, each in dashes.items():  # a run's lines in one chart are told apart by dash
+            assert len(set(map(str, each))) == len(each), (cid, run, each)
+    assert {"chart-latency", "chart-rate", "chart-host", "chart-spectrum-0"} <= charts_of["plain"] & charts_of["gpu"]
+    assert {"chart-gpu-power_w", "chart-errors"} <= charts_of["gpu"] and "chart-ttft" in charts_of["llm"]
+    assert not any(c.startswith("chart-gpu") or c in ("chart-ttft", "chart-errors") for c in charts_of["plain"])
+    assert [g["name"].split(": ")[0] for g in drawn["chart-ttft"]] == ["llm", "llm"]
+
+
+def _point(t: float, length: float = 1.0, **figures: Any) -> Dict[str, Any]:
+    p = {"t_s": t, "length_s": length, "issued": 100, "completed": 100, "qps": 100 / length, "p50_ns": 2_000_000,
+         "p90_ns": 3_000_000, "p99_ns": 4_000_000, "max_ns": 5_000_000, "failed": 0, "timed_out": 0, "errors": {},
+         "outstanding": 2, "issue_delay_p50_ns": 1000, "issue_delay_p99_ns": 2000, "issue_delay_max_ns": 3000,
+         "ttft_p50_ns": 0, "ttft_p99_ns": 0, "tokens": 0}
+    p.update(figures)
+    return p
+
+
+def test_chart_data_rules_on_made_up_intervals():
+    # Full intervals, one where nothing completed or was issued, one with first tokens, and
+    # the 4 ms one the run's end cuts, which would be a spike of 25,000 queries/s.
+    points = [_point(0.0), _point(1.0, completed=0, issued=0, qps=0.0, p50_ns=0, p90_ns=0, p99_ns=0, max_ns=0,
+                                  issue_delay_p50_ns=0, issue_delay_p99_ns=0, issue_delay_max_ns=0),
+              _point(2.0, ttft_p50_ns=30_000_000, ttft_p99_ns=40_000_000, tokens=50), _point(3.0),
+              _point(4.0, length=0.004, completed=100, qps=25_000.0, ttft_p50_ns=9_000_000)]
+    assert drawn_intervals(points) == points[:4]
+    charts = {c["id"]: c for c in time_charts([("a", {"timeseries": points})])}
+    assert list(charts) == ["chart-latency", "chart-rate", "chart-issue-delay", "chart-ttft", "chart-outstanding"]
+    for c in charts.values():
+        assert all(s["x"] == [0.5, 1.5, 2.5, 3.5] for s in c["series"]), c["id"]
+    assert [s["y"] for s in charts["chart-latency"]["series"]][0] == [2.0, None, 2.0, 2.0]
+    assert [s["y"] for s in charts["chart-rate"]["series"]] == [[100.0, 0.0, 100.0, 100.0], [100.0, 0.0, 100.0, 100.0]]
+    assert charts["chart-issue-delay"]["series"][0]["y"] == [0.001, None, 0.001, 0.001]
+    assert [s["y"] for s in charts["chart-ttft"]["series"]] == [[None, None, 30.0, None], [None, None, 40.0, None]]
+    # Without first tokens (or with them only in the cut interval) there is no TTFT chart.
+    points[2].update(ttft_p50_ns=0, ttft_p99_ns=0)
+    assert "chart-ttft" not in {c["id"] for c in time_charts([("a", {"timeseries": points})])}
+    assert error_charts([("a", {"timeseries": points})]) == []
+    # Several runs: each run's colour in every chart, its lines told apart by dash.
+    errors = [dict(p, failed=1, errors={"Refused": 1}) for p in points]
+    runs = [("a", {"timeseries": points}), ("b", {"timeseries": errors, "errors": {"counts": {"Refused": 5}}})]
+    for c in time_charts(runs) + error_charts(runs):
+        for s in c["series"]:
+            assert s["color"] == PALETTE["ab".index(s["name"][0])], (c["id"], s["name"])
+    latency = time_charts(runs)[0]["series"]
+    assert [s["dash"] for s in latency] == ["solid", "dashed", "solid", "dashed"]
+
+
+def test_error_bars_and_server_rates_follow_the_same_rules():
+    runs = [("a", {"errors": {"counts": {}}}), ("b", {"errors": {"counts": {"Refused": 3}}, "counts": {"timed_out": 2}})]
+    [bars] = error_charts(runs)
+    assert bars["kind"] == "bar" and [(s["name"], s["x"], s["color"]) for s in bars["series"]] == [
+        ("b", ["b: Refused", "b: timed_out"], PALETTE[1])]
+    # Scrapes 1 s apart and a last one 0.1 s after (the run's end): its rate is left out.
+    scrapes = [{"t_s": t, "deltas": {"requests_total": 10.0}, "gauges": {"queue": 1.0}} for t in (1.0, 2.0, 3.0, 3.1)]
+    charts = {c["id"]: c for c in metric_charts([("a", {"server_metrics": {"intervals": scrapes}})])}
+    [rate] = charts["chart-metrics-rates"]["series"]
+    assert rate["x"] == [1.0, 2.0, 3.0] and rate["y"] == [10.0, 10.0, 10.0]
+    assert charts["chart-metrics-gauges"]["series"][0]["x"] == [1.0, 2.0, 3.0, 3.1]

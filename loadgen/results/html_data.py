@@ -6,6 +6,13 @@ A chart spec is ``{"id", "title", "x_label", "y_label", "series": [{"name", "x",
 significant figures and missing ones are None (a gap in a line), so that a one-hour run
 with 1 s intervals stays small. Nothing here escapes text: the page escapes every string
 it writes (:mod:`loadgen.results.html`).
+
+The rules every time chart follows (:data:`TIMELINE_NOTE` says them on the page): an
+interval shorter than half the run's longest (the last one, cut short by the run's end)
+is left out; an interval without a value (no query completed, no first token) is a gap,
+None, never 0; a chart is drawn only for figures the run has (no TTFT chart without first
+tokens, no errors chart without errors); with several runs, each run keeps one colour in
+every chart and its lines differ by dash, with one run each line has its own colour.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from loadgen.stats.histogram import Histogram
 from loadgen.units import NS_PER
 
-__all__ = ["MAX_POINTS", "PALETTE", "Run", "error_charts", "gpu_charts", "host_charts", "latency_chart",
+__all__ = ["MAX_POINTS", "PALETTE", "PARTIAL_SHARE", "Run", "TIMELINE_NOTE", "drawn_intervals", "error_charts", "gpu_charts", "host_charts", "latency_chart",
            "metric_charts", "rate_chart", "spectrum_charts", "sweep_chart", "time_charts"]
 
 Run = Tuple[str, Dict[str, Any]]  # (the name shown for a run, its result document)
@@ -27,7 +34,18 @@ Spec = Dict[str, Any]
 MAX_POINTS = 4000
 #: Colors of the lines, in order (Bokeh's Category10 without its grey, which axes and text use).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
-_DASHES = ("solid", "dashed", "dotted", "dashdot")
+#: Dashes of a run's lines when several runs share a chart (Bokeh's names, then on/off patterns).
+_DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot", "2 6", "12 4 2 4 2 4", "16 4")
+#: An interval shorter than this share of the run's longest is not drawn: rates and
+#: percentiles over the few milliseconds between the last full interval and the run's end
+#: would be noise (a spike in every chart). The whole-run figures count it.
+PARTIAL_SHARE = 0.5
+TIMELINE_NOTE = ("Each point is one interval, at its middle. An interval shorter than half the run's longest "
+                 "(the last one, cut short by the run's end) is left out of every time chart: rates and "
+                 "percentiles over a few milliseconds would be noise; the whole-run figures count it. An "
+                 "interval without a value (no query completed, no first token) is a gap in the line. Server "
+                 "counters' rates follow the same rule over the time between scrapes. With several runs, "
+                 "each run has one colour in every chart, and its lines differ by dash.")
 #: The spectrum's x values, 1/(1-p): from p50 (2) to p99.999 (1e5), 12 per decade.
 _SPECTRUM_X = [10 ** (math.log10(2) + i * (5 - math.log10(2)) / 56) for i in range(57)]
 #: Histograms shown as spectra, in this order, and their names (others of a time unit follow).
@@ -94,8 +112,28 @@ def _mid(point: Dict[str, Any]) -> float:
     return round(float(point.get("t_s", 0.0)) + float(point.get("length_s", 0.0)) / 2, 3)
 
 
+def _length(point: Dict[str, Any]) -> float:
+    v = point.get("length_s")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
+
+
+def drawn_intervals(points: Any) -> List[Dict[str, Any]]:
+    """The intervals a time chart draws: every one at least :data:`PARTIAL_SHARE` of the
+    longest (``length_s``) long. The last interval, cut short by the run's end, is left
+    out; a run of one short interval keeps it (it is the longest)."""
+    kept = [p for p in points or [] if isinstance(p, dict)]
+    longest = max((_length(p) for p in kept), default=0.0)
+    return [p for p in kept if _length(p) >= PARTIAL_SHARE * longest]
+
+
 def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def _style(runs: Sequence[Run], i: int, j: int, dash: str = "solid") -> Tuple[str, str]:
+    """(colour, dash) of line ``j`` of run ``i``: with several runs the run's own colour,
+    the same in every chart, and a dash per line; with one run a colour per line (``dash``)."""
+    return (_color(i), _DASHES[j % len(_DASHES)]) if len(runs) > 1 else (_color(j), dash)
 
 
 def _series(name: str, x: List[float], y: List[Any], color: str, dash: str = "solid") -> Dict[str, Any]:
@@ -114,6 +152,23 @@ def _columns(points: List[Dict[str, Any]], getters: Sequence[Callable[[Dict[str,
     """The middles of the intervals and one column per getter, thinned."""
     x = [_mid(p) for p in points]
     return _thin(x, [[g(p) for p in points] for g in getters], peak)
+
+
+def _if_any(count: str, get: Getter) -> Getter:
+    """``get``, or None (a gap) in an interval whose ``count`` is 0: nothing was measured
+    there (the engine writes 0 for a percentile of no values)."""
+    def gated(point: Dict[str, Any]) -> Any:
+        n = point.get(count)
+        return None if isinstance(n, (int, float)) and not isinstance(n, bool) and n <= 0 else get(point)
+    return gated
+
+
+def _nonzero(get: Getter) -> Getter:
+    """``get``, or None where it reads 0: a figure whose 0 means "none in this interval"."""
+    def gated(point: Dict[str, Any]) -> Any:
+        v = get(point)
+        return None if v == 0 else v
+    return gated
 
 
 def _p90_ns(point: Dict[str, Any]) -> Optional[float]:
@@ -139,74 +194,80 @@ def _bounds_ms(doc: Dict[str, Any]) -> List[float]:
     return [b for b in bounds if b is not None]
 
 
+def _has_value(y: Sequence[Any], zero: bool = True) -> bool:
+    """Whether a column has a value to draw (``zero``: a 0 counts as one)."""
+    return any(v is not None and (zero or v != 0) for v in y)
+
+
+def _run_lines(runs: Sequence[Run], points_of: Callable[[Dict[str, Any]], Any],
+               getters: Callable[[Dict[str, Any], List[Dict[str, Any]]], Sequence[Tuple[str, Getter]]],
+               peak: bool, zero: bool = True, dash: Callable[[int], str] = lambda j: "solid") -> List[Dict[str, Any]]:
+    """The lines of a time chart: for each run, its drawn intervals (``points_of(doc)``)
+    read by each of ``getters(doc, points)`` (label, getter); a line with no value
+    (``zero``: 0 is a value) is not drawn. Styled by :func:`_style`."""
+    series: List[Dict[str, Any]] = []
+    for i, (name, doc) in enumerate(runs):
+        points = drawn_intervals(points_of(doc))
+        named = list(getters(doc, points)) if points else []
+        if not named:
+            continue
+        x, cols = _columns(points, [g for _, g in named], peak=peak)
+        for j, ((label, _), y) in enumerate(zip(named, cols)):
+            if _has_value(y, zero):
+                series.append(_series(_prefix(name, runs) + label, x, y, *_style(runs, i, j, dash(j))))
+    return series
+
+
+def _timeseries(doc: Dict[str, Any]) -> Any:
+    return doc.get("timeseries")
+
+
 def latency_chart(runs: Sequence[Run]) -> Optional[Spec]:
     """Latency per interval: p50, p90, p99 and max (with several runs, p50 and p99 of
-    each), and the latency bounds as lines."""
-    keys: List[Tuple[str, Callable[[Dict[str, Any]], Any]]] = [
+    each), and the latency bounds as lines. An interval where nothing completed is a gap."""
+    keys: List[Tuple[str, Getter]] = [
         ("p50", lambda p: _ms(p.get("p50_ns"))), ("p90", lambda p: _ms(_p90_ns(p))),
         ("p99", lambda p: _ms(p.get("p99_ns"))), ("max", lambda p: _ms(p.get("max_ns")))]
     if len(runs) > 1:
         keys = [keys[0], keys[2]]
-    series: List[Dict[str, Any]] = []
-    spans: List[Dict[str, Any]] = []
-    for i, (name, doc) in enumerate(runs):
-        points = doc.get("timeseries") or []
-        if not points:
-            continue
-        x, cols = _columns(points, [g for _, g in keys], peak=True)
-        for j, ((label, _), y) in enumerate(zip(keys, cols)):
-            color = _color(j) if len(runs) == 1 else _color(i)
-            dash = "solid" if len(runs) == 1 else _DASHES[j % len(_DASHES)]
-            series.append(_series(_prefix(name, runs) + label, x, y, color, dash))
-        spans.extend({"y": b, "label": f"{_prefix(name, runs)}bound {b:g} ms"} for b in _bounds_ms(doc))
+    keys = [(label, _if_any("completed", g)) for label, g in keys]
+    series = _run_lines(runs, _timeseries, lambda doc, points: keys, peak=True)
     if not series:
         return None
+    spans = [{"y": b, "label": f"{_prefix(name, runs)}bound {b:g} ms"}
+             for name, doc in runs if drawn_intervals(_timeseries(doc)) for b in _bounds_ms(doc)]
     return _time_spec("chart-latency", "Latency per interval", "latency (ms)", series, spans=spans)
 
 
 def rate_chart(runs: Sequence[Run]) -> Optional[Spec]:
-    """Issued and completed queries per second, per interval."""
-    series = []
-    for i, (name, doc) in enumerate(runs):
-        points = doc.get("timeseries") or []
-        if not points:
-            continue
-        x, (issued, completed) = _columns(points, [
-            lambda p: _r(p["issued"] / p["length_s"]) if p.get("length_s") else None,
-            lambda p: _r(p.get("qps"))], peak=False)
-        series.append(_series(_prefix(name, runs) + "issued", x, issued, _color(2 * i), "dashed"))
-        series.append(_series(_prefix(name, runs) + "completed", x, completed, _color(2 * i + 1)))
-    if not series:
-        return None
-    return _time_spec("chart-rate", "Issued and completed per second", "queries/s", series)
+    """Issued and completed queries per second, per interval (issued dashed)."""
+    keys: List[Tuple[str, Getter]] = [
+        ("issued", lambda p: _r(p["issued"] / p["length_s"]) if p.get("length_s") and "issued" in p else None),
+        ("completed", lambda p: _r(p.get("qps")))]
+    series = _run_lines(runs, _timeseries, lambda doc, points: keys, peak=False,
+                        dash=lambda j: "dashed" if j == 0 else "solid")
+    return _time_spec("chart-rate", "Issued and completed per second", "queries/s", series) if series else None
 
 
 def _extra_time_chart(runs: Sequence[Run], cid: str, title: str, y_label: str,
-                      keys: Sequence[Tuple[str, str]], scale: Callable[[Any], Any]) -> Optional[Spec]:
-    """A per-interval chart of optional keys (present in newer documents)."""
-    series = []
-    for i, (name, doc) in enumerate(runs):
-        points = doc.get("timeseries") or []
-        present = [(label, key) for label, key in keys if any(key in p for p in points)]
-        if not present:
-            continue
-        x, cols = _columns(points, [_at(k, scale=scale) for _, k in present], peak=True)
-        for j, ((label, _), y) in enumerate(zip(present, cols)):
-            series.append(_series(_prefix(name, runs) + label, x, y, _color(j + i * len(keys))))
+                      keys: Sequence[Tuple[str, Getter]]) -> Optional[Spec]:
+    """A per-interval chart of optional figures: drawn only for the lines with a value."""
+    series = _run_lines(runs, _timeseries, lambda doc, points: keys, peak=True)
     return _time_spec(cid, title, y_label, series) if series else None
 
 
 def time_charts(runs: Sequence[Run]) -> List[Spec]:
     """The per-interval charts of the engine's figures: latency, rates, and, where the
-    documents have them, issue delay, TTFT and queries outstanding."""
+    documents have them, issue delay, TTFT (only where first tokens were seen: its 0
+    means none) and queries outstanding."""
+    delay = [(label, _if_any("issued", _at(key, scale=_ms))) for label, key in
+             (("p50", "issue_delay_p50_ns"), ("p99", "issue_delay_p99_ns"), ("max", "issue_delay_max_ns"))]
+    ttft = [(label, _nonzero(_at(key, scale=_ms))) for label, key in (("p50", "ttft_p50_ns"), ("p99", "ttft_p99_ns"))]
     charts = [latency_chart(runs), rate_chart(runs),
-              _extra_time_chart(runs, "chart-issue-delay", "Issue delay per interval", "issue delay (ms)",
-                                [("p50", "issue_delay_p50_ns"), ("p99", "issue_delay_p99_ns"),
-                                 ("max", "issue_delay_max_ns")], _ms),
-              _extra_time_chart(runs, "chart-ttft", "Time to first token per interval", "TTFT (ms)",
-                                [("p50", "ttft_p50_ns"), ("p99", "ttft_p99_ns")], _ms),
+              _extra_time_chart(runs, "chart-issue-delay", "Issue delay per interval", "issue delay (ms)", delay),
+              _extra_time_chart(runs, "chart-ttft", "Time to first token per interval", "TTFT (ms)", ttft),
               _extra_time_chart(runs, "chart-outstanding", "Queries outstanding", "queries",
-                                [("outstanding", "outstanding")], _r)]
+                                [("outstanding", _at("outstanding", scale=_r))])]
     return [c for c in charts if c is not None]
 
 
@@ -219,37 +280,40 @@ def _error_kinds(points: List[Dict[str, Any]]) -> List[str]:
     return kinds
 
 
+def _error_getters(doc: Dict[str, Any], points: List[Dict[str, Any]]) -> List[Tuple[str, Getter]]:
+    """(label, getter) of the error classes the intervals count: ``errors`` by kind (and
+    ``timed_out``), else ``failed`` and ``timed_out``."""
+    kinds = _error_kinds(points)
+    getters: List[Tuple[str, Getter]] = [(k, _at("errors", k, default=0)) for k in kinds]
+    if not kinds:
+        getters = [(k, _at(k)) for k in ("failed", "timed_out") if any(k in p for p in points)]
+    elif any("timed_out" in p for p in points) and "timed_out" not in kinds:
+        getters.append(("timed_out", _at("timed_out")))
+    return getters
+
+
 def error_charts(runs: Sequence[Run]) -> List[Spec]:
-    """Errors by class over time when the intervals count them (``errors``, else
-    ``failed`` and ``timed_out``); otherwise the run's totals by class, as bars."""
-    series = []
-    for i, (name, doc) in enumerate(runs):
-        points = doc.get("timeseries") or []
-        kinds = _error_kinds(points)
-        getters: List[Tuple[str, Getter]] = [(k, _at("errors", k, default=0)) for k in kinds]
-        if not kinds:
-            getters = [(k, _at(k)) for k in ("failed", "timed_out") if any(k in p for p in points)]
-        elif any("timed_out" in p for p in points) and "timed_out" not in kinds:
-            getters.append(("timed_out", _at("timed_out")))
-        if getters and points:
-            x, cols = _columns(points, [g for _, g in getters], peak=True)
-            for j, ((label, _), y) in enumerate(zip(getters, cols)):
-                series.append(_series(_prefix(name, runs) + label, x, y, _color(j + 3 * i)))
+    """Errors by class over time when the intervals drawn count any; otherwise the run's
+    totals by class, as bars (a bar per class, in the run's colour); none without errors."""
+    series = _run_lines(runs, _timeseries, _error_getters, peak=True, zero=False)
     if series:
         return [_time_spec("chart-errors", "Errors by class per interval", "errors", series, markers=True)]
-    totals: Dict[str, float] = {}
-    for name, doc in runs:
+    bars: List[Dict[str, Any]] = []
+    for i, (name, doc) in enumerate(runs):
+        totals: Dict[str, float] = {}
         for kind, n in ((doc.get("errors") or {}).get("counts") or {}).items():
-            totals[_prefix(name, runs) + str(kind)] = totals.get(_prefix(name, runs) + str(kind), 0) + n
+            totals[_prefix(name, runs) + str(kind)] = n
         timed_out = (doc.get("counts") or {}).get("timed_out", 0)
         if timed_out:
             totals[_prefix(name, runs) + "timed_out"] = timed_out
-    if not totals:
+        names = sorted(k for k, n in totals.items() if n)
+        if names:
+            bars.append({"name": name if len(runs) > 1 else "errors", "x": names, "y": [totals[n] for n in names],
+                         "color": _color(i)})
+    if not bars:
         return []
-    names = sorted(totals)
-    return [{"id": "chart-errors", "title": "Errors by class (whole run; the intervals do not count them)",
-             "x_label": "", "y_label": "errors", "kind": "bar", "categories": names,
-             "series": [{"name": "errors", "x": names, "y": [totals[n] for n in names], "color": _color(3)}]}]
+    return [{"id": "chart-errors", "title": "Errors by class (whole run)", "x_label": "", "y_label": "errors",
+             "kind": "bar", "categories": [c for b in bars for c in b["x"]], "series": bars}]
 
 
 def _spectrum(summary: Dict[str, Any], to_ms: float) -> Optional[Tuple[List[float], List[Any]]]:
@@ -322,46 +386,57 @@ def _devices(doc: Dict[str, Any]) -> Dict[str, str]:
 
 
 def gpu_charts(runs: Sequence[Run]) -> List[Spec]:
-    """GPU utilization, power and memory per interval, a line per device (and run)."""
+    """GPU utilization, power and memory per interval, a line per device (and run); a
+    chart only for a reading some device gave."""
     readings = (("utilization_pct", "GPU utilization", "%", 1.0, False),
                 ("power_w", "GPU power", "W", 1.0, False),
                 ("memory_used_bytes", "GPU memory used", "GiB", 1 / 2 ** 30, True))
     charts = []
     for key, title, unit, factor, peak in readings:
-        series: List[Dict[str, Any]] = []
-        for name, doc in runs:
-            points = doc.get("timeseries") or []
+        def devices(doc: Dict[str, Any], points: List[Dict[str, Any]], key: str = key,
+                    factor: float = factor) -> List[Tuple[str, Getter]]:
             uuids: List[str] = []
             for p in points:
                 uuids.extend(u for u in (p.get("gpu") or {}) if u not in uuids)
             names = _devices(doc)
-            for u in uuids:
-                x, (y,) = _columns(points, [_at("gpu", u, key, scale=_times(factor))], peak=peak)
-                if any(v is not None for v in y):
-                    series.append(_series(_prefix(name, runs) + names.get(u, u), x, y, _color(len(series))))
+            return [(names.get(u, u), _at("gpu", u, key, scale=_times(factor))) for u in uuids]
+        series = _run_lines(runs, _timeseries, devices, peak=peak)
         if series:
             charts.append(_time_spec(f"chart-gpu-{key}", title, f"{title.split()[-1]} ({unit})", series))
     return charts
 
 
+def _host_getters(doc: Dict[str, Any], intervals: List[Dict[str, Any]]) -> List[Tuple[str, Getter]]:
+    roles: List[str] = []
+    for p in intervals:
+        roles.extend(r for r in p.get("cpu") or {} if r not in roles)
+    getters = [(f"{r} (% of a core)", _at("cpu", r, scale=_times(100))) for r in roles]
+    return getters + [("machine busy (% of all CPUs)", _at("machine_busy", scale=_times(100)))]
+
+
 def host_charts(runs: Sequence[Run]) -> List[Spec]:
     """The generator host's CPU per thread role (% of one core) and the machine's busy
-    share (% of all CPUs), per interval."""
-    series: List[Dict[str, Any]] = []
-    for name, doc in runs:
-        intervals = (doc.get("host") or {}).get("intervals") or []
-        if not intervals:
-            continue
-        roles: List[str] = []
-        for p in intervals:
-            roles.extend(r for r in p.get("cpu") or {} if r not in roles)
-        getters = [(f"{r} (% of a core)", _at("cpu", r, scale=_times(100))) for r in roles]
-        getters.append(("machine busy (% of all CPUs)", _at("machine_busy", scale=_times(100))))
-        x, cols = _columns(intervals, [g for _, g in getters], peak=False)
-        for (label, _), y in zip(getters, cols):
-            if any(v for v in y):
-                series.append(_series(_prefix(name, runs) + label, x, y, _color(len(series))))
+    share (% of all CPUs), per interval; a role that used no CPU is not drawn."""
+    series = _run_lines(runs, lambda doc: (doc.get("host") or {}).get("intervals"), _host_getters, peak=False,
+                        zero=False)
     return [_time_spec("chart-host", "Generator host CPU", "CPU (%)", series)] if series else []
+
+
+def _scrape_rates(intervals: List[Dict[str, Any]], x: List[float], key: str) -> Tuple[List[float], List[Any]]:
+    """A counter's rate between scrapes (an interval's delta over the time since the
+    scrape before; a counter absent from a delta did not change). A gap between scrapes
+    shorter than :data:`PARTIAL_SHARE` of the longest (the last scrape, at the run's end)
+    is left out, like a partial interval."""
+    gaps = [x[j] - x[j - 1] if j else x[0] for j in range(len(x))]
+    longest = max(gaps, default=0.0)
+    xs: List[float] = []
+    ys: List[Any] = []
+    for p, t, dt in zip(intervals, x, gaps):
+        if dt > 0 and dt >= PARTIAL_SHARE * longest:
+            v = (p.get("deltas") or {}).get(key, 0.0)
+            xs.append(t)
+            ys.append(_r(v / dt) if isinstance(v, (int, float)) else None)
+    return xs, ys
 
 
 def metric_charts(runs: Sequence[Run], limit: int = 10) -> List[Spec]:
@@ -369,22 +444,22 @@ def metric_charts(runs: Sequence[Run], limit: int = 10) -> List[Spec]:
     its counters' rates, from ``server_metrics.intervals``."""
     gauges: List[Dict[str, Any]] = []
     rates: List[Dict[str, Any]] = []
-    for name, doc in runs:
-        intervals = (doc.get("server_metrics") or {}).get("intervals") or []
+    for i, (name, doc) in enumerate(runs):
+        intervals = [p for p in (doc.get("server_metrics") or {}).get("intervals") or [] if isinstance(p, dict)]
         if not intervals:
             continue
         x = [_r(float(p.get("t_s", 0.0))) or 0.0 for p in intervals]
-        for target, field, per_s in ((gauges, "gauges", False), (rates, "deltas", True)):
+        for target, field in ((gauges, "gauges"), (rates, "deltas")):
             keys: List[str] = []
             for p in intervals:
                 keys.extend(k for k in p.get(field) or {} if k not in keys)
-            for k in keys[:limit]:
-                y = []
-                for j, p in enumerate(intervals):
-                    v = (p.get(field) or {}).get(k, 0.0 if per_s else None)
-                    dt = x[j] - x[j - 1] if j else x[0]
-                    y.append(_r(v / dt) if per_s and v is not None and dt > 0 else None if per_s else _r(v))
-                target.append(_series(_prefix(name, runs) + k, x, y, _color(len(target))))
+            for j, k in enumerate(keys[:limit]):
+                if field == "deltas":
+                    xs, y = _scrape_rates(intervals, x, k)
+                else:
+                    xs, y = x, [_r((p.get(field) or {}).get(k)) for p in intervals]
+                if _has_value(y):
+                    target.append(_series(_prefix(name, runs) + k, xs, y, *_style(runs, i, j)))
     x_label = "time since the first scrape (s)"
     charts = []
     if gauges:

@@ -1,7 +1,8 @@
 // loadgen's HTML report: draws the chart specs of <script id="loadgen-charts"> with
 // BokehJS (inlined before this script). A spec (loadgen/results/html_data.py):
 //   id, title, x_label, y_label         the element to draw in and the texts
-//   series: [{name, x, y, color, dash}] lines (null in y: a gap)
+//   series: [{name, x, y, color, dash}] lines (null in y: a gap; a value with no value beside
+//                                       it is drawn as a dot, since a line needs two)
 //   kind: "bar", categories: [...]      bars over named categories instead of lines
 //   group                               charts of one group share their x range (pan and zoom together)
 //   x_log, y_log                        log axes
@@ -42,7 +43,7 @@
 
   function figure(spec) {
     var options = {
-      title: spec.title, height: spec.height || 280, sizing_mode: "stretch_width",
+      title: spec.title, name: spec.id, height: spec.height || 280, sizing_mode: "stretch_width",
       tools: "pan,box_zoom,wheel_zoom,reset,save", toolbar_location: "right",
       x_axis_label: spec.x_label || "", y_axis_label: spec.y_label || "",
       x_axis_type: spec.x_log ? "log" : "linear", y_axis_type: spec.y_log ? "log" : "linear"
@@ -56,6 +57,18 @@
     return p;
   }
 
+  // The values of a line with no value on either side (between gaps, or a line of one
+  // point), the others NaN: a line draws nothing there, so they get a dot.
+  function isolated(y) {
+    var some = false;
+    var out = y.map(function (v, i) {
+      var alone = v !== null && (i === 0 || y[i - 1] === null) && (i === y.length - 1 || y[i + 1] === null);
+      some = some || alone;
+      return alone ? v : NaN;
+    });
+    return some ? out : null;
+  }
+
   function addSeries(p, spec, s) {
     var source = new B.ColumnDataSource({data: {x: spec.categories ? s.x : numbers(s.x), y: numbers(s.y)}});
     if (spec.kind === "bar") {
@@ -65,8 +78,10 @@
     }
     p.line({x: {field: "x"}, y: {field: "y"}, source: source, line_color: s.color, line_width: 2,
             line_dash: s.dash || "solid", legend_label: s.name, name: s.name});
-    if (spec.markers) {
-      p.scatter({x: {field: "x"}, y: {field: "y"}, source: source, size: 5, fill_color: s.color,
+    var alone = spec.markers ? null : isolated(s.y);
+    if (spec.markers || alone) {
+      var dots = alone ? new B.ColumnDataSource({data: {x: numbers(s.x), y: alone}}) : source;
+      p.scatter({x: {field: "x"}, y: {field: "y"}, source: dots, size: alone ? 7 : 5, fill_color: s.color,
                  line_color: s.color, legend_label: s.name, name: s.name});
     }
   }
