@@ -13,6 +13,7 @@ from loadgen.engine import Engine, EngineSettings, RunResult
 from loadgen.engine.dispatch import SutExit
 from loadgen.net import net_options, open_from_options
 from loadgen.options import RunOptions, parse_labels
+from loadgen.results.cost import add_cost
 from loadgen.results.document import SCHEMA, build_document, histogram_summary, timeseries_point
 from loadgen.scenarios import Scenario, get_scenario
 from loadgen.sut.spec import is_network_sut, load_sut
@@ -245,6 +246,7 @@ def _run_benchmark(
                              given=given or {}, started_wall=started_wall, sut=sut)
         add_worker_section(doc, worker)
         telemetry.add_to(doc, placement)
+        add_cost(doc, effective.price_per_hour)  # with the GPUs sampled, for a per-GPU price
         if server_stats is not None:
             server_stats.add_to(doc, interrupted)
         if live is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from loadgen import _core
 from loadgen.engine.dispatch import DISPATCHED_FORMS, Dispatcher
@@ -19,6 +19,9 @@ from loadgen.engine.settings import EngineSettings
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.forms import classify_sut
 from loadgen.units import ns_to_s
+
+if TYPE_CHECKING:
+    from loadgen.result import Result
 
 __all__ = ["Engine", "RunResult", "run"]
 
@@ -310,19 +313,50 @@ class Engine:
         )
 
 
-def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides: Any) -> RunResult:
-    """Runs the engine once and returns what it measured.
+def run(settings: Any = None, sut: Any = None, **overrides: Any) -> Result:
+    """Runs once and returns what it measured, with its verdict: a
+    :class:`loadgen.result.Result` (a :class:`RunResult` with ``valid``, ``reasons``,
+    ``summary()``, ``to_dict()``, ``to_frame()``).
+
+    Two forms:
+
+    - ``run(EngineSettings(...), sut, **overrides)``: the engine alone; the verdict is
+      the rules of the scenario that matches ``settings.mode``;
+    - ``run(sut=model, scenario="poisson", target_qps=200, duration_s=10, ...)`` (or
+      ``run(RunOptions(...), model)``): the run ``loadgen run`` makes with those options
+      (every option of the command by its long name, like ``fail_if=["p99>5ms"]``,
+      ``slo``, ``latency_bound_ms``; ``sut_name`` names a Python SUT in the document;
+      ``freeze_gc=True`` freezes the collector during the run as the command does).
+      ``sut`` may also be a ``--sut`` string (a URL, ``demo``).
+
+    Callable from any thread; it installs no signal handler and changes no process-wide
+    state (see :mod:`loadgen.result`).
 
     Args:
-        settings: the settings (default :class:`EngineSettings` ()).
+        settings: an :class:`EngineSettings` (default ``EngineSettings()``), or a
+            :class:`loadgen.options.RunOptions`.
         sut: the system under test (default :class:`loadgen.NullSUT`).
-        **overrides: EngineSettings fields to change, e.g. ``target_qps=1000``.
+        **overrides: EngineSettings fields to change, e.g. ``target_qps=1000``; with
+            ``scenario``, ``loadgen run``'s options.
 
     Raises:
         ValueError: a setting or the SUT is invalid; the message names it.
     """
+    from loadgen import result as _result
+    from loadgen.options import RunOptions
     from loadgen.sut.forms import NullSUT
 
+    if isinstance(settings, RunOptions) or (settings is None and "scenario" in overrides):
+        freeze_gc = bool(overrides.pop("freeze_gc", False))
+        if isinstance(settings, RunOptions):
+            if overrides:
+                raise ValueError(f"run(RunOptions, ...) takes no other options (got {', '.join(sorted(overrides))})")
+            options = settings
+        else:
+            options, sut = _result.options_of(sut, overrides)
+        return _result.run_options(options, sut, freeze_gc=freeze_gc)
+    if "scenario" in overrides:
+        raise ValueError("give scenario with loadgen run's options, not with EngineSettings")
     settings = settings or EngineSettings()
     if overrides:
         known = {f.name for f in fields(EngineSettings)}
@@ -330,5 +364,5 @@ def run(settings: Optional[EngineSettings] = None, sut: Any = None, **overrides:
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         settings = EngineSettings(**{**settings.__dict__, **overrides})
-    return Engine(settings, NullSUT() if sut is None else sut).run()
+    return _result.run_engine(settings, NullSUT() if sut is None else sut)
 

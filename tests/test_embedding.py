@@ -1,0 +1,278 @@
+"""loadgen embedded in a program: ``loadgen.run`` returns a :class:`loadgen.result.Result`
+with the command's verdict and summary, from any thread, without changing the process;
+and a real inference server (examples/embedded_server) that benchmarks its own model
+behind an endpoint."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import loadgen
+from loadgen.engine import RunResult
+from loadgen.result import Result
+from loadgen.results import load_result
+from tests.servers.procs import REPO, ServerProcess, free_port, get_json, post_json
+from tests.test_cli_run import assert_counts_add_up, run_json
+
+SERVER = Path(REPO) / "examples" / "embedded_server" / "server.py"
+POISSON = {"scenario": "poisson", "target_qps": 200, "duration_s": 1}
+
+
+def model(sample_index):
+    """A Python SUT: a little arithmetic per query."""
+    return sum(range(sample_index % 50))
+
+
+def assert_verdict_consistent(result: Result) -> None:
+    """valid, reasons, the summary and the document say the same thing."""
+    doc = result.to_dict()
+    assert result.valid is doc["valid"] is (not result.reasons)
+    assert result.reasons == doc["invalid_reasons"]
+    summary = result.summary()
+    assert summary.split()[0] == ("VALID" if result.valid else "INVALID")
+    for reason in result.reasons:
+        assert f"  - {reason}" in summary
+    assert doc["counts"]["issued"] == result.counts["issued"]
+    assert_counts_add_up(result.counts)
+
+
+def issued_by_schedule(**options) -> int:
+    """How many queries these options' (seeded) schedule issues: a run of the native
+    null SUT, in this process."""
+    return loadgen.run(sut="null", **options).counts["issued"]
+
+
+# ------------------------------------------------------------------- Result
+
+def test_engine_run_returns_a_result_with_its_verdict():
+    result = loadgen.run(loadgen.EngineSettings(mode="poisson", target_qps=200, duration_s=1), model)
+    assert isinstance(result, Result) and isinstance(result, RunResult)  # what callers had, and more
+    assert result.counts["completed"] > 0 and result.latency.total_count == result.counts["completed"]
+    assert_verdict_consistent(result)
+    assert result.summary().startswith(("VALID  poisson on model:", "INVALID  poisson on model:"))
+    assert result.metric["name"] == "completed_qps"
+    doc = result.to_dict()
+    assert doc["schema"] == "loadgen.result/1" and doc["scenario"] == "poisson"
+    doc["valid"] = "changed"
+    assert result.document["valid"] in (True, False)  # to_dict() is a copy
+
+
+def test_an_invalid_engine_run_says_why():
+    # Every query times out after 1 us: over the error rate allowed (none), whatever the load on the host.
+    result = loadgen.run(loadgen.EngineSettings(mode="constant", target_qps=200, duration_s=0.5, timeout_ms=0.001),
+                         model)
+    assert not result.valid and not result.passed
+    assert any("timed out" in r and "--max-error-rate" in r for r in result.reasons), result.reasons
+    assert_verdict_consistent(result)
+
+
+def test_a_run_with_the_command_options_is_the_commands_run():
+    result = loadgen.run(sut="demo", **POISSON)
+    _, doc = run_json("--sut", "demo", "--scenario", "poisson", "--target-qps", "200", "--duration-s", "1")
+    assert_verdict_consistent(result)
+    mine = result.to_dict()
+    assert mine["counts"]["issued"] == doc["counts"]["issued"]  # the same seeded schedule
+    assert mine["scenario"] == doc["scenario"] and mine["sut"] == doc["sut"] == "demo"
+    assert set(mine) == set(doc)  # the same document, section by section
+    assert {**mine["settings"]["effective"], "json": True} == doc["settings"]["effective"]  # --json aside
+    labels = [line.split()[0] for line in result.summary().splitlines()[2:] if line.strip()]
+    assert labels[:5] == ["duration", "queries", "throughput", "latency", "service"]
+
+
+def test_thresholds_and_a_python_sut_name():
+    result = loadgen.run(sut=model, sut_name="my model", fail_if=["p99>0ms"], **POISSON)
+    assert result.to_dict()["sut"] == "my model"
+    [threshold] = result.to_dict()["thresholds"]
+    assert threshold["expr"] == "p99>0ms" and threshold["passed"] is False
+    assert not result.passed
+    assert "FAIL --fail-if p99>0ms" in result.summary()
+    verdict = result.verdict()
+    assert json.loads(json.dumps(verdict)) == verdict
+    assert verdict["counts"]["issued"] == result.counts["issued"] and verdict["passed"] is False
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"target_qps": -1}, "--target-qps"),
+    ({"target_qpz": 5}, "target_qpz"),
+    ({"concurrency": 4}, "--concurrency does not apply to the poisson scenario"),
+    ({"fail_if": ["p99>>1"]}, "--fail-if"),
+    ({"output": "out"}, "Result.save"),
+])
+def test_bad_options_raise_value_error_naming_them(options, says):
+    with pytest.raises(ValueError, match=says.replace("-", r"\-").replace(">", ".")):
+        loadgen.run(sut=model, **{**POISSON, **options})
+
+
+def test_engine_settings_and_options_do_not_mix():
+    with pytest.raises(ValueError, match="scenario"):
+        loadgen.run(loadgen.EngineSettings(mode="poisson", target_qps=10, duration_s=0.1), model, scenario="poisson")
+
+
+def test_to_frame_and_save(tmp_path, monkeypatch):
+    result = loadgen.run(sut=model, **POISSON)
+    frame = result.to_frame()
+    assert len(frame) == 1
+    assert frame.loc[0, "counts.issued"] == result.counts["issued"] and frame.loc[0, "valid"] == result.valid
+    intervals = result.to_frame(timeseries=True)
+    assert len(intervals) == len(result.to_dict()["timeseries"]) > 0
+    paths = result.save(str(tmp_path / "out"))
+    assert load_result(str(tmp_path / "out" / "result.json"))["counts"] == result.to_dict()["counts"]
+    assert (tmp_path / "out" / "summary.txt").read_text() == result.summary() and len(paths) == 4
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as if pandas were not installed
+    with pytest.raises(ImportError, match="pip install pandas"):
+        result.to_frame()
+
+
+# ----------------------------------------------------- threads and side effects
+
+def _process_state():
+    return {"sigint": signal.getsignal(signal.SIGINT), "sigterm": signal.getsignal(signal.SIGTERM),
+            "switch": sys.getswitchinterval(), "gc_enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+
+
+def _run_in_thread(**kwargs):
+    """loadgen.run on a thread of its own (as a web server's handler would); what it
+    returned, the process's state seen by the SUT during the run, the thread's CPU
+    affinity before and after."""
+    out = {}
+
+    def sut(sample_index):
+        out.setdefault("during", _process_state())
+        return model(sample_index)
+
+    def body():
+        out["affinity_before"] = os.sched_getaffinity(0)
+        try:
+            out["result"] = loadgen.run(sut=sut, **kwargs)
+        except BaseException as e:  # handed to the test
+            out["error"] = e
+        out["affinity_after"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive()
+    if "error" in out:
+        raise out["error"]
+    return out
+
+
+def test_a_run_from_another_thread_changes_nothing_in_the_process():
+    before = _process_state()
+    out = _run_in_thread(pin_cpus=[sorted(os.sched_getaffinity(0))[-1]], **POISSON)
+    assert out["during"] == before  # no signal handler, no switch interval, no frozen collector
+    assert _process_state() == before
+    assert out["affinity_after"] == out["affinity_before"]  # only the run's own thread was pinned
+    assert out["result"].counts["completed"] > 0
+    assert_verdict_consistent(out["result"])
+
+
+def test_freeze_gc_is_the_commands_behaviour_when_asked():
+    before = gc.get_freeze_count()
+    out = _run_in_thread(freeze_gc=True, **POISSON)
+    assert out["during"]["frozen"] > before  # the check above would see a freeze
+    assert gc.get_freeze_count() == before  # and it is undone
+
+
+def test_two_runs_at_once_both_measure_their_whole_schedule():
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(loadgen.run(sut=model, **POISSON))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2
+    expected = issued_by_schedule(**POISSON)
+    for result in results:
+        assert result.counts["issued"] == expected
+        assert_verdict_consistent(result)
+
+
+# ----------------------------------------------------------- the example server
+
+def _post(url, body):
+    """(status, JSON answer) of a POST, errors included."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.fixture
+def embedded_server(tmp_path):
+    port = free_port()
+    proc = ServerProcess([sys.executable, str(SERVER), "--port", str(port)], str(tmp_path / "server.log"))
+    try:
+        proc.wait_http_ok(f"http://127.0.0.1:{port}/health", 60)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.stop()
+
+
+def test_the_example_server_runs_loadgen_behind_an_endpoint(embedded_server):
+    url, proc = embedded_server
+    assert get_json(url + "/health")["loadgen"] == loadgen.__version__
+    [probs] = post_json(url + "/v1/models/tiny:predict", {"instances": [[0.5] * 16]})["predictions"]
+    assert len(probs) == 4 and abs(sum(probs) - 1) < 1e-5
+
+    run = {"scenario": "poisson", "target_qps": 200, "duration_s": 2}
+    verdict = post_json(url + "/loadgen/run", run, timeout_s=120)
+    assert verdict["valid"] is (not verdict["reasons"])
+    assert verdict["summary"].split()[0] == ("VALID" if verdict["valid"] else "INVALID")
+    assert verdict["summary"].splitlines()[0].split()[1:4] == ["poisson", "on", "model"]
+    counts = verdict["counts"]
+    assert counts["issued"] == issued_by_schedule(**run)  # the whole seeded schedule went to the model
+    assert counts["issued"] == counts["completed"] + counts["failed"] + counts["timed_out"] + counts["cancelled"]
+    assert verdict["metric"]["name"] == "completed_qps" and verdict["metric"]["value"] > 0
+    assert verdict["latency_ns"]["p50"] > 0
+
+    # An invalid run, whatever the load on this host: every query times out.
+    verdict = post_json(url + "/loadgen/run", {**run, "duration_s": 0.5, "timeout_ms": 0.001}, timeout_s=120)
+    assert not verdict["valid"] and any("--max-error-rate" in r for r in verdict["reasons"])
+    assert verdict["counts"]["timed_out"] > 0
+
+    # Bad requests get a clear error, and the server keeps serving.
+    status, answer = _post(url + "/loadgen/run", {**run, "target_qps": -5})
+    assert status == 400 and "--target-qps" in answer["error"]
+    status, answer = _post(url + "/loadgen/run", {**run, "sut": "http://example.com"})
+    assert status == 400 and "sut" in answer["error"]
+    status, answer = _post(url + "/loadgen/run", {**run, "duration_s": 3600})
+    assert status == 400 and "duration_s" in answer["error"]
+
+    # One benchmark at a time: a second, while the first runs, gets 409. The probe's rate is
+    # bad, so that when it does get the server (before the first started) it ends at once.
+    first = {}
+
+    def first_run():
+        for _ in range(100):  # a probe that held the server for its moment: try again
+            first["status"], first["answer"] = _post(url + "/loadgen/run", {**run, "duration_s": 4})
+            if first["status"] != 409:
+                return
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    try:
+        status, answer = 0, {}
+        for _ in range(200):  # until the first has started (a busy host may take a while)
+            status, answer = _post(url + "/loadgen/run", {**run, "target_qps": -5})
+            if status == 409:
+                break
+            time.sleep(0.02)
+        assert status == 409 and "running" in answer["error"]
+    finally:
+        thread.join(120)
+    assert first["status"] == 200 and first["answer"]["counts"]["issued"] > 0
+    assert proc.alive()  # the runs were on handler threads; the server's main thread is untouched
