@@ -154,6 +154,15 @@ def _raw_list(v: Any) -> List[str]:
     return [str(v)] if str(v).strip() else []
 
 
+def _storage_list(v: Any) -> List[str]:
+    """'key=value' options of a --output URL's filesystem."""
+    from loadgen.storage import parse_storage_options
+
+    items = _str_list(v)
+    parse_storage_options(items)
+    return items
+
+
 def _header_list(v: Any) -> List[str]:
     from loadgen.net.options import parse_header
 
@@ -223,6 +232,12 @@ def _label_list(v: Any) -> List[str]:
 def parse_labels(items: List[str]) -> Dict[str, str]:
     """``--label`` values as a dict; a later value for a name replaces an earlier one."""
     return dict(item.partition("=")[::2] for item in items)
+
+
+def _price(v: Any) -> str:
+    from loadgen.results.cost import parse_price
+
+    return parse_price(v).text
 
 
 def _gpus(v: Any) -> str:
@@ -457,7 +472,12 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("metrics_linger_s", _float(0, D.MAX_TIME_S, unit="s"), "keep serving the final metrics this long "
                f"after the run, for a scraper that comes between two scrapes (default {D.METRICS_LINGER_S:g})", "S"),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
-               "before the run; a later run replaces the first three and adds a row to results.csv)", "DIR"),
+               "before the run; a later run replaces the first three and adds a row to results.csv); a URL "
+               "(s3://bucket/prefix, gs://, az://, ...; needs loadgen[s3]) is written locally, then uploaded with "
+               "a _SUCCESS marker last", "DIR|URL"),
+    OptionSpec("storage_option", _storage_list, "an fsspec filesystem option for a --output URL, like "
+               "endpoint_url=http://127.0.0.1:9000 (repeatable; credentials: the AWS_* environment variables)",
+               "KEY=VALUE", repeatable=True),
     OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
                "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
@@ -473,6 +493,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "one, and the fraction meeting each", "NAME<=VALUE", repeatable=True),
     OptionSpec("label", _label_list, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
                "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True),
+    OptionSpec("price_per_hour", _price, "what the server's hardware costs an hour: PRICE (or PRICE/node) for the "
+               "node, PRICE/gpu for each GPU the run samples (NVML, --gpus), PRICE/gpu:N for N GPUs; the result's "
+               "'cost': per 1,000 queries and per million tokens, in the price's currency", "PRICE[/node|/gpu[:N]]"),
     OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
                "recording (counted apart, under 'warmup'), for servers that compile or fill caches first "
                f"(default {D.WARMUP_S:g})", "S"),
@@ -575,6 +598,7 @@ class RunOptions:
     metrics_addr: str = D.METRICS_ADDR
     metrics_linger_s: float = D.METRICS_LINGER_S
     output: Optional[str] = None
+    storage_option: List[str] = field(default_factory=list)
     record_requests: Optional[str] = None
     no_html: bool = False
     json: bool = False
@@ -583,6 +607,7 @@ class RunOptions:
     require: List[str] = field(default_factory=list)
     slo: List[str] = field(default_factory=list)
     label: List[str] = field(default_factory=list)
+    price_per_hour: Optional[str] = None
     warmup_s: float = D.WARMUP_S
     ramp_up_s: Optional[float] = None
     sched_slice_us: float = D.SCHED_SLICE_US

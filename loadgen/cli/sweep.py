@@ -9,27 +9,35 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from loadgen.cli.common import (
     EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, Interrupts, ProgressPrinter, UsageError, add_run_options,
     check_applies, check_output, exit_code_for, linger_live, run_flags, save, save_html, serve_live, warn,
     write_stdout,
 )
-from loadgen.options import OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, unknown_environment
+from loadgen.options import (
+    OPTION_SPECS, SWEEP_TABLE, OptionError, RunOptions, read_config_table, resolve, unknown_environment,
+)
 from loadgen.results import ThresholdError
-from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table, read_records
+from loadgen.results.cost import PICK_BY, pick_cheapest, render_pick
+from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table, is_sweep_folder, read_records
 from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
 from loadgen.sweep.plan import PlannedRun, plan_runs
 from loadgen.sweep.run import SweepContext, SweepOutcome, run_sweep
 from loadgen.sweep.settings import HOOK_TIMEOUT_S, MAX_REPEAT, ORDERS, POINT_GAP_S, SweepSettings, split_table, sweep_settings
 from loadgen.sweep.state import open_sweep
 
+if TYPE_CHECKING:
+    from loadgen.storage import RemoteOutput
+
 __all__ = ["register"]
 
 _SETTING_FLAGS = ("before_point", "after_point", "hook_timeout_s", "stop_on_error", "order", "order_seed", "repeat",
                   "restart", "force_mix", "point_gap_s")
-_SWEEP_FLAGS = ["--vary", "--points", *("--" + n.replace("_", "-") for n in _SETTING_FLAGS)]
+_SWEEP_FLAGS = ["--vary", "--points", "--pick", "--pick-by", *("--" + n.replace("_", "-") for n in _SETTING_FLAGS)]
+#: ``--pick``: no point meets the rules.
+EXIT_NO_PICK = 3
 
 
 def register(sub: Any) -> Dict[str, Any]:
@@ -40,7 +48,9 @@ def register(sub: Any) -> Dict[str, Any]:
         "(--points FILE, or the [sweep] table of --config), each with every 'loadgen run' option, into "
         "--output DIR: a folder per point under DIR/points, DIR/sweep.jsonl and DIR/sweep.csv. Rerunning "
         "the same command resumes: finished points are skipped. Exit 0 when every point ran and is valid, "
-        "1 when one is invalid or failed, 2 bad usage, 130 interrupted.",
+        "1 when one is invalid or failed, 2 bad usage, 130 interrupted. --pick RULE names the cheapest point "
+        "that meets RULE, at the end of the sweep or (without --vary/--points) among the points in --output "
+        "DIR: then exit 0 when one does, 3 when none does.",
         argument_default=argparse.SUPPRESS,
     )
     add_run_options(p)
@@ -69,6 +79,13 @@ def register(sub: Any) -> Dict[str, Any]:
                    f"{POINT_GAP_S:g}), so that the workers of a scaled-out sweep run each point together")
     g.add_argument("--force-mix", action="store_const", const=True, help="resume although the base options "
                    "changed, keeping the earlier points beside these")
+    g.add_argument("--pick", action="append", metavar="RULE", help="name the cheapest point (by its cost, from "
+                   "--price-per-hour) whose runs are valid and meet RULE, a --require expression like 'p99<50ms' "
+                   "(repeatable, or comma separated: all must hold), and why each other point was not picked; "
+                   "without --vary or --points, among the points of the sweep already in --output "
+                   "(a --price-per-hour given then prices every point anew); exit 3 when no point meets it")
+    g.add_argument("--pick-by", metavar="COST", choices=list(PICK_BY), help="--pick: the cost compared: "
+                   "queries (per 1,000; default), output-tokens or tokens (input and output; per million)")
     return {"sweep": (cmd_sweep, [spec.flag for spec in OPTION_SPECS] + _SWEEP_FLAGS)}
 
 
@@ -173,9 +190,10 @@ def _table(records: List[Dict[str, Any]], swept: List[str]) -> str:
         return ""
     columns, rows = csv_table(records)
     wanted = ["point", "repeat", *map(column_name, swept),
-              "status", "valid", "completed_qps", "latency_p99_ms"]
+              "status", "valid", "completed_qps", "latency_p99_ms", "cost.per_1k_queries"]
     shown = [c for c in wanted if c in columns]
-    cells = [list(shown)] + [[_cell(row[c]) for c in shown] for row in rows]
+    cells = [list(shown)] + [[f"{row[c]:.4g}" if c.startswith("cost.") and isinstance(row[c], float) else _cell(row[c])
+                              for c in shown] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(shown))]
     return "".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) + "\n" for r in cells)
 
@@ -229,12 +247,66 @@ def _check_live(base: RunOptions, runs: Sequence[PlannedRun]) -> None:
                                  "serves the whole sweep (each point's run labelled with its key as 'point')")
 
 
+def _pick_rules(args: argparse.Namespace) -> List[str]:
+    """The --pick rules, each checked (exit 2 when one cannot be read)."""
+    rules = [part.strip() for expr in getattr(args, "pick", []) for part in expr.split(",") if part.strip()]
+    try:
+        pick_cheapest([], rules)
+    except ThresholdError as e:
+        raise UsageError(f"--pick: {e}") from None
+    return rules
+
+
+def _pick(args: argparse.Namespace, records: List[Dict[str, Any]], options: RunOptions, price: Optional[str]) -> int:
+    """Names the cheapest point that meets the --pick rules; 0 when one does, 3 when none."""
+    report = pick_cheapest(records, _pick_rules(args), getattr(args, "pick_by", "queries"), price)
+    if price is None and records and not any(isinstance(r.get("cost"), dict) for r in records):
+        raise UsageError("--pick: no point has a cost: the sweep ran without --price-per-hour (give one with "
+                         "--pick to price every point)")
+    if options.json:
+        write_stdout(json.dumps(report, separators=(",", ":")) + "\n")
+    elif not options.quiet:
+        write_stdout(render_pick(report))
+    return EXIT_OK if report["pick"] is not None else EXIT_NO_PICK
+
+
+def _pick_only(args: argparse.Namespace, flags: Dict[str, Any]) -> Optional[int]:
+    """``--pick`` without --vary, --points or a [sweep] table: the pick among the points
+    of the sweep in --output (None: there is a sweep to run first)."""
+    try:
+        options, _ = resolve(flags, config_tables=(SWEEP_TABLE,))
+        if options.config and read_config_table(options.config, SWEEP_TABLE) is not None:
+            return None
+    except OptionError as e:
+        raise UsageError(str(e)) from None
+    if not options.output:
+        raise UsageError("--pick without --vary or --points picks among the points of a sweep: give its folder "
+                         "as --output DIR")
+    if not is_sweep_folder(options.output):
+        raise UsageError(f"--output {options.output}: no sweep there (no sweep.json or sweep.jsonl)")
+    try:
+        records = read_records(options.output)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--output {options.output}: {e}") from None
+    return _pick(args, records, options, options.price_per_hour if "price_per_hour" in flags else None)
+
+
 def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     flags = run_flags(args)
     for warning in unknown_environment():
         warn(warning)
+    if hasattr(args, "pick"):
+        _pick_rules(args)
+        if not hasattr(args, "vary") and not hasattr(args, "points"):
+            code = _pick_only(args, flags)
+            if code is not None:
+                return code
     with Interrupts() as interrupts:  # before the points run, a signal ends the command at once
         base, runs, settings, swept = _plan(args, flags)
+        if hasattr(args, "pick"):
+            if not any(run.options.price_per_hour for run in runs):
+                raise UsageError("--pick needs a price: give --price-per-hour (or vary it by point)")
+        remote = _stage(base, stack)
         directory = str(base.output)
         try:
             state = open_sweep(directory, base, swept, runs, settings)
@@ -262,7 +334,23 @@ def _cmd_sweep(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         finally:
             state.close()
         # Within the signal handling: a signal now is taken as during the sweep's last point.
-        return _after_sweep(outcome, directory, base, swept, runs, printer, reporter, live, interrupts)
+        from loadgen.storage import publish
+
+        code = publish(remote, lambda: _after_sweep(outcome, directory, base, swept, runs, printer, reporter, live,
+                                                    interrupts), quiet, base.json)
+        if hasattr(args, "pick") and code != EXIT_INTERRUPTED and interrupts.signal is None:
+            return _pick(args, [r for r in outcome.records if r is not None], base, None)
+        return code
+
+
+def _stage(base: RunOptions, stack: contextlib.ExitStack) -> Optional[RemoteOutput]:
+    """A --output URL staged in a local folder, with the earlier complete sweep there to resume."""
+    from loadgen.storage import stage_output
+
+    try:
+        return stage_output(base, base.storage_option, stack, seed=None)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _after_sweep(outcome: SweepOutcome, directory: str, base: RunOptions, swept: List[str],

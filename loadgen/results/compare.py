@@ -155,7 +155,7 @@ def _interval_energy_per_query(iv: _Interval) -> Optional[float]:
 @dataclass(frozen=True)
 class Metric:
     """A headline figure: its rule name, its label, its unit (``ns``, ``qps``,
-    ``fraction``, ``tokens/s``, ``J``), whether lower is better, how to read it from a
+    ``fraction``, ``tokens/s``, ``J``, ``cost``), whether lower is better, how to read it from a
     document, and how to read it from one interval (None where intervals never have it)."""
 
     name: str
@@ -164,6 +164,29 @@ class Metric:
     lower_is_better: bool
     whole: Callable[[Doc], Optional[float]]
     interval: Optional[Callable[[_Interval], Optional[float]]]
+    #: What each interval's value is multiplied by, from its document (a cost's hourly price).
+    factor: Optional[Callable[[Doc], Optional[float]]] = None
+
+
+def _cost(*keys: str) -> Callable[[Doc], Optional[float]]:
+    """A figure of the document's ``cost`` section (--price-per-hour)."""
+    def get(doc: Doc) -> Optional[float]:
+        value: Any = doc.get("cost")
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return get
+
+
+def _interval_hours_per(key: str, scale: float) -> Callable[[_Interval], Optional[float]]:
+    """Hours the interval took per ``scale`` of its ``key`` (queries, tokens): its cost at
+    a price of 1 an hour."""
+    def get(iv: _Interval) -> Optional[float]:
+        n = iv.point.get(key)
+        if not isinstance(n, (int, float)) or not n or not iv.point.get("length_s"):
+            return None
+        return float(iv.point["length_s"]) / 3600.0 / float(n) * scale
+    return get
 
 
 def _latency(name: str, stat: str, key: Optional[str], percentile: Optional[float]) -> Metric:
@@ -188,6 +211,10 @@ METRICS: Tuple[Metric, ...] = (
     Metric("tpot_p99", "TPOT p99", "ns", True, _whole_summary("tpot_ns", "p99"), _interval_key("tpot_p99_ns")),
     Metric("tokens_per_s", "tokens/s", "tokens/s", False, _tokens_per_s, _interval_tokens_per_s),
     Metric("energy_per_query", "GPU energy/query", "J", True, _energy_per_query, _interval_energy_per_query),
+    Metric("cost_per_1k", "cost/1k queries", "cost", True, _cost("per_1k_queries"),
+           _interval_hours_per("completed", 1e3), _cost("hourly")),
+    Metric("cost_per_mtok", "cost/M output tokens", "cost", True, _cost("per_million_tokens", "output"),
+           _interval_hours_per("tokens", 1e6), _cost("hourly")),
 )
 _BY_NAME = {m.name: m for m in METRICS}
 
@@ -216,7 +243,7 @@ _RULE = re.compile(r"^\s*(?P<metric>[a-z_][a-z0-9_.]*)\s*(?P<op>[<>])\s*(?P<valu
                    r"(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>%|ns|us|ms|s|qps|J|tok/s)?\s*$")
 #: The units an absolute amount may be given in, per metric unit (None: a bare number).
 _ABSOLUTE_UNITS = {"ns": tuple(NS_PER), "qps": ("qps", None), "fraction": (None,), "tokens/s": ("tok/s", None),
-                   "J": ("J", None)}
+                   "J": ("J", None), "cost": (None,)}
 
 
 def _parse_rule(expr: str) -> RegressionRule:
@@ -268,8 +295,10 @@ def interval_values(doc: Doc, metric: Metric) -> List[float]:
     """``metric``'s value in each whole interval of ``doc``'s time series that has one."""
     if metric.interval is None or (metric.name == "energy_per_query" and _has_mig(doc)):
         return []  # a MIG device's interval energy is its whole GPU's, shared with the GPU's other MIG devices
-    get = metric.interval
-    return [v for v in (get(iv) for iv in _full_intervals(doc)) if v is not None and math.isfinite(v)]
+    get, factor = metric.interval, (metric.factor(doc) if metric.factor is not None else 1.0)
+    if factor is None:
+        return []
+    return [v * factor for v in (get(iv) for iv in _full_intervals(doc)) if v is not None and math.isfinite(v)]
 
 
 def _spread_pct(values: Sequence[float]) -> Optional[float]:
@@ -442,6 +471,8 @@ def _amount(unit: str, value: Optional[float], signed: bool = False) -> str:
         return f"{sign}{v * 100:.3f}%"
     if unit == "J":
         return f"{sign}{v:.4g} J"
+    if unit == "cost":
+        return f"{sign}{v:.4g}"
     return f"{sign}{v:,.1f}"
 
 

@@ -20,6 +20,7 @@ from loadgen._version import __version__
 from loadgen.engine import RunResult
 from loadgen.engine.settings import allowed_cpus
 from loadgen.options import RunOptions, parse_labels
+from loadgen.results.cost import add_cost
 from loadgen.results.goodput import goodput_section
 from loadgen.results.thresholds import evaluate_thresholds
 from loadgen.scenarios import Scenario
@@ -182,6 +183,7 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
     doc["errors"] = {"counts": result.errors, "messages": result.error_messages}
     doc["environment"] = environment(o.pin_cpus)
     doc["thresholds"] = evaluate_thresholds(doc, o.fail_if, o.require)
+    add_cost(doc, o.price_per_hour)  # a per-GPU price is priced again once the GPUs sampled are in
     # Which side limited the run; diagnosed again when the host's figures are added.
     return add_diagnosis(doc)
 

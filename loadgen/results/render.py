@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any, Dict, List, Optional, Tuple
 
+from loadgen.results.cost import cost_text
 from loadgen.stats.hdrlog import HistogramLogWriter
 from loadgen.stats.histogram import Histogram
 from loadgen.units import format_ns
@@ -171,7 +172,8 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         per_stream = tp.get("output_tokens_per_s_per_stream")
         each = f", {per_stream:,.1f} per stream (mean of tokens / (completed - first token))" if per_stream else ""
         lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all{each}")
-    return lines + _goodput_lines(doc)
+    cost = cost_text(doc)
+    return lines + _goodput_lines(doc) + ([f"cost         {cost}"] if cost else [])
 
 
 def _goodput_lines(doc: Dict[str, Any]) -> List[str]:

@@ -19,6 +19,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
+from loadgen.results.cost import cost_figures
 from loadgen.results.files import RESULT_FILE, atomic_write
 from loadgen.results.render import flatten
 from loadgen.results.schema import SchemaError, check_result
@@ -186,6 +187,7 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
         _figures(record),
         _token_figures(record),
         _gpu_figures(record),
+        cost_figures(record),
         {"invalid_reasons": " | ".join(map(str, record.get("invalid_reasons", []))),
          "error": sweep.get("error", ""),
          "hook_exit_code": next((h.get("exit_code") for h in hooks.values() if not h.get("ok", True)), ""),
@@ -197,7 +199,7 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
 def csv_table(records: List[Dict[str, Any]]) -> Tuple[List[str], List[Dict[str, Any]]]:
     """The columns and rows of sweep.csv: point, repeat, status, the swept values, the
     labels, the headline figures (validity, throughput, latency percentiles in ms, error
-    rate; TTFT/TPOT/ITL p50 and p99 and a ``gpu`` section's figures when present), then
+    rate; TTFT/TPOT/ITL p50 and p99, a ``gpu`` section's figures and the ``cost`` when present), then
     the reasons, the error and the point's folder. A column appears when a row has it."""
     grouped = [_csv_groups(r) for r in records]
     columns: List[str] = []
