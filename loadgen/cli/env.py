@@ -14,7 +14,7 @@ from loadgen import placement
 from loadgen._version import __version__
 from loadgen.cli.common import EXIT_OK, UsageError
 
-__all__ = ["register", "environment_report"]
+__all__ = ["register", "environment_report", "native_clients"]
 
 
 def register(sub: Any) -> Dict[str, Any]:
@@ -22,7 +22,8 @@ def register(sub: Any) -> Dict[str, Any]:
     env = sub.add_parser("env", help="show the CPUs, NUMA nodes, GPUs and the --pin auto plan",
                          description="Prints the topology this process sees (usable CPUs from the "
                          "affinity and the cgroup cpuset, NUMA nodes, physical cores, GPUs and their "
-                         "local CPUs) and the placement plan that --pin auto would apply.")
+                         "local CPUs), the placement plan that --pin auto would apply, and whether this build has "
+                         "the native HTTP and gRPC clients.")
     env.add_argument("--pin", default="auto", metavar="auto|CPUS",
                      help="show the plan for --pin auto (default) or within these CPUs, like 2-5")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -46,7 +47,18 @@ def environment_report(pin: str = "auto") -> Dict[str, Any]:
                  "cpu_governor": placement.cpu_governor()},
         "topology": topo.as_dict(),
         "plan": {"pin": pin, **plan.as_dict()},
+        "native_clients": native_clients(),
     }
+
+
+def native_clients() -> Dict[str, Any]:
+    """Which network clients this build of the core has: the native HTTP/1.1 client
+    (always built) and the native gRPC client (only when nghttp2 was found at build time)."""
+    from loadgen import _core
+
+    grpc = bool(_core.grpc_client_available())
+    return {"http": "http" in _core.SutKind.__members__, "grpc": grpc,
+            "nghttp2": _core.grpc_client_nghttp2_version() if grpc else None}
 
 
 def _cpu_model() -> str:
@@ -75,6 +87,9 @@ def _lines(rep: Dict[str, Any]) -> List[str]:
         node = g["numa_node"] if g["numa_node"] is not None else "unknown"
         lines.append(f"gpu {g['index']}        {g['uuid']} at {g['pci_bus_id']}, NUMA node {node}, "
                      f"local cpus {fmt(g['local_cpus']) or 'unknown'}" + (f" ({g['note']})" if g["note"] else ""))
+    n = rep["native_clients"]
+    lines.append(f"native       HTTP client {'yes' if n['http'] else 'no'}, gRPC client "
+                 + (f"yes (nghttp2 {n['nghttp2']})" if n["grpc"] else "no (built without nghttp2: grpcio instead)"))
     if p["ok"]:
         lines.append(f"plan (--pin {p['pin']})  issue thread cpu {fmt(p['issue_cpus'])}, dispatcher cpu "
                      f"{fmt(p['dispatcher_cpus'])}, in-process SUT cpus {fmt(p['sut_cpus']) or 'none left'}")
