@@ -7,9 +7,17 @@
   non-root with whole CPUs, every $(VAR) in args is declared, the merge reads where the
   workers write.
 - The Argo WorkflowTemplate has what Argo requires, every template it calls exists,
-  every parameter it uses is declared, and its collect script tables the sweeps.
-- The Dockerfile has a builder and a compiler-free runtime stage, a non-root USER and
-  `python -m loadgen` as its ENTRYPOINT; it is built when a Docker daemon is reachable.
+  every parameter it uses is declared, its reconfigure step patches a KServe
+  InferenceService and waits for it (run against a recording kubectl), its results are S3
+  artifacts of the repository it names, and its collect script tables the sweeps.
+- No image is `latest` or untagged; the loadgen image's tag is the package's version.
+- The Dockerfile has a builder and a compiler-free runtime stage that both run
+  scripts/build_image.sh, a non-root USER and `python -m loadgen` as its ENTRYPOINT; the
+  script builds a wheel whose installed package has the native HTTP and gRPC clients
+  (`loadgen env --json`), into a fresh virtual environment; the image is built when a
+  Docker daemon is reachable.
+- The package's metadata: license (and the LICENSE file), author, project URLs, and the
+  small packages a plain install has by default.
 - The loadgen command lines the manifests run use flags and LOADGEN_* variables that the
   real CLI has, and the one-pod and scale-out Jobs run locally, as written, against the
   demo SUT.
@@ -37,6 +45,8 @@ DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
 ARGO_TEMPLATE = os.path.join(DEPLOY, "argo", "sweep-workflowtemplate.yaml")
 DOCKERFILE = os.path.join(DEPLOY, "Dockerfile")
+BUILD_SCRIPT = os.path.join(ROOT, "scripts", "build_image.sh")
+ARTIFACT_REPOSITORY = os.path.join(DEPLOY, "argo", "artifact-repository.yaml")
 GUIDE = os.path.join(ROOT, "docs", "kubernetes.md")
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(DEPLOY), reason="needs the source tree (deploy/)")
@@ -107,7 +117,8 @@ def _pods():
 def test_there_are_manifests_to_check():
     names = {os.path.relpath(p, ROOT) for p in _manifest_files()}
     for expected in ("deploy/k8s/job.yaml", "deploy/k8s/indexed-job.yaml", "deploy/k8s/merge-job.yaml",
-                     "deploy/k8s/results-pvc.yaml", "deploy/argo/sweep-workflowtemplate.yaml"):
+                     "deploy/k8s/results-pvc.yaml", "deploy/argo/sweep-workflowtemplate.yaml",
+                     "deploy/argo/artifact-repository.yaml"):
         assert expected in names
 
 
@@ -331,8 +342,8 @@ def test_the_default_server_configs_are_a_json_list_of_complete_configs():
     configs = json.loads(params["server-configs"])
     assert isinstance(configs, list) and configs
     for config in configs:
-        assert set(config) == {"name", "replicas", "env"}, config
-        assert all(isinstance(v, str) for v in config.values()), config
+        assert set(config) == {"name", "predictor"}, config
+        assert isinstance(config["predictor"], dict), config
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", config["name"]), config
 
 
@@ -340,7 +351,7 @@ def test_the_argo_collect_step_tables_every_sweep_and_fails_on_a_missing_one(tmp
     wft = _load_one(ARGO_TEMPLATE)
     collect = {t["name"]: t for t in wft["spec"]["templates"]}["collect"]["script"]
     assert collect["command"] == ["python"]
-    configs = [{"name": "a", "replicas": "1", "env": ""}, {"name": "b", "replicas": "2", "env": "X=1"}]
+    configs = [{"name": "a", "predictor": {}}, {"name": "b", "predictor": {"minReplicas": 2}}]
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "sweep.csv").write_text("target_qps,p99_ms,config\n100,2.5,a\n200,3.5,a\n")
     env = {**_clean_env(), "RUN_DIR": str(tmp_path), "CONFIGS": json.dumps(configs)}
@@ -371,6 +382,160 @@ def test_the_argo_pods_use_the_results_claim_and_a_service_account():
     rbac = {doc["kind"]: doc for doc in _load_all(os.path.join(DEPLOY, "argo", "rbac.yaml"))}
     assert rbac["ServiceAccount"]["metadata"]["name"] == spec["serviceAccountName"]
     assert rbac["RoleBinding"]["subjects"][0]["name"] == spec["serviceAccountName"]
+
+
+def test_the_service_account_patches_inference_services_and_not_their_deployments():
+    """KServe's controller owns the Deployment behind an InferenceService and reverts edits there."""
+    role = {doc["kind"]: doc for doc in _load_all(os.path.join(DEPLOY, "argo", "rbac.yaml"))}["Role"]
+    granted = {(group, resource): set(rule["verbs"])
+               for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert {"get", "watch", "patch"} <= granted[("serving.kserve.io", "inferenceservices")]
+    assert not [key for key in granted if key[0] == "apps"], granted
+
+
+def _reconfigure(tmp_path, predictor, generation="7"):
+    """Runs the reconfigure step's script as the pod would, with a kubectl that records its
+    arguments (one JSON list a line) and answers `get` with the generation."""
+    wft = _load_one(ARGO_TEMPLATE)
+    container = {t["name"]: t for t in wft["spec"]["templates"]}["reconfigure"]["container"]
+    assert container["command"] == ["sh", "-c"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "kubectl.log"
+    (bin_dir / "kubectl").write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"if sys.argv[1] == 'get':\n    print({generation!r}, end='')\n")
+    (bin_dir / "kubectl").chmod(0o755)
+    params = {"workflow.parameters.inferenceservice": "my-model", "inputs.parameters.predictor": json.dumps(predictor)}
+    env = {item["name"]: _EXPRESSION.sub(lambda m: params[m.group(1)], item["value"]) for item in container["env"]}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(["sh", "-c", container["args"][0]], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_the_reconfigure_step_patches_the_inference_service_and_waits_for_its_new_spec_to_be_ready(tmp_path):
+    predictor = {"minReplicas": 2, "maxReplicas": 2,
+                 "model": {"env": [{"name": "MAX_BATCH_SIZE", "value": "8"}, {"name": "NOTE", "value": "a \"b\" $c"}]}}
+    calls = _reconfigure(tmp_path, predictor)
+    patch, get, *waits = calls
+    assert patch[:2] == ["patch", "inferenceservice/my-model"] and "--type=merge" in patch
+    assert json.loads(patch[patch.index("-p") + 1]) == {"spec": {"predictor": predictor}}
+    assert get[:2] == ["get", "inferenceservice/my-model"]
+    # Ready only once the controller has seen this spec: not the old revision's Ready.
+    assert waits[0] == ["wait", "inferenceservice/my-model", "--for=jsonpath={.status.observedGeneration}=7",
+                        "--timeout=5m"]
+    assert waits[-1][:3] == ["wait", "inferenceservice/my-model", "--for=condition=Ready"]
+    assert not any("deployment" in arg for call in calls for arg in call)
+
+
+def test_the_sweeps_and_the_grid_are_uploaded_as_s3_artifacts_of_the_named_repository():
+    wft = _load_one(ARGO_TEMPLATE)
+    spec = wft["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    # The repository the artifacts go to: a ConfigMap of S3 settings, credentials in a Secret.
+    ref = spec["artifactRepositoryRef"]
+    repository = _load_one(ARTIFACT_REPOSITORY)
+    assert repository["kind"] == "ConfigMap" and repository["metadata"]["name"] == ref["configMap"]
+    s3 = yaml.safe_load(repository["data"][ref["key"]])["s3"]
+    assert s3["bucket"] and s3["endpoint"]
+    assert s3["accessKeySecret"]["name"] == s3["secretKeySecret"]["name"] == "loadgen-s3"
+    # Each sweep's folder, where its --output wrote it.
+    sweep = templates["sweep"]
+    output = next(a for a in sweep["container"]["args"] if a.startswith("--output="))[len("--output="):]
+    (folder,) = sweep["outputs"]["artifacts"]
+    assert folder["path"] == output
+    assert any(folder["path"].startswith(m["mountPath"] + "/") for m in sweep["container"]["volumeMounts"])
+    assert folder["s3"]["key"] == "{{workflow.name}}/{{inputs.parameters.config}}.tgz"
+    assert folder["optional"] is True, "a sweep that wrote nothing must not hide the step's own outcome"
+    # The grid, as a plain file.
+    (grid,) = templates["collect"]["outputs"]["artifacts"]
+    assert grid["path"] == "/results/{{workflow.name}}/grid.csv" and grid["archive"] == {"none": {}}
+    assert grid["s3"]["key"] == "{{workflow.name}}/grid.csv"
+
+
+# --------------------------------------------------------------------------- images
+
+_TAG = re.compile(r"^(?P<name>[^@]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@sha256:[0-9a-f]{64})?$")
+
+
+def _image_problem(image):
+    """Why an image reference is not pinned (None when it is): no tag, or `latest`."""
+    match = _TAG.match(image)
+    if match is None or "/" in (match.group("tag") or ""):
+        return f"{image!r} is not an image reference"
+    if "@sha256:" in image:
+        return None
+    if match.group("tag") is None:
+        return f"{image} has no tag (that is `latest`)"
+    if match.group("tag") == "latest":
+        return f"{image} is `latest`"
+    return None
+
+
+def _deploy_images():
+    """(where, image) of every image the manifests and the Argo template's defaults name."""
+    found = []
+    for path in _manifest_files():
+        for doc in _load_all(path):
+            where = os.path.relpath(path, ROOT)
+            for key_path, value in _strings(doc):
+                if key_path.endswith(".image") and "{{" not in value:
+                    found.append((where, value))
+            if doc.get("kind") == "WorkflowTemplate":
+                for p in doc["spec"]["arguments"]["parameters"]:
+                    if p["name"].endswith("image"):
+                        found.append((f"{where} parameter {p['name']}", p["value"]))
+    return found
+
+
+def _dockerfile_images():
+    args, images = {}, []
+    for instruction, rest in _dockerfile_instructions():
+        if instruction == "ARG" and "=" in rest:
+            name, _, value = rest.partition("=")
+            args[name.strip()] = value.strip()
+        elif instruction == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            images.append(re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), words[0]))
+    return images
+
+
+def test_the_image_reference_check_tells_pinned_from_floating():
+    for ok in ("python:3.11.14-slim-bookworm", "alpine/k8s:1.33.4", "registry.example.com:5000/loadgen:0.1.0",
+               "python@sha256:" + "a" * 64, "python:3.11@sha256:" + "b" * 64):
+        assert _image_problem(ok) is None, ok
+    for bad in ("python", "bitnami/kubectl:latest", "registry.example.com:5000/loadgen", "loadgen:latest"):
+        assert _image_problem(bad), bad
+
+
+def test_no_manifest_or_dockerfile_uses_latest_or_an_untagged_image():
+    images = _deploy_images()
+    assert {where.split(" ")[0] for where, _ in images} >= {
+        "deploy/k8s/job.yaml", "deploy/k8s/indexed-job.yaml", "deploy/argo/sweep-workflowtemplate.yaml"}
+    problems = [f"{where}: {why}" for where, image in images if (why := _image_problem(image))]
+    froms = _dockerfile_images()
+    stage_names = {rest.split()[-1] for i, rest in _dockerfile_instructions() if i == "FROM" and " AS " in rest.upper()}
+    for image in froms:
+        if image not in stage_names:
+            problems += [f"deploy/Dockerfile FROM: {why}" for why in [_image_problem(image)] if why]
+    assert not problems, problems
+    # The Python base: a patch release on a named Debian release.
+    assert all(re.fullmatch(r"python:3\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", i) for i in froms), froms
+
+
+def test_the_loadgen_image_is_tagged_with_the_package_version():
+    from loadgen._version import __version__
+
+    loadgen_images = [(where, image) for where, image in _deploy_images()
+                      if image.rsplit("/", 1)[-1].split(":")[0] == "loadgen"]
+    assert len(loadgen_images) >= 5, loadgen_images
+    for where, image in loadgen_images:
+        assert image == f"loadgen:{__version__}", f"{where}: {image}"
+    with open(DOCKERFILE, encoding="utf-8") as f:
+        assert f"-t loadgen:{__version__} ." in f.read()
 
 
 # -------------------------------------------------------------------------- Dockerfile
@@ -407,19 +572,37 @@ def _stages():
     return stages
 
 
+def _script_branches():
+    """scripts/build_image.sh's build and install parts, the text of each `if` block."""
+    with open(BUILD_SCRIPT, encoding="utf-8") as f:
+        text = f.read()
+    build = text[text.index('if [ "$build" = 1 ]; then'):]
+    install = text[text.index('if [ "$install" = 1 ]; then'):]
+    return build[:build.index("\nfi\n")], install[:install.index("\nfi\n")]
+
+
+_COMPILER = re.compile(r"(build-essential|\bgcc\b|\bg\+\+|\bclang\b|-dev\b)")
+
+
 def test_the_dockerfile_builds_in_one_stage_and_runs_in_another_without_a_compiler():
+    """Both stages run scripts/build_image.sh, the one set of build steps: the builder its
+    build part (compiler, headers, the wheel with nghttp2), the runtime its install part."""
     stages = _stages()
     assert len(stages) >= 2
     builder, runtime = stages[0], stages[-1]
-    builder_text = " ".join(rest for _, rest in builder)
-    assert "build-essential" in builder_text or "g++" in builder_text
-    assert "pip wheel" in builder_text and "--no-deps" in builder_text
+    builder_runs = [rest for i, rest in builder if i == "RUN"]
+    assert any(re.search(r"scripts/build_image\.sh --build-only\b", rest) for rest in builder_runs), builder_runs
     for instruction, rest in runtime:
         if instruction == "RUN":
-            assert not re.search(r"(build-essential|\bgcc\b|\bg\+\+|\bclang\b|-dev\b)", rest), rest
+            assert not _COMPILER.search(rest), rest
     assert any(i == "COPY" and "--from=builder" in rest for i, rest in runtime)
     installs = " ".join(rest for i, rest in runtime if i == "RUN")
-    assert "[grpc,async,gpu]" in installs
+    assert re.search(r"build_image\.sh --install-only .*--extras grpc\b", installs), installs
+    build, install = _script_branches()
+    assert "g++" in build and "zlib1g-dev" in build and "libnghttp2-dev" in build
+    assert "LOADGEN_NGHTTP2=1" in build and "pip wheel --no-deps" in build
+    # The runtime part installs nghttp2's shared library and nothing to compile with.
+    assert "libnghttp2-14" in install and not _COMPILER.search(install), install
 
 
 def test_the_image_runs_loadgen_as_a_numeric_non_root_user():
@@ -464,7 +647,7 @@ def test_the_image_builds_and_runs_the_demo_benchmark():
     docker, why = _docker_ready()
     if docker is None:
         pytest.skip(f"image build not run: {why}")
-    tag = "loadgen-test-deploy:latest"
+    tag = "loadgen-test-deploy:build"
     build = subprocess.run([docker, "build", "-f", DOCKERFILE, "-t", tag, ROOT],
                            capture_output=True, text=True, timeout=1800)
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
@@ -482,6 +665,121 @@ def test_the_image_builds_and_runs_the_demo_benchmark():
         assert re.match(r"(VALID|INVALID)\b", run.stdout), run.stdout
     finally:
         subprocess.run([docker, "image", "rm", "-f", tag], capture_output=True, timeout=60)
+
+
+def test_the_build_script_refuses_a_bad_argument_with_a_one_line_reason(tmp_path):
+    for argv, reason in ((["--bogus"], "unknown argument: --bogus"), (["--venv"], "--venv needs a value"),
+                         (["--build-only", "--install-only"], "exclude each other")):
+        done = subprocess.run(["bash", BUILD_SCRIPT, *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert reason in done.stderr and len(done.stderr.strip().splitlines()) == 1, (argv, done.stderr)
+    assert not (tmp_path / "dist").exists()
+
+
+def _venv_python(venv):
+    return str(venv / "bin" / "python")
+
+
+@pytest.mark.integration
+def test_the_build_script_installs_a_wheel_with_the_native_clients_into_a_fresh_venv(tmp_path):
+    """scripts/build_image.sh as the image and CI run it, into a new virtual environment:
+    the installed package (not this source tree) reports both native clients, and has its
+    metadata and its default dependencies. LOADGEN_WHEEL_DIR (set by CI, which builds the
+    wheel once with this script) installs that wheel instead of building again."""
+    venv = tmp_path / "venv"
+    prebuilt = os.environ.get("LOADGEN_WHEEL_DIR")
+    if prebuilt:
+        argv = ["--install-only", "--wheel-dir", prebuilt]
+    else:
+        argv = ["--wheel-dir", str(tmp_path / "wheels")]
+    env = _clean_env()
+    env["PYTHON"] = sys.executable
+    try:
+        done = subprocess.run(["bash", BUILD_SCRIPT, *argv, "--venv", str(venv)], capture_output=True, text=True,
+                              timeout=1800, cwd=tmp_path, env=env)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"scripts/build_image.sh took over 30 minutes: {str(e.stdout)[-2000:]}")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    if not prebuilt:
+        assert len(list((tmp_path / "wheels").glob("loadgen-*.whl"))) == 1
+    python = _venv_python(venv)
+    report = subprocess.run([python, "-m", "loadgen", "env", "--json"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path, env=_clean_env())
+    assert report.returncode == 0, report.stderr
+    rep = json.loads(report.stdout)
+    assert rep["native_clients"]["http"] is True
+    assert rep["native_clients"]["grpc"] is True and rep["native_clients"]["nghttp2"], rep["native_clients"]
+    # nvidia-ml-py is there by default: no GPU here is NVML's own answer, never "not installed".
+    assert "not installed" not in (rep["topology"]["gpu_note"] or ""), rep["topology"]["gpu_note"]
+    probe = subprocess.run([python, "-c", """
+import importlib.metadata as m, importlib.util, json, loadgen, loadgen._core
+meta = m.metadata("loadgen")
+print(json.dumps({"where": [loadgen.__file__, loadgen._core.__file__],
+                  "license": meta["License-Expression"], "author": meta["Author"],
+                  "license_files": meta.get_all("License-File"), "urls": meta.get_all("Project-URL"),
+                  "files": [str(f) for f in m.files("loadgen") if f.name == "LICENSE"],
+                  "pynvml": importlib.util.find_spec("pynvml") is not None,
+                  "uvloop": importlib.util.find_spec("uvloop") is not None,
+                  "grpc": importlib.util.find_spec("grpc") is not None}))
+"""], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_clean_env())
+    assert probe.returncode == 0, probe.stderr
+    got = json.loads(probe.stdout)
+    for where in got["where"]:
+        assert where.startswith(str(venv)), f"{where} is not the installed package"
+    assert got["license"] == "Apache-2.0" and got["author"] == "loadgen authors"
+    assert got["license_files"] == ["LICENSE"] and got["files"], got
+    assert any(u.startswith("Homepage, https://") for u in got["urls"]), got["urls"]
+    assert got["pynvml"] and got["uvloop"], "nvidia-ml-py and uvloop are default dependencies on Linux"
+    assert got["grpc"], "the script installs the grpc extra by default"
+
+
+# ------------------------------------------------------------------------ packaging
+
+def _pyproject():
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def _requirement_names(requirements):
+    from packaging.requirements import Requirement
+
+    return {Requirement(r).name.lower(): Requirement(r) for r in requirements}
+
+
+def test_the_package_metadata_names_its_license_author_and_home():
+    project = _pyproject()["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    with open(os.path.join(ROOT, "LICENSE"), encoding="utf-8") as f:
+        text = f.read()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text and len(text) > 10000, "the full license text"
+    assert project["authors"] == [{"name": "loadgen authors"}]
+    assert project["urls"]["Homepage"].startswith("https://")
+    # SPDX license expressions need setuptools 77 or later to build.
+    requires = _requirement_names(_pyproject()["build-system"]["requires"])
+    assert requires["setuptools"].specifier.contains("77") and not requires["setuptools"].specifier.contains("76.9")
+
+
+def test_small_packages_are_default_dependencies_and_heavy_ones_extras():
+    project = _pyproject()["project"]
+    default = _requirement_names(project["dependencies"])
+    # Pure Python and small: a plain install samples GPUs wherever NVML exists.
+    assert "nvidia-ml-py" in default and default["nvidia-ml-py"].marker is None
+    # A native wheel for Linux only: the marker keeps other systems installable.
+    assert default["uvloop"].marker is not None
+    assert default["uvloop"].marker.evaluate({"sys_platform": "linux"})
+    assert not default["uvloop"].marker.evaluate({"sys_platform": "darwin"})
+    for heavy in ("grpcio", "protobuf", "tokenizers", "pyarrow", "pandas", "scipy"):
+        assert heavy not in default, f"{heavy} is heavy: an extra, not a default dependency"
+    extras = project["optional-dependencies"]
+    assert "grpcio" in _requirement_names(extras["grpc"]) and "tokenizers" in _requirement_names(extras["llm"])
+    assert "pyarrow" in _requirement_names(extras["parquet"])
+    # Older install commands keep working.
+    assert "nvidia-ml-py" in _requirement_names(extras["gpu"]) and "uvloop" in _requirement_names(extras["async"])
 
 
 # ------------------------------------------------------------- against the real CLI
