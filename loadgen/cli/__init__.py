@@ -17,31 +17,41 @@ judges) turn a misspelled flag into a "did you mean" error.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from loadgen._version import __version__
-from loadgen.cli import compare as _compare
-from loadgen.cli import env as _env
-from loadgen.cli import find_peak as _find_peak
-from loadgen.cli import merge as _merge
-from loadgen.cli import report as _report
-from loadgen.cli import run as _run
-from loadgen.cli import sweep as _sweep
 from loadgen.cli.common import (
-    EXIT_BROKEN_PIPE, EXIT_USAGE, Interrupts, Parser, UsageError, check_unknown, exit_code_for,
+    EXIT_BROKEN_PIPE, EXIT_USAGE, Interrupts, Parser, UsageError, add_common_flags, check_unknown, exit_code_for,
+    quiet_stdout,
 )
 
 __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 Commands = Dict[str, Tuple[Handler, Optional[Sequence[str]]]]
-_COMMAND_MODULES = (_run, _sweep, _find_peak, _report, _merge, _compare, _env)
+
+#: command -> (the module of this package that registers it, its line in ``loadgen --help``).
+#: Only the module of the command given is imported: ``--version``, ``--help`` and a
+#: mistyped command import none (a test checks these lines against the modules' own).
+COMMANDS: Dict[str, Tuple[str, str]] = {
+    "run": ("run", "run one benchmark"),
+    "sweep": ("sweep", "run a grid or a list of points, resumably"),
+    "find-peak": ("find_peak", "find the highest rate (or the concurrency) a SUT sustains within a bound"),
+    "report": ("report", "re-render the summary of a saved result.json, or an HTML report"),
+    "hlog": ("report", "summarize HdrHistogram interval logs (.hlog)"),
+    "merge": ("merge", "merge the results of a scaled-out run's workers into one"),
+    "compare": ("compare", "compare two results (or sweeps) and call regressions beyond the noise"),
+    "env": ("env", "show the CPUs, NUMA nodes, GPUs and the --pin auto plan"),
+}
 
 
-def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:
+def _build_parser(command: Optional[str] = None) -> Tuple[argparse.ArgumentParser, Commands]:
+    """The parser, with the full parser of ``command`` (its module imported) and, for
+    ``None``, every command as a name and a help line only (nothing imported)."""
     parser = Parser(
         prog="loadgen",
         description="A load generator for machine-learning inference.",
@@ -50,8 +60,14 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Commands]:
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands: Commands = {}
-    for module in _COMMAND_MODULES:
+    if command is not None:
+        module = importlib.import_module(f"loadgen.cli.{COMMANDS[command][0]}")
         commands.update(module.register(sub))
+        for name in commands:  # --json and --quiet on every command
+            add_common_flags(sub.choices[name])
+    else:
+        for name, (_, help_line) in COMMANDS.items():
+            sub.add_parser(name, help=help_line, add_help=False)
     return parser, commands
 
 
@@ -105,7 +121,7 @@ def _silence_closed_pipes() -> None:
 
 def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, commands = _build_parser()
+    parser, commands = _build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         if argv and argv[0] in commands:
             known = commands[argv[0]][1]
@@ -115,7 +131,14 @@ def _main(argv: Optional[List[str]]) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
-        return commands[args.command][0](args)
+        if args.command not in commands:  # named after `--`: parse again with its module
+            return _main(argv[argv.index(args.command):])
+        with quiet_stdout(args):
+            if args.command in ("report", "hlog", "merge", "compare"):  # their URL arguments
+                from loadgen.storage import with_remote_io
+
+                return with_remote_io(args, commands[args.command][0])
+            return commands[args.command][0](args)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

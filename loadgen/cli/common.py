@@ -15,16 +15,14 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NoReturn, Optional, Sequence, Set, TextIO, Tuple
 
-from loadgen.options import OPTION_SPECS, RunOptions
-from loadgen.results import ThresholdError, parse_threshold, write_outputs
-from loadgen.results.files import CSV_FILE, HLOG_FILE, RESULT_FILE, SUMMARY_FILE
-from loadgen.results.html import HTML_FILE
-from loadgen.scenarios import options_not_applying
-from loadgen.stats.hdrlog import HistogramLogError
 from loadgen.units import NS_PER
 
+# What the commands need is imported where it is used, so that the command line's
+# --version and --help import none of it (tests/test_startup.py).
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
+
+    from loadgen.options import RunOptions
 
     from loadgen.runner import Progress
     from loadgen.telemetry.live import LiveMetrics
@@ -58,6 +56,8 @@ class Parser(argparse.ArgumentParser):
 def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()) -> None:
     """Adds every ``loadgen run`` option (but ``exclude``) to ``parser`` as a flag; a
     parser made with ``argument_default=argparse.SUPPRESS`` then holds only those given."""
+    from loadgen.options import OPTION_SPECS
+
     skip = set(exclude)
     for spec in OPTION_SPECS:
         if spec.name in skip:
@@ -76,12 +76,14 @@ def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()
 
 def run_flags(args: argparse.Namespace) -> Dict[str, Any]:
     """The run options given as flags: name -> raw value."""
+    from loadgen.options import OPTION_SPECS
+
     return {spec.name: getattr(args, spec.name) for spec in OPTION_SPECS if hasattr(args, spec.name)}
 
 
 def check_unknown(argv: Sequence[str], known: Iterable[str], command: str) -> None:
     """Turns an unknown --flag of ``command`` into an error with a 'did you mean'."""
-    known_set = set(known) | {"--help", "-h"}
+    known_set = set(known) | {"--help", "-h"} | set(COMMON_FLAGS)
     for arg in argv:
         if arg == "--":
             break
@@ -91,6 +93,39 @@ def check_unknown(argv: Sequence[str], known: Iterable[str], command: str) -> No
                 close = difflib.get_close_matches(flag, sorted(known_set), n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]}?" if close else f"; see 'loadgen {command} --help'"
                 raise UsageError(f"unknown option {flag}{hint}")
+
+
+#: The flags every command has (run, sweep and find-peak as run options; the others by
+#: :func:`add_common_flags`): --json, the command's output as JSON on stdout and nothing
+#: else there; --quiet, nothing printed but errors (the exit code says how it went).
+COMMON_FLAGS = ("--json", "--quiet")
+_COMMON_HELP = {"--json": "print the output as JSON on stdout, and nothing else there",
+                "--quiet": "print nothing but errors: the exit code says how it went (with --json, the JSON "
+                           "is still printed)"}
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds each of :data:`COMMON_FLAGS` that ``parser`` lacks. A --quiet added here is
+    carried out by :func:`quiet_stdout` (the command's stdout goes nowhere); a command
+    with its own --quiet does what it says itself."""
+    have = set(parser._option_string_actions)  # argparse's own index of the flags
+    for flag in COMMON_FLAGS:
+        if flag not in have:
+            parser.add_argument(flag, action="store_true", help=_COMMON_HELP[flag])
+            if flag == "--quiet":
+                parser.set_defaults(quiet_stdout=True)
+
+
+@contextlib.contextmanager
+def quiet_stdout(args: argparse.Namespace) -> Iterator[None]:
+    """Around a command: with a --quiet of :func:`add_common_flags` given (and no
+    --json), what the command prints on stdout goes nowhere; errors, on stderr, still show."""
+    if not (getattr(args, "quiet_stdout", False) and getattr(args, "quiet", False)
+            and not getattr(args, "json", False)):
+        yield
+        return
+    with open(os.devnull, "w", encoding="utf-8") as devnull, contextlib.redirect_stdout(devnull):
+        yield
 
 
 #: The signals that interrupt a command: Ctrl-C, a stop (as when a pod is stopped), and
@@ -208,6 +243,8 @@ def warn(message: str) -> None:
 
 def check_thresholds(options: RunOptions) -> None:
     """Every --fail-if/--require expression reads; the error names the option."""
+    from loadgen.results import ThresholdError, parse_threshold
+
     for flag, exprs in (("--fail-if", options.fail_if), ("--require", options.require)):
         for expr in exprs:
             try:
@@ -223,6 +260,8 @@ def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, A
     """An option that the scenario does not read is an error when given as a flag, and a
     warning when it comes from the config file or the environment (which may set options
     for several scenarios). With ``warned``, a warning already in it is not repeated."""
+    from loadgen.scenarios import options_not_applying
+
     problems = options_not_applying(options.scenario, [name for name in given if name in flags])
     if problems:
         raise UsageError(problems[0] + "; drop it, or choose the scenario it is for with --scenario")
@@ -236,8 +275,11 @@ def check_applies(options: RunOptions, flags: Dict[str, Any], given: Dict[str, A
 def check_output(directory: Optional[str]) -> None:
     """Fails before the run when ``--output`` cannot be written: a file in the way, a
     folder that cannot be created or written. Warns when it holds an earlier run's
-    result (replaced; results.csv gets a row per run)."""
-    if not directory:
+    result (replaced; results.csv gets a row per run). A URL is checked where it is
+    staged (:func:`loadgen.storage.stage_output`)."""
+    from loadgen.storage import is_remote
+
+    if not directory or is_remote(directory):
         return
     path = os.path.abspath(directory)
     if os.path.lexists(path) and not os.path.isdir(path):
@@ -254,6 +296,9 @@ def check_output(directory: Optional[str]) -> None:
         raise UsageError(f"--output: cannot write to {directory}{where}: {e.strerror or e}") from None
     os.close(fd)
     os.unlink(tmp)
+    from loadgen.results.files import CSV_FILE, HLOG_FILE, RESULT_FILE, SUMMARY_FILE
+    from loadgen.results.html import HTML_FILE
+
     for name in (RESULT_FILE, SUMMARY_FILE, HLOG_FILE, CSV_FILE, HTML_FILE):
         if os.path.isdir(os.path.join(path, name)):
             raise UsageError(f"--output: {os.path.join(directory, name)} is a folder; the run writes a file there")
@@ -265,7 +310,7 @@ def check_output(directory: Optional[str]) -> None:
 def save_html(render: Callable[[], str], directory: str) -> List[str]:
     """Writes ``render()`` as ``directory``/report.html; returns [its path], or [] with a
     warning when it cannot be made or written (the results themselves are saved)."""
-    from loadgen.results.html import write_html
+    from loadgen.results.html import HTML_FILE, write_html
 
     try:
         return [write_html(os.path.join(directory, HTML_FILE), render())]
@@ -281,6 +326,8 @@ def save(doc: Dict[str, Any], directory: str, partial: bool, html: bool = True) 
     :class:`loadgen.runner.ResultError`) is written as result.json alone."""
     failure: Optional[str] = None
     if not partial:
+        from loadgen.results import write_outputs
+
         try:
             paths = write_outputs(doc, directory)
         except OSError:
@@ -293,6 +340,8 @@ def save(doc: Dict[str, Any], directory: str, partial: bool, html: bool = True) 
 
                 paths += save_html(lambda: render_html([(directory, doc)]), directory)
             return paths, None
+    from loadgen.results.files import RESULT_FILE
+
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, RESULT_FILE)
     text = json.dumps(doc, indent=2, default=str) + "\n"
@@ -387,7 +436,7 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
-def save_fallback(doc: Dict[str, Any]) -> str:
+def save_fallback(doc: Any) -> str:
     """Saves ``doc`` as a new ``loadgen-result-*.json`` in the current folder (in the
     temporary folder when that cannot be written), for a result that could not be
     printed and has no --output; returns its path."""
@@ -405,7 +454,7 @@ def save_fallback(doc: Dict[str, Any]) -> str:
     raise last if last is not None else OSError("no folder to save the result in")
 
 
-def show_json(doc: Dict[str, Any], paths: List[str], what: str = "result") -> Optional[int]:
+def show_json(doc: Any, paths: List[str], what: str = "result") -> Optional[int]:
     """Prints ``doc`` as the --json output; None when it got there. Else the error is said
     in one line naming where the result is (``paths[0]``, or a file saved for it, see
     :func:`save_fallback`), and the exit code (1) returned. A closed pipe still ends the
@@ -428,6 +477,8 @@ def show_json(doc: Dict[str, Any], paths: List[str], what: str = "result") -> Op
 
 def read(read: Any, path: str) -> Any:
     """``read(path)``; a file that cannot be read, or is not what it should be, is bad input."""
+    from loadgen.stats.hdrlog import HistogramLogError
+
     try:
         return read(path)
     except OSError as e:

@@ -24,13 +24,12 @@ A ``SystemExit`` from a loop or callback SUT's opening or closing ends the run a
 from __future__ import annotations
 
 import _thread
-import asyncio
 import functools
 import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +38,9 @@ from loadgen import _core
 from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
 from loadgen.units import us_to_ns
+
+if TYPE_CHECKING:  # asyncio is imported where an async or loop SUT runs: a start-up cost
+    import asyncio
 
 __all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher", "SutExit"]
 
@@ -296,6 +298,8 @@ class Dispatcher:
                 self.sut_raised(e, batch)
 
     def _drive_async(self) -> None:
+        import asyncio
+
         loop: asyncio.AbstractEventLoop
         try:
             import uvloop
@@ -330,6 +334,8 @@ class _AsyncDriver:
     """Feeds queued queries to an async SUT, woken by the engine's eventfd."""
 
     def __init__(self, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> None:
+        import asyncio
+
         self.dispatcher = dispatcher
         self.core = dispatcher.core
         self.f = dispatcher.sut
@@ -340,8 +346,11 @@ class _AsyncDriver:
         self.done_ts: List[int] = []
         self.flush_scheduled = False
         self.exhausted = asyncio.Event()
+        self.cancelled = asyncio.CancelledError
 
     async def run(self) -> None:
+        import asyncio
+
         fd = self.core.eventfd()
         if fd < 0:
             raise OSError("the engine could not create an eventfd for the asyncio SUT")
@@ -387,7 +396,7 @@ class _AsyncDriver:
     async def _one(self, qid: int, sample: Any) -> None:
         try:
             await self.f(sample)
-        except asyncio.CancelledError:
+        except self.cancelled:
             raise
         except BaseException as e:  # SystemExit and KeyboardInterrupt too: asyncio would end the loop
             self.dispatcher.sut_raised(e, qid)
@@ -425,6 +434,8 @@ class _LoopDriver(_AsyncDriver):
     async def run(self) -> None:
         # A failure here reaches Dispatcher.start through _drive_guarded, which records
         # it before waking the starter.
+        import asyncio
+
         self.dispatcher.stage = "in open_on_loop()"
         await self.sut.open_on_loop(self.loop, self)
         self.dispatcher.stage = "during the run"

@@ -31,7 +31,6 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from loadgen.net.http1 import blocking_get
 from loadgen.net.targets import Target, host_problem, parse_target, redact_url
 
 __all__ = ["OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonStats", "breakdown", "check_options",
@@ -47,6 +46,9 @@ OFF = "none"
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 _MAX_STATS_BYTES = 4 << 20
 _TIMEOUT_S = 5.0
+# Asking an http:// target's server whether it is Triton delays the run's start by at
+# most this much (a server that does not answer ``GET /v2`` is not read).
+_DETECT_TIMEOUT_S = 2.0
 # After the run the server may record a request just after its response went out: the
 # last read waits this long at most for the server's count to reach the client's.
 _SETTLE_S = 1.0
@@ -170,8 +172,10 @@ class TritonStats:
         self._ssl_context = ssl_context
         self._timeout_s = timeout_s
 
-    def _get(self, url: str) -> bytes:
-        r = blocking_get(url, self._headers, timeout_s=self._timeout_s, ssl_context=self._ssl_context,
+    def _get(self, url: str, timeout_s: Optional[float] = None) -> bytes:
+        from loadgen.net.http1 import blocking_get  # asyncio's client: imported when a breakdown is read
+
+        r = blocking_get(url, self._headers, timeout_s=timeout_s or self._timeout_s, ssl_context=self._ssl_context,
                          max_bytes=_MAX_STATS_BYTES)
         if r.status != 200:
             said = r.body[:200].decode("utf-8", "replace").strip()
@@ -182,7 +186,7 @@ class TritonStats:
         """Whether the server's metadata (``GET /v2``) names Triton; False when it does
         not answer so."""
         try:
-            meta = json.loads(self._get(self.base_url + "/v2"))
+            meta = json.loads(self._get(self.base_url + "/v2", min(self._timeout_s, _DETECT_TIMEOUT_S)))
         except Exception:  # not a KServe server, or not answering: not known to be Triton
             return False
         return isinstance(meta, dict) and str(meta.get("name", "")).lower() == "triton"

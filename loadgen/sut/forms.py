@@ -23,15 +23,17 @@ A plain function in a closed loop of ``concurrency`` N > 1 runs on N threads.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from loadgen import _core
+
+if TYPE_CHECKING:  # an annotation only: asyncio is imported where a loop runs
+    import asyncio
 
 __all__ = ["Batch", "CallbackSUT", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "QuerySink", "SUTForm",
            "classify_sut"]
