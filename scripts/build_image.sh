@@ -72,7 +72,12 @@ need_packages() {
 }
 
 if [ "$build" = 1 ]; then
-  need_packages g++ zlib1g-dev libnghttp2-dev
+  # Any C++17 compiler on the PATH will do; Debian's g++ where there is none.
+  if command -v c++ >/dev/null || command -v g++ >/dev/null; then
+    need_packages zlib1g-dev libnghttp2-dev
+  else
+    need_packages g++ zlib1g-dev libnghttp2-dev
+  fi
   rm -f "$wheel_dir"/loadgen-*.whl
   # pip builds in an isolated environment with pyproject.toml's build requirements
   # (setuptools, pybind11); --no-deps: only loadgen's own wheel.
