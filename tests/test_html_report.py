@@ -569,6 +569,9 @@ def test_chart_data_rules_on_made_up_intervals():
             assert s["color"] == PALETTE["ab".index(s["name"][0])], (c["id"], s["name"])
     latency = time_charts(runs)[0]["series"]
     assert [s["dash"] for s in latency] == ["solid", "dashed", "solid", "dashed"]
+    rates = time_charts(runs)[1]["series"]  # issued dashed, completed solid, alone or overlaid
+    assert [s["dash"] for s in rates] == ["dashed", "solid", "dashed", "solid"]
+    assert [s["dash"] for s in time_charts(runs[:1])[1]["series"]] == ["dashed", "solid"]
 
 
 def test_error_bars_and_server_rates_follow_the_same_rules():

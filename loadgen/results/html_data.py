@@ -130,10 +130,12 @@ def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def _style(runs: Sequence[Run], i: int, j: int, dash: str = "solid") -> Tuple[str, str]:
+def _style(runs: Sequence[Run], i: int, j: int, dashes: Sequence[str] = ()) -> Tuple[str, str]:
     """(colour, dash) of line ``j`` of run ``i``: with several runs the run's own colour,
-    the same in every chart, and a dash per line; with one run a colour per line (``dash``)."""
-    return (_color(i), _DASHES[j % len(_DASHES)]) if len(runs) > 1 else (_color(j), dash)
+    the same in every chart, and a dash per line; with one run a colour per line. A chart's
+    own ``dashes`` (one per line) hold in both."""
+    dash = dashes[j] if j < len(dashes) else _DASHES[j % len(_DASHES)] if len(runs) > 1 else "solid"
+    return (_color(i), dash) if len(runs) > 1 else (_color(j), dash)
 
 
 def _series(name: str, x: List[float], y: List[Any], color: str, dash: str = "solid") -> Dict[str, Any]:
@@ -201,7 +203,7 @@ def _has_value(y: Sequence[Any], zero: bool = True) -> bool:
 
 def _run_lines(runs: Sequence[Run], points_of: Callable[[Dict[str, Any]], Any],
                getters: Callable[[Dict[str, Any], List[Dict[str, Any]]], Sequence[Tuple[str, Getter]]],
-               peak: bool, zero: bool = True, dash: Callable[[int], str] = lambda j: "solid") -> List[Dict[str, Any]]:
+               peak: bool, zero: bool = True, dashes: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """The lines of a time chart: for each run, its drawn intervals (``points_of(doc)``)
     read by each of ``getters(doc, points)`` (label, getter); a line with no value
     (``zero``: 0 is a value) is not drawn. Styled by :func:`_style`."""
@@ -214,7 +216,7 @@ def _run_lines(runs: Sequence[Run], points_of: Callable[[Dict[str, Any]], Any],
         x, cols = _columns(points, [g for _, g in named], peak=peak)
         for j, ((label, _), y) in enumerate(zip(named, cols)):
             if _has_value(y, zero):
-                series.append(_series(_prefix(name, runs) + label, x, y, *_style(runs, i, j, dash(j))))
+                series.append(_series(_prefix(name, runs) + label, x, y, *_style(runs, i, j, dashes)))
     return series
 
 
@@ -244,8 +246,7 @@ def rate_chart(runs: Sequence[Run]) -> Optional[Spec]:
     keys: List[Tuple[str, Getter]] = [
         ("issued", lambda p: _r(p["issued"] / p["length_s"]) if p.get("length_s") and "issued" in p else None),
         ("completed", lambda p: _r(p.get("qps")))]
-    series = _run_lines(runs, _timeseries, lambda doc, points: keys, peak=False,
-                        dash=lambda j: "dashed" if j == 0 else "solid")
+    series = _run_lines(runs, _timeseries, lambda doc, points: keys, peak=False, dashes=("dashed", "solid"))
     return _time_spec("chart-rate", "Issued and completed per second", "queries/s", series) if series else None
 
 
