@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen.engine.engine import Engine, RunResult
 from loadgen.engine.settings import EngineSettings
@@ -155,11 +155,13 @@ class Result(RunResult):
 
 # ---------------------------------------------------------------------- running
 
-def run_options(options: RunOptions, sut: Any = None, *, freeze_gc: bool = False) -> Result:
+def run_options(options: RunOptions, sut: Any = None, *, freeze_gc: bool = False,
+                stop_requested: Optional[Callable[[], bool]] = None) -> Result:
     """The run ``loadgen run`` makes with ``options``, against ``sut``: a Python SUT (any
     form :func:`loadgen.sut.classify_sut` accepts), or None for ``options.sut`` (a
     ``--sut`` string: a URL, ``demo``, ``module:attr``). What :func:`loadgen.run` does
-    when given options.
+    when given options. ``stop_requested`` (polled a few times a second) stops the run
+    early when it returns True; the result is then interrupted and invalid.
 
     Raises:
         ValueError: an option or the SUT is unusable; the message names it.
@@ -181,7 +183,7 @@ def run_options(options: RunOptions, sut: Any = None, *, freeze_gc: bool = False
     measured: List[RunResult] = []
     started = time.time()
     doc = run_benchmark(options, given=_given(options), prepared=prepared, freeze_gc=freeze_gc,
-                        on_measured=measured.append)
+                        on_measured=measured.append, stop_requested=stop_requested)
     return Result.of(measured[0], _document=doc, _sut_name=options.sut, _started_wall_s=started)
 
 

@@ -134,6 +134,18 @@ def test_to_frame_and_save(tmp_path, monkeypatch):
         result.to_frame()
 
 
+def test_stop_requested_ends_a_run_early_and_invalid():
+    deadline = time.monotonic() + 0.5
+    started = time.monotonic()
+    result = loadgen.run(sut=model, scenario="constant", target_qps=100, duration_s=30,
+                         stop_requested=lambda: time.monotonic() > deadline)
+    assert time.monotonic() - started < 20  # not the 30 s asked for
+    assert result.interrupted and not result.valid
+    assert any("interrupted" in r for r in result.reasons), result.reasons
+    assert 0 < result.counts["issued"] < 3000
+    assert_verdict_consistent(result)
+
+
 # ----------------------------------------------------- threads and side effects
 
 def _process_state():

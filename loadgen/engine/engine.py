@@ -326,7 +326,9 @@ def run(settings: Any = None, sut: Any = None, **overrides: Any) -> Result:
       ``run(RunOptions(...), model)``): the run ``loadgen run`` makes with those options
       (every option of the command by its long name, like ``fail_if=["p99>5ms"]``,
       ``slo``, ``latency_bound_ms``; ``sut_name`` names a Python SUT in the document;
-      ``freeze_gc=True`` freezes the collector during the run as the command does).
+      ``freeze_gc=True`` freezes the collector during the run as the command does;
+      ``stop_requested``, polled a few times a second, stops the run when it returns
+      True, as Ctrl-C does: the result is interrupted and INVALID).
       ``sut`` may also be a ``--sut`` string (a URL, ``demo``).
 
     Callable from any thread; it installs no signal handler and changes no process-wide
@@ -348,13 +350,14 @@ def run(settings: Any = None, sut: Any = None, **overrides: Any) -> Result:
 
     if isinstance(settings, RunOptions) or (settings is None and "scenario" in overrides):
         freeze_gc = bool(overrides.pop("freeze_gc", False))
+        stop_requested = overrides.pop("stop_requested", None)
         if isinstance(settings, RunOptions):
             if overrides:
                 raise ValueError(f"run(RunOptions, ...) takes no other options (got {', '.join(sorted(overrides))})")
             options = settings
         else:
             options, sut = _result.options_of(sut, overrides)
-        return _result.run_options(options, sut, freeze_gc=freeze_gc)
+        return _result.run_options(options, sut, freeze_gc=freeze_gc, stop_requested=stop_requested)
     if "scenario" in overrides:
         raise ValueError("give scenario with loadgen run's options, not with EngineSettings")
     settings = settings or EngineSettings()
