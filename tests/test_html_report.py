@@ -508,6 +508,20 @@ def test_an_interval_without_a_value_is_a_gap_not_a_zero(browser, pages):
             assert len(values) >= 2 and min(values) >= least_ms, (cid, line)
 
 
+def test_a_value_between_gaps_is_drawn_as_a_dot(browser, pages, tmp_path):
+    doc = load_result(pages["plain"].parent / "result.json")
+    doc["timeseries"] = [_point(0.0), _point(1.0, ttft_p50_ns=30_000_000, ttft_p99_ns=40_000_000), _point(2.0),
+                         _point(3.0, ttft_p50_ns=20_000_000, ttft_p99_ns=25_000_000),
+                         _point(4.0, ttft_p50_ns=21_000_000, ttft_p99_ns=26_000_000)]
+    page = tmp_path / "gaps.html"
+    page.write_text(render_html([("a", doc)]), encoding="utf-8")
+    glyphs = {(g["name"], g["glyph"]): g for g in _drawn(browser, page)["chart-ttft"]}
+    assert glyphs[("p50", "Line")]["y"] == [None, 30.0, None, 20.0, 21.0]
+    assert glyphs[("p50", "Scatter")]["y"] == [None, 30.0, None, None, None]  # alone: a line cannot show it
+    assert glyphs[("p99", "Scatter")]["y"] == [None, 40.0, None, None, None]
+    assert [g["name"] for g in _drawn(browser, page)["chart-latency"] if g["glyph"] == "Scatter"] == []
+
+
 def test_a_run_has_one_colour_in_every_chart_of_an_overlay(browser, pages):
     check_page(browser, pages["overlay3"], RUN_SECTIONS,
                ["chart-latency", "chart-rate", "chart-ttft", "chart-errors", "chart-gpu-power_w", "chart-host",
