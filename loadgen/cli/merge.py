@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
-from loadgen.cli.common import EXIT_INVALID, EXIT_OK, UsageError, check_output, read, save_html
+from loadgen.cli.common import (
+    COMMON_FLAGS, EXIT_INVALID, EXIT_OK, UsageError, check_output, read, save_html, show_json,
+)
 from loadgen.options import OPTION_SPECS
 from loadgen.results import load_result, render_summary, result_files, write_outputs
 from loadgen.results.files import RESULT_FILE
-from loadgen.results.merge import Input, merge_results, merge_sweeps
+from loadgen.results.merge import Input, merge_results, merge_sweeps, merged_manifest, sweep_records
+from loadgen.sweep.files import MANIFEST_FILE, read_manifest, write_manifest, write_records
 
 __all__ = ["register"]
 
@@ -28,24 +30,32 @@ def register(sub: Any) -> Dict[str, Any]:
         description="Merges the results of the workers of one run (--workers N, one result each) into "
         "one result: histograms added exactly, counts summed, time series aligned on the wall clock, "
         "and the metric and validity computed again on the whole. Invalid when a worker is missing or "
-        "given twice, was interrupted, started late, or ran other settings. Sweep folders (with "
-        "points/*/result.json) are merged point by point.",
+        "given twice, was interrupted, started late, or ran other settings. The server's metrics "
+        "(--server-metrics-url) and the network counters are merged too. Sweep folders (with "
+        "points/*/result.json) are merged point by point into a sweep folder of their own (sweep.json, "
+        "sweep.jsonl, sweep.csv, points/), which compare, report and load_sweep read as any sweep.",
     )
     merge.add_argument("paths", nargs="+", metavar="RESULT_OR_DIR",
                        help="the workers' result.json files, folders holding them, or their sweep folders")
     merge.add_argument("--output", metavar="DIR", help="write result.json, summary.txt, latency.hlog and "
-                       "results.csv here (a sweep's points under DIR/points/)")
-    merge.add_argument("--json", action="store_true", help="print the merged result JSON instead of the summary")
+                       "results.csv here (for sweeps: sweep.json, sweep.jsonl, sweep.csv and the points under "
+                       "DIR/points/)")
     merge.add_argument("--no-html", action="store_true", default=None,
                        help="do not write report.html in --output [env LOADGEN_NO_HTML]")
-    return {"merge": (_cmd_merge, ["--output", "--json", "--no-html"])}
+    merge.add_argument("--json", action="store_true", default=None,
+                       help="print the merged result JSON (a list of the points' for sweeps) instead of the "
+                       "summary [env LOADGEN_JSON]")
+    merge.add_argument("--quiet", action="store_true", default=None,
+                       help="print nothing but errors; the exit code says whether the merge is valid [env LOADGEN_QUIET]")
+    return {"merge": (_cmd_merge, ["--output", "--no-html", *COMMON_FLAGS])}
 
 
-def _no_html(args: argparse.Namespace) -> bool:
-    """--no-html, or LOADGEN_NO_HTML as ``loadgen run`` reads it."""
-    if args.no_html:
+def _flag(args: argparse.Namespace, name: str) -> bool:
+    """A switch (--no-html, --json, --quiet): given, or set in the environment as
+    ``loadgen run`` reads it (LOADGEN_NO_HTML ...)."""
+    if getattr(args, name, None):
         return True
-    spec = next(s for s in OPTION_SPECS if s.name == "no_html")
+    spec = next(s for s in OPTION_SPECS if s.name == name)
     raw = os.environ.get(spec.env)
     if raw is None:
         return False
@@ -62,14 +72,23 @@ def _save_reports(merged: List[Tuple[str, Dict[str, Any]]], output: str) -> List
     if len(merged) == 1 and not merged[0][0]:
         return save_html(lambda: render_html([(output, merged[0][1])]), output)
     written: List[str] = []
-    records = []
-    for i, (name, doc) in enumerate(merged):
+    for name, doc in merged:
         folder = os.path.join(output, SWEEP_POINTS, name)
         written += save_html(functools.partial(render_html, [(folder, doc)]), folder)
-        section = dict(doc.get("sweep") or {})
-        section.update(status="done", index=section.get("index", i), values=section.get("values") or {"point": name})
-        records.append({**doc, "sweep": section})
+    records = sweep_records(merged)
     return written + save_html(lambda: render_sweep_html([(output, records)]), output)
+
+
+def _save_sweep(merged: List[Tuple[str, Dict[str, Any]]], sources: Sequence[str], output: str) -> List[str]:
+    """sweep.json, sweep.jsonl and sweep.csv of a merged sweep, as ``loadgen sweep``
+    writes them, so that compare, report and load_sweep read the merged folder as a sweep."""
+    records = sweep_records(merged)
+    manifests = [read(read_manifest, folder) for folder in sources]
+    try:
+        write_manifest(output, merged_manifest(manifests, records, sources))
+        return [os.path.join(output, MANIFEST_FILE), *write_records(output, records)]
+    except OSError as e:
+        raise UsageError(f"--output: cannot write to {output}: {e.strerror or e}") from None
 
 
 def is_sweep_folder(path: str) -> bool:
@@ -108,7 +127,8 @@ def _merged(paths: Sequence[str]) -> List[Tuple[str, Dict[str, Any]]]:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     check_output(args.output)
-    no_html = _no_html(args)
+    no_html, as_json = _flag(args, "no_html"), _flag(args, "json")
+    quiet = _flag(args, "quiet") and not as_json
     merged = _merged(args.paths)
     written: List[str] = []
     if args.output:
@@ -118,12 +138,16 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 written += write_outputs(doc, folder)
             except OSError as e:
                 raise UsageError(f"--output: cannot write to {folder}: {e.strerror or e}") from None
+        if any(name for name, _ in merged):
+            written += _save_sweep(merged, [p for p in args.paths if is_sweep_folder(p)], args.output)
         if not no_html:
             written += _save_reports(merged, args.output)
-    if args.json:
+    if as_json:
         docs = [doc for _, doc in merged]
-        print(json.dumps(docs if any(name for name, _ in merged) else docs[0], indent=2))
-    else:
+        code = show_json(docs if any(name for name, _ in merged) else docs[0], written, "merged result")
+        if code is not None:
+            return code
+    elif not quiet:
         for name, doc in merged:
             if name:
                 print(f"== {name}")

@@ -332,7 +332,9 @@ def merge_network(workers: Sequence[_Worker]) -> Dict[str, Any]:
     a value that every worker has alike kept, and any other (a time, a mean, a
     percentile, a text that differs, a count some workers lack) kept per worker in
     ``per_worker``: {dotted key: [{"worker": index, "value": ...}]}, with the largest
-    number (the longest ``ready_wait_s``), or the distinct texts joined, in its place."""
+    number (the longest ``ready_wait_s``, the largest ``receive_wait_ns`` percentile: an
+    upper bound), or the distinct texts joined, in its place. A time (a key ending in
+    ``_ns``, ``_s``...) is never summed."""
     reports = [(w.index, w.doc["network"]) for w in workers if isinstance(w.doc.get("network"), dict)]
     if not reports:
         return {}
@@ -345,6 +347,11 @@ def merge_network(workers: Sequence[_Worker]) -> Dict[str, Any]:
     if missing:
         out["workers_without_report"] = missing
     return out
+
+
+def _is_time(key: str) -> bool:
+    """Whether a dotted key is a time (``native.receive_wait_ns.p99``): not summed."""
+    return any(part.endswith(("_ns", "_us", "_ms", "_s")) for part in key.split("."))
 
 
 def _is_count(value: Any) -> bool:
@@ -361,7 +368,7 @@ def _merge_values(values: List[Tuple[int, Any]], path: str, per_worker: Dict[str
         return {k: _merge_values([(i, v[k]) for i, v in values if k in v], f"{path}{k}.", per_worker, n)
                 for k in keys}
     key = path[:-1]
-    if all(_is_count(v) for v in items) and key not in _NET_NOT_SUMMED:
+    if all(_is_count(v) for v in items) and key not in _NET_NOT_SUMMED and not _is_time(key):
         if len(items) < n:
             per_worker[key] = [{"worker": i, "value": v} for i, v in values]
         return sum(items)
@@ -723,9 +730,6 @@ def _sweep_section(workers: Sequence[_Worker]) -> Dict[str, Any]:
     section: Dict[str, Any] = dict(workers[0].doc.get("sweep") or {})
     statuses = [str((w.doc.get("sweep") or {}).get("status", "done")) for w in workers]
     section["status"] = next((s for s in statuses if s != "done"), "done")
-    if not isinstance(section.get("key"), str):
-        section["key"] = json.dumps(section.get("key"), sort_keys=True)
-    section.setdefault("repeat", 0)
     section.pop("wall_s", None)
     return section
 
@@ -741,6 +745,8 @@ def sweep_records(merged: Sequence[Tuple[str, Dict[str, Any]]]) -> List[Dict[str
         section.setdefault("index", i)
         section.setdefault("repeat", 0)
         section.setdefault("key", name)
+        if not isinstance(section["key"], str):  # a sweep's keys are texts
+            section["key"] = json.dumps(section["key"], sort_keys=True)
         section.setdefault("status", "done")
         if not isinstance(section.get("values"), dict) or not section["values"]:
             section["values"] = {"point": name}
