@@ -86,7 +86,8 @@ def test_a_run_with_the_command_options_is_the_commands_run():
     assert mine["scenario"] == doc["scenario"] and mine["sut"] == doc["sut"] == "demo"
     assert set(mine) == set(doc)  # the same document, section by section
     assert {**mine["settings"]["effective"], "json": True} == doc["settings"]["effective"]  # --json aside
-    labels = [line.split()[0] for line in result.summary().splitlines()[2:] if line.strip()]
+    figures = result.summary().split("\n\n", 1)[1]  # after the verdict, its reasons and the diagnosis
+    labels = [line.split()[0] for line in figures.splitlines()]
     assert labels[:5] == ["duration", "queries", "throughput", "latency", "service"]
 
 
