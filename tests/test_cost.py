@@ -148,6 +148,24 @@ def test_token_costs_against_the_servers_own_counts(tmp_path):
     assert cost_figures(doc)["cost.per_million_output_tokens"] == c["per_million_tokens"]["output"]
 
 
+def test_a_merged_run_prices_the_whole_load():
+    """The merge prices the whole load: the hardware's price over the merged duration and
+    every worker's queries."""
+    from loadgen.options import RunOptions
+    from loadgen.results.merge import merge_results
+    from loadgen.runner import run_benchmark
+
+    docs = [run_benchmark(RunOptions(scenario="poisson", target_qps=600.0, duration_s=0.3, workers=2,
+                                     worker_index=i, max_issue_delay_ms=100.0, price_per_hour="3/gpu:2"))
+            for i in range(2)]
+    merged = merge_results([(f"w{i}", d) for i, d in enumerate(docs)])
+    c = merged["cost"]
+    assert c["hourly"] == 6.0 and merged["counts"]["completed"] == sum(d["counts"]["completed"] for d in docs)
+    assert c["per_1k_queries"] == pytest.approx(6.0 * merged["duration_s"] / 3600 / merged["counts"]["completed"]
+                                                * 1000, rel=1e-12)
+    check_result(merged)
+
+
 # ------------------------------------------------------------------ compare
 
 def test_compare_has_the_cost_and_judges_it_per_interval(tmp_path):
