@@ -125,6 +125,7 @@ def cmd_find_peak(args: argparse.Namespace) -> int:
 
 def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     from loadgen.peak.driver import PeakSearch, search_options
+    from loadgen.storage import publish, stage_output
 
     flags = run_flags(args)
     for warning in unknown_environment():
@@ -137,6 +138,7 @@ def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int
             check_thresholds(options)
             check_applies(search_options(options, settings, given), flags, given)
             check_output(options.output)
+            remote = stage_output(options, options.storage_option, stack)  # a URL: staged here
             _check_earlier_search(options.output)
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             with loading_sut(interrupts, options.sut):
@@ -148,7 +150,8 @@ def _cmd_find_peak(args: argparse.Namespace, stack: contextlib.ExitStack) -> int
         interrupts.running = True
         doc = search.run(say=_say if show else None, stop_requested=lambda: interrupts.signal is not None)
         # Within the signal handling: a signal now is taken as during the search, once shown.
-        code = _report(doc, options.json, options.quiet, search.write_error, options.output)
+        code = publish(remote, lambda: _report(doc, options.json, options.quiet, search.write_error, options.output),
+                       options.quiet or options.json, options.json)
         if interrupts.signal is None:
             linger_live(live, options)
         elif code != EXIT_INVALID:  # an error showing the result (1) stands

@@ -42,7 +42,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
+    from loadgen.results.files import CSV_FILE
     from loadgen.runner import ResultError, prepare, run_benchmark
+    from loadgen.storage import publish, stage_output
 
     flags = run_flags(args)
     for warning in unknown_environment():
@@ -53,6 +55,7 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             check_thresholds(options)
             check_applies(options, flags, given)
             check_output(options.output)
+            remote = stage_output(options, options.storage_option, stack, seed=(CSV_FILE,))  # a URL: staged here
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             if options.record_requests:
                 check_record_path(options.record_requests)
@@ -80,7 +83,8 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             raise
         # Still within the signal handling: a signal while the files are written is
         # taken as during the run (the files are finished, then the exit code says it).
-        return _after_run(doc, failure, options, interrupts, show, live)
+        return publish(remote, lambda: _after_run(doc, failure, options, interrupts, show, live), quiet,
+                       options.json)
 
 
 def _after_run(doc: Dict[str, Any], failure: Optional[str], options: RunOptions, interrupts: Interrupts,

@@ -158,24 +158,27 @@ def load_results(
 
     Args:
         paths: result.json files and/or folders (searched recursively for result.json),
-            and/or sweep folders.
+            and/or sweep folders; each may be a URL of an upload (``s3://bucket/prefix``,
+            see :mod:`loadgen.storage`), read from a local copy.
 
     Raises:
         ImportError: pandas is not installed (``pip install pandas``).
         ValueError: a file is not a loadgen result, or does not follow its schema.
     """
     pd = _pandas("load_results")
+    from loadgen.storage import local_copies
     from loadgen.sweep.files import frame_rows, is_sweep_folder  # a sweep's folder is read by its own format
 
     rows = []
-    for p in _path_list(paths):
-        if is_sweep_folder(p):
-            rows.extend(frame_rows(p))
-            continue
-        for path in result_files([p]):
-            row = flatten(load_result(path))
-            row["path"] = path
-            rows.append(row)
+    with local_copies([os.fspath(p) for p in _path_list(paths)], "load_results") as copies:
+        for p in copies.paths:
+            if is_sweep_folder(p):
+                rows.extend(frame_rows(p))
+                continue
+            for path in result_files([p]):
+                row = flatten(load_result(path))
+                row["path"] = copies.url_of(path)
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -194,10 +197,13 @@ def load_timeseries(
         ImportError: pandas is not installed (``pip install pandas``).
         ValueError: a file is not a loadgen result, or does not follow its schema.
     """
+    from loadgen.storage import local_copies
+
     pd = _pandas("load_timeseries")
     rows: List[Dict[str, Any]] = []
-    for path in result_files(_path_list(paths)):
-        rows.extend({"path": path, **row} for row in timeseries_rows(load_result(path)))
+    with local_copies([os.fspath(p) for p in _path_list(paths)], "load_timeseries") as copies:
+        for path in result_files(copies.paths):
+            rows.extend({"path": copies.url_of(path), **row} for row in timeseries_rows(load_result(path)))
     frame = pd.DataFrame(rows)
     kinds = [c for c in frame.columns if str(c).startswith("errors.")]
     if kinds:
