@@ -684,8 +684,9 @@ def _venv_python(venv):
 def test_the_build_script_installs_a_wheel_with_the_native_clients_into_a_fresh_venv(tmp_path):
     """scripts/build_image.sh as the image and CI run it, into a new virtual environment:
     the installed package (not this source tree) reports both native clients, and has its
-    metadata and its default dependencies. LOADGEN_WHEEL_DIR (set by CI, which builds the
-    wheel once with this script) installs that wheel instead of building again."""
+    metadata and its default dependencies. The build reuses the in-tree objects a
+    `pip install .` left (CI's); LOADGEN_WHEEL_DIR, a folder holding a wheel this script
+    built, installs that wheel instead of building again."""
     venv = tmp_path / "venv"
     prebuilt = os.environ.get("LOADGEN_WHEEL_DIR")
     if prebuilt:
