@@ -85,6 +85,13 @@ def test_a_run_lands_in_the_bucket_and_report_reads_it_back(s3, bucket, tmp_path
     assert list(frame["path"]) == [f"{url}/result.json"]
     assert frame["counts.completed"].iloc[0] == stored["counts"]["completed"]
 
+    proc = cli(s3, tmp_path, "merge", url, "--output", f"s3://{bucket}/merged", "--quiet",
+               "--storage-option", f"endpoint_url={s3.endpoint}")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "result.json" in check_marker(s3, bucket, "merged")
+    merged = json.loads(s3.get(bucket, "merged/result.json"))
+    assert merged["counts"]["completed"] == stored["counts"]["completed"]
+
     # An object that is not the one the marker lists is refused, in one line.
     s3.put(bucket, "runs/r1/result.json", json.dumps(stored).encode())
     proc = cli(s3, tmp_path, "report", url)

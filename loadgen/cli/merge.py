@@ -37,9 +37,12 @@ def register(sub: Any) -> Dict[str, Any]:
     )
     merge.add_argument("paths", nargs="+", metavar="RESULT_OR_DIR",
                        help="the workers' result.json files, folders holding them, or their sweep folders")
-    merge.add_argument("--output", metavar="DIR", help="write result.json, summary.txt, latency.hlog and "
+    merge.add_argument("--output", metavar="DIR|URL", help="write result.json, summary.txt, latency.hlog and "
                        "results.csv here (for sweeps: sweep.json, sweep.jsonl, sweep.csv and the points under "
-                       "DIR/points/)")
+                       "DIR/points/); a URL (s3://bucket/prefix) is written locally, then uploaded")
+    merge.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="an fsspec filesystem option for a --output URL, like endpoint_url=http://127.0.0.1:9000 "
+                       "(repeatable) [env LOADGEN_STORAGE_OPTION, which RESULT_OR_DIR URLs are read with]")
     merge.add_argument("--no-html", action="store_true", default=None,
                        help="do not write report.html in --output [env LOADGEN_NO_HTML]")
     merge.add_argument("--json", action="store_true", default=None,
@@ -47,7 +50,7 @@ def register(sub: Any) -> Dict[str, Any]:
                        "summary [env LOADGEN_JSON]")
     merge.add_argument("--quiet", action="store_true", default=None,
                        help="print nothing but errors; the exit code says whether the merge is valid [env LOADGEN_QUIET]")
-    return {"merge": (_cmd_merge, ["--output", "--no-html", *COMMON_FLAGS])}
+    return {"merge": (_cmd_merge, ["--output", "--storage-option", "--no-html", *COMMON_FLAGS])}
 
 
 def _flag(args: argparse.Namespace, name: str) -> bool:
