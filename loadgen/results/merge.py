@@ -20,6 +20,12 @@ to the merged interval k whose start ``t0 + k * interval_s`` is nearest, where `
 the earliest worker's start. Workers that started within half an interval of each other
 (``--start-at``) put their interval k in merged interval k.
 
+Beside the engine's figures: the ``network`` section's counts are summed and its other
+values kept per worker (:func:`merge_network`); the server's metrics are counted once per
+server, the servers summed, the gauges pooled and kept per worker
+(:func:`merge_server_metrics`); a sweep's points merged are written as a sweep folder
+(:func:`sweep_records`, :func:`merged_manifest`).
+
 The merge is invalid, saying why, when a worker of ``0..N-1`` is missing or given twice,
 when a worker was interrupted, is partial or started late, when the workers' settings
 do not match (scenario, SUT, latency bounds, histogram layout, worker count, total
