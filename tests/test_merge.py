@@ -219,14 +219,15 @@ def make_sweep(root: Path, docs_by_point: Dict[str, Dict]) -> Path:
     lines = []
     for name, doc in docs_by_point.items():
         write_outputs(doc, str(root / "points" / name))
-        lines.append(json.dumps({"index": doc["sweep"]["index"], "path": f"points/{name}/result.json"}))
+        lines.append(json.dumps({**doc, "sweep": {**doc["sweep"], "dir": f"points/{name}"}}))
     (root / "sweep.jsonl").write_text("\n".join(lines) + "\n")
     return root
 
 
 def with_sweep(doc: Dict, index: int, qps: float) -> Dict:
     doc = copy.deepcopy(doc)
-    doc["sweep"] = {"index": index, "values": {"target_qps": qps}, "key": {"target_qps": qps}}
+    doc["sweep"] = {"index": index, "repeat": 0, "values": {"target_qps": qps}, "key": f"qps-{qps:g}",
+                    "status": "done"}
     return doc
 
 
@@ -248,7 +249,7 @@ def test_sweeps_merge_point_by_point_by_key(sweep_docs, tmp_path):
     for name, qps in (("000-qps-400", 400.0), ("001-qps-800", 800.0)):
         doc = merged[name]
         assert doc["valid"], doc["invalid_reasons"]
-        assert doc["sweep"]["key"] == {"target_qps": qps}
+        assert doc["sweep"]["key"] == f"qps-{qps:g}"
         assert doc["settings"]["effective"]["target_qps"] == qps
         assert doc["counts"]["completed"] == sum(sweep_docs[(i, qps)]["counts"]["completed"] for i in range(2))
     assert sweep_key("x/points/000-a/result.json", {}) == "000-a"

@@ -258,3 +258,24 @@ def test_quiet_prints_nothing_and_json_still_prints(three, tmp_path):
     assert proc.returncode in (0, 1) and proc.stdout == ""
     proc = run_cli("merge", *w, "--quiet", "--no-such-flag")
     assert proc.returncode == 2 and "unknown option --no-such-flag" in proc.stderr
+
+
+@pytest.mark.integration
+def test_a_point_that_failed_on_every_worker_stays_in_the_merged_sweep(tmp_path):
+    hook = 'test "$LOADGEN_POINT_INDEX" != 1'  # the second point's before-point hook fails
+    for i in range(2):
+        proc = run_cli("sweep", "--sut", "demo", "--scenario", "constant", "--vary", "target_qps=300,600",
+                       "--duration-s", "0.2", "--max-issue-delay-ms", "100", "--workers", "2", "--worker-index",
+                       str(i), "--before-point", hook, "--output", tmp_path / f"w{i}", "--no-html", "--quiet",
+                       timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = tmp_path / "merged"
+    proc = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--output", out, "--no-html")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED on every worker: the before-point hook exited 1" in proc.stdout
+    records = read_records(out)
+    assert [(r["sweep"]["index"], r["sweep"]["status"]) for r in records] == [(0, "done"), (1, "failed")]
+    frame = load_sweep(out)
+    assert list(frame["status"]) == ["done", "failed"] and list(frame["target_qps"]) == [300.0, 600.0]
+    proc = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--json")
+    assert [r["sweep"]["status"] for r in json.loads(proc.stdout)] == ["done", "failed"]

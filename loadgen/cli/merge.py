@@ -15,7 +15,7 @@ from loadgen.options import OPTION_SPECS
 from loadgen.results import load_result, render_summary, result_files, write_outputs
 from loadgen.results.files import RESULT_FILE
 from loadgen.results.merge import Input, merge_results, merge_sweeps, merged_manifest, sweep_records
-from loadgen.sweep.files import MANIFEST_FILE, read_manifest, write_manifest, write_records
+from loadgen.sweep.files import MANIFEST_FILE, read_manifest, read_records, write_manifest, write_records
 
 __all__ = ["register"]
 
@@ -68,24 +68,22 @@ def _flag(args: argparse.Namespace, name: str) -> bool:
         raise UsageError(f"{spec.flag} ({spec.env}): {e}") from None
 
 
-def _save_reports(merged: List[Tuple[str, Dict[str, Any]]], output: str) -> List[str]:
+def _save_reports(merged: List[Tuple[str, Dict[str, Any]]], records: List[Dict[str, Any]], output: str) -> List[str]:
     """report.html of the merged result, or of each merged point and of the sweep."""
     from loadgen.results.html import render_html, render_sweep_html
 
-    if len(merged) == 1 and not merged[0][0]:
+    if not records:
         return save_html(lambda: render_html([(output, merged[0][1])]), output)
     written: List[str] = []
     for name, doc in merged:
         folder = os.path.join(output, SWEEP_POINTS, name)
         written += save_html(functools.partial(render_html, [(folder, doc)]), folder)
-    records = sweep_records(merged)
     return written + save_html(lambda: render_sweep_html([(output, records)]), output)
 
 
-def _save_sweep(merged: List[Tuple[str, Dict[str, Any]]], sources: Sequence[str], output: str) -> List[str]:
+def _save_sweep(records: List[Dict[str, Any]], sources: Sequence[str], output: str) -> List[str]:
     """sweep.json, sweep.jsonl and sweep.csv of a merged sweep, as ``loadgen sweep``
     writes them, so that compare, report and load_sweep read the merged folder as a sweep."""
-    records = sweep_records(merged)
     manifests = [read(read_manifest, folder) for folder in sources]
     try:
         write_manifest(output, merged_manifest(manifests, records, sources))
@@ -133,6 +131,10 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     no_html, as_json = _flag(args, "no_html"), _flag(args, "json")
     quiet = _flag(args, "quiet") and not as_json
     merged = _merged(args.paths)
+    sources = [p for p in args.paths if is_sweep_folder(p)]
+    # A sweep's lines: the merged points, and those that failed on every worker.
+    records = sweep_records(merged, [read(read_records, folder) for folder in sources]) if sources else []
+    failed = [r for r in records if "schema" not in r]
     written: List[str] = []
     if args.output:
         for name, doc in merged:
@@ -141,13 +143,12 @@ def _cmd_merge(args: argparse.Namespace) -> int:
                 written += write_outputs(doc, folder)
             except OSError as e:
                 raise UsageError(f"--output: cannot write to {folder}: {e.strerror or e}") from None
-        if any(name for name, _ in merged):
-            written += _save_sweep(merged, [p for p in args.paths if is_sweep_folder(p)], args.output)
+        if records:
+            written += _save_sweep(records, sources, args.output)
         if not no_html:
-            written += _save_reports(merged, args.output)
+            written += _save_reports(merged, records, args.output)
     if as_json:
-        docs = [doc for _, doc in merged]
-        code = show_json(docs if any(name for name, _ in merged) else docs[0], written, "merged result")
+        code = show_json(records if records else merged[0][1], written, "merged result")
         if code is not None:
             return code
     elif not quiet:
@@ -155,6 +156,10 @@ def _cmd_merge(args: argparse.Namespace) -> int:
             if name:
                 print(f"== {name}")
             sys.stdout.write(render_summary(doc))
+        for r in failed:
+            print(f"== {os.path.basename(str(r['sweep'].get('dir', r['sweep']['key'])))}\n"
+                  f"{r['sweep']['status'].upper()} on every worker: {r['sweep'].get('error') or 'no result'}")
         if written:
             print(f"wrote {', '.join(written)}")
-    return EXIT_OK if all(doc["valid"] for _, doc in merged) else EXIT_INVALID
+    valid = all(doc["valid"] for _, doc in merged) and not failed
+    return EXIT_OK if valid else EXIT_INVALID

@@ -740,12 +740,21 @@ def _sweep_section(workers: Sequence[_Worker]) -> Dict[str, Any]:
     return section
 
 
-def sweep_records(merged: Sequence[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+def sweep_records(merged: Sequence[Tuple[str, Dict[str, Any]]],
+                  workers_records: Sequence[Sequence[Dict[str, Any]]] = ()) -> List[Dict[str, Any]]:
     """The merged points of :func:`merge_sweeps` as the lines of a sweep's sweep.jsonl
     (:mod:`loadgen.sweep.files`), in point order: each document with its ``sweep``
     section, complete (index, repeat, key, values, status, dir) also for points from
-    results that lack one."""
+    results that lack one. ``workers_records``: the workers' own sweep.jsonl lines; a
+    point that no worker has a result of (it failed everywhere: a hook, the server's
+    readiness) is kept as the first worker's record of it, as a sweep keeps it."""
+    keys = {str((doc.get("sweep") or {}).get("key")) for _, doc in merged}
     records = []
+    for lines in workers_records:
+        for record in lines:
+            if str(record["sweep"]["key"]) not in keys and "schema" not in record:
+                keys.add(str(record["sweep"]["key"]))
+                records.append(record)
     for i, (name, doc) in enumerate(merged):
         section = dict(doc.get("sweep") or {})
         section.setdefault("index", i)
