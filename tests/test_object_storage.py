@@ -100,7 +100,7 @@ def test_a_run_lands_in_the_bucket_and_report_reads_it_back(s3, bucket, tmp_path
     assert f"its upload's {MARKER} lists (size or SHA-256 differ)" in proc.stderr
 
 
-def test_a_sweep_lands_in_the_bucket_and_resumes_from_it(s3, bucket, tmp_path):
+def test_a_sweep_lands_in_the_bucket_and_resumes_from_it(s3, bucket, tmp_path, monkeypatch):
     url = f"s3://{bucket}/sweeps/s1"
     cmd = ["sweep", *SWEEP, "--vary", "concurrency=1,2", "--output", url]
     proc = cli(s3, tmp_path, *cmd)
@@ -123,6 +123,13 @@ def test_a_sweep_lands_in_the_bucket_and_resumes_from_it(s3, bucket, tmp_path):
     assert json.loads(proc.stdout) == stored
     proc = cli(s3, tmp_path, "compare", url, url)
     assert proc.returncode == 0, proc.stderr
+
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    import loadgen
+
+    frame = loadgen.load_results(url)  # a row per point, each named by its URL
+    assert sorted(frame["path"]) == [f"{url}/{p}" for p in points]
 
 
 def test_the_marker_is_written_after_every_file_and_a_reader_refuses_an_upload_without_it(

@@ -173,7 +173,8 @@ def load_results(
     with local_copies([os.fspath(p) for p in _path_list(paths)], "load_results") as copies:
         for p in copies.paths:
             if is_sweep_folder(p):
-                rows.extend(frame_rows(p))
+                rows.extend({**row, "path": copies.url_of(row["path"]) if row.get("path") else ""}
+                            for row in frame_rows(p))
                 continue
             for path in result_files([p]):
                 row = flatten(load_result(path))
