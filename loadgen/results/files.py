@@ -169,7 +169,7 @@ def load_results(
     from loadgen.storage import local_copies
     from loadgen.sweep.files import frame_rows, is_sweep_folder  # a sweep's folder is read by its own format
 
-    rows = []
+    rows: List[Dict[str, Any]] = []
     with local_copies([os.fspath(p) for p in _path_list(paths)], "load_results") as copies:
         for p in copies.paths:
             if is_sweep_folder(p):
