@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import ssl
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from loadgen import defaults
+
+if TYPE_CHECKING:  # ssl is imported where a TLS context is made: a start-up cost
+    import ssl
 
 __all__ = ["CUT_MARK", "NetOptions", "REDACTED", "Redactor", "SECRET_QUERY_NAMES", "SENSITIVE_HEADERS", "clip",
            "header_problem", "options_redactor", "parse_header", "redact_query", "ssl_context", "template_headers"]
@@ -293,6 +295,8 @@ def _holds_secret_query(obj: Any) -> bool:
 def ssl_context(ca_file: Optional[str], insecure: bool) -> ssl.SSLContext:
     """A client TLS context: verified against ``ca_file`` (or the system store), or with
     verification off when ``insecure``."""
+    import ssl
+
     if insecure:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
