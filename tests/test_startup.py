@@ -19,21 +19,28 @@ REPO = Path(loadgen.__file__).resolve().parent.parent
 HEAVY = ("numpy", "loadgen._core", "loadgen.engine", "loadgen.options", "loadgen.results", "asyncio")
 
 # Runs the command line as `python -m loadgen ARGS` does, and writes the names of the
-# modules loaded when the interpreter exits (after argparse's SystemExit) to PATH.
+# modules loaded when the interpreter exits (after argparse's SystemExit) to PATH, and
+# the OpenBLAS thread count the process had then.
 _PROBE = """
-import atexit, json, runpy, sys
+import atexit, json, os, runpy, sys
 path, args = sys.argv[1], sys.argv[2:]
-atexit.register(lambda: open(path, "w").write(json.dumps(sorted(sys.modules))))
+atexit.register(lambda: open(path, "w").write(json.dumps(
+    {"modules": sorted(sys.modules), "blas": os.environ.get("OPENBLAS_NUM_THREADS")})))
 sys.argv = ["loadgen"] + args
 runpy.run_module("loadgen", run_name="__main__", alter_sys=True)
 """
 
 
-def modules_loaded_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set]:
-    out = tmp_path / "modules.json"
+def probe(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "probe.json"
     p = subprocess.run([sys.executable, "-c", _PROBE, str(out), *args], capture_output=True, text=True,
-                       timeout=60)
-    return p, set(json.loads(out.read_text()))
+                       timeout=120, env=env)
+    return p, json.loads(out.read_text())
+
+
+def modules_loaded_by(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, set]:
+    p, got = probe(tmp_path, *args)
+    return p, set(got["modules"])
 
 
 @pytest.mark.parametrize("args, code, says", [
@@ -141,3 +148,25 @@ def test_the_unbuilt_tree_error_names_the_fix(tmp_path):
         last = p.stderr.strip().splitlines()[-1]
         assert "loadgen's native extension (loadgen._core) is not available" in last, p.stderr
         assert "unbuilt source tree" in last and "python setup.py build_ext --inplace" in last, last
+
+
+def _env_without_blas_threads() -> dict:
+    from loadgen.cli import BLAS_THREAD_VARIABLES
+
+    return {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
+
+
+def test_a_run_has_one_blas_thread_unless_the_user_chose(tmp_path):
+    """numpy's OpenBLAS would start a thread per core, each spinning a while: one, in the
+    command line, unless a BLAS thread variable is set."""
+    one_request = ["run", "--sut", "null", "--scenario", "concurrency", "--concurrency", "1",
+                   "--query-count", "1", "--quiet"]
+    env = _env_without_blas_threads()
+    p, got = probe(tmp_path, *one_request, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "numpy" in got["modules"] and got["blas"] == "1"
+    p, got = probe(tmp_path, *one_request, env={**env, "OMP_NUM_THREADS": "3"})
+    assert p.returncode == 0, p.stderr
+    assert got["blas"] is None  # the user's choice stands
+    p, got = probe(tmp_path, *one_request, env={**env, "OPENBLAS_NUM_THREADS": "2"})
+    assert got["blas"] == "2"

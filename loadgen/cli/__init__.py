@@ -71,12 +71,26 @@ def _build_parser(command: Optional[str] = None) -> Tuple[argparse.ArgumentParse
     return parser, commands
 
 
+#: The variables that set the threads of numpy's BLAS (OpenBLAS), in its order.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def _one_blas_thread() -> None:
+    """OpenBLAS starts a thread per core when numpy is imported, and each spins for a
+    while before it sleeps: about 100 ms of CPU per process on 2 cores, more on larger
+    machines, for linear algebra that the command line does not do. One thread, unless
+    the user chose (one of :data:`BLAS_THREAD_VARIABLES` is set) or numpy is loaded."""
+    if "numpy" not in sys.modules and not any(name in os.environ for name in BLAS_THREAD_VARIABLES):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the command line and returns the process exit code.
 
     Output to a closed pipe ends the command quietly with :data:`EXIT_BROKEN_PIPE`.
     ``--help`` and ``--version`` exit through argparse's SystemExit, as before.
     """
+    _one_blas_thread()
     try:
         try:
             with Interrupts():  # a signal before (or after) a command's own handling: interrupted
