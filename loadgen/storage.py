@@ -19,7 +19,6 @@ Credentials come from the usual places (for S3: the ``AWS_*`` environment variab
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import posixpath
@@ -27,7 +26,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from loadgen.files import HLOG_LIMIT_BYTES, MIB, RESULT_LIMIT_BYTES, open_bounded, size_text
@@ -154,6 +152,8 @@ def _warn(text: str) -> None:
 
 def _digest(path: str) -> Tuple[int, str]:
     """(size, SHA-256 hex) of a staged file."""
+    import hashlib  # here and below: what an upload needs is imported for an upload
+
     h = hashlib.sha256()
     size = 0
     with open_bounded(path, what="--output", limit_bytes=1 << 50) as f:
@@ -208,6 +208,8 @@ def _read_marker(fs: Any, base: str) -> Optional[Dict[str, Dict[str, Any]]]:
 def _download(fs: Any, remote: str, local: str, entry: Dict[str, Any], limit: int, shown: str) -> None:
     """Copies ``remote`` to ``local``, at most ``limit`` bytes, checked against its entry
     in the marker (size and SHA-256)."""
+    import hashlib
+
     os.makedirs(os.path.dirname(local), exist_ok=True)
     h = hashlib.sha256()
     size = 0
@@ -250,6 +252,8 @@ class RemoteOutput:
     def check(self) -> None:
         """Fails (:class:`StorageError`) unless a probe object can be written and removed
         at the URL: before anything runs, like a local ``--output``."""
+        import uuid
+
         probe = f"{self.root}/.loadgen-probe-{uuid.uuid4().hex}"
         try:
             if _is_local(self.fs):
