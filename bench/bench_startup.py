@@ -28,12 +28,17 @@ copy; --no-bytecode-cache measures a tree whose every start compiles every modul
 
 Each round runs every case once, the order rotated each round; figures are medians
 [min-max] of --rounds rounds, and loadgen / perf_analyzer is the ratio of the medians.
-The goals checked: --version under 50 ms, a one-request run under 150 ms.
+The goals checked: --version under 50 ms, a one-request run under 150 ms. With --other
+PATH, the loadgen cases also run from another tree (an earlier commit's ``loadgen/``
+with its extension built or copied in, first on PYTHONPATH) in the same rounds, as
+CASE@other, for a before and after in one sitting.
 
 Usage:
     python bench/bench_startup.py                          # all cases, 9 rounds (~2 min)
     python bench/bench_startup.py --cases python,version,help,null --rounds 21
     python bench/bench_startup.py --json /tmp/startup.json
+    git archive OLD loadgen | tar -x -C /tmp/old && cp loadgen/_core*.so /tmp/old/loadgen/
+    python bench/bench_startup.py --other /tmp/old          # OLD's figures beside this tree's
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ REPO = os.path.dirname(HERE)
 
 CASES = ("python", "version", "help", "null", "http", "grpc", "pa-http", "pa-grpc")
 SERVER_CASES = {"http", "grpc", "pa-http", "pa-grpc"}
+LOADGEN_CASES = {"version", "help", "null", "http", "grpc"}
 PEERS = {"http": "pa-http", "grpc": "pa-grpc"}  # loadgen case -> perf_analyzer's
 GOALS_MS = {"version": 50.0, "null": 150.0, "http": 150.0, "grpc": 150.0}
 ONE_REQUEST = ["--scenario", "concurrency", "--concurrency", "1", "--query-count", "1",
@@ -81,7 +87,9 @@ def check_one_request(parse: Callable[[str], Dict[str, Any]]) -> Callable[[str],
     return check
 
 
-def case_argv(name: str, server: Any, body: str, pa: Optional[str]) -> List[str]:
+def case_argv(name: str, server: Any, body: str, pa: Optional[str], other: Optional[str] = None) -> List[str]:
+    if "@" in name:  # CASE@other: the case with the other tree first on the path
+        return ["env", f"PYTHONPATH={other}"] + case_argv(name.split("@")[0], server, body, pa)
     if name == "python":
         return [sys.executable, "-c", "pass"]
     if name == "version":
@@ -102,6 +110,7 @@ def case_argv(name: str, server: Any, body: str, pa: Optional[str]) -> List[str]
 
 
 def case_check(name: str) -> Callable[[str], Dict[str, Any]]:
+    name = name.split("@")[0]
     if name in ("null", "http", "grpc"):
         return check_one_request(parse_loadgen)
     if name.startswith("pa-"):
@@ -137,7 +146,7 @@ def report(records: List[Dict[str, Any]], cases: List[str]) -> List[str]:
     for c in cases:
         ok = [r for r in records if r["case"] == c and r["ok"]]
         failed = sum(1 for r in records if r["case"] == c and not r["ok"])
-        peer = PEERS.get(c)
+        peer = PEERS.get(c.split("@")[0])
         vs = fmt_ratio(ratio(med(cpu[c]), med(cpu[peer]))) if peer in cpu else "-"
         lines.append(f"| {c}{f' ({failed} failed)' if failed else ''} | {spread(cpu[c], ms)} | "
                      f"{ms(med([r['user_s'] for r in ok]))} | {ms(med([r['sys_s'] for r in ok]))} | "
@@ -162,11 +171,18 @@ def main() -> int:
                     help="do not cache loadgen's bytecode: every start compiles every module")
     ap.add_argument("--timeout-s", type=float, default=60.0, help="time limit of each run (default 60)")
     ap.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    ap.add_argument("--other", metavar="PATH",
+                    help="also run the loadgen cases from this tree (holding loadgen/, built), as CASE@other")
     a = ap.parse_args()
     cases = [c.strip() for c in a.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown or a.rounds < 1:
         ap.error(f"unknown case(s) {unknown}" if unknown else "--rounds must be at least 1")
+    if a.other:
+        a.other = os.path.abspath(a.other)
+        if not os.path.isfile(os.path.join(a.other, "loadgen", "__init__.py")):
+            ap.error(f"--other {a.other}: no loadgen/__init__.py there")
+        cases += [f"{c}@other" for c in cases if c in LOADGEN_CASES]
     pa = find_perf_analyzer(a.perf_analyzer)
     if pa is None and any(c.startswith("pa-") for c in cases):
         print(f"perf_analyzer not found ({INSTALL_HINT}): its cases are left out")
@@ -203,11 +219,11 @@ def main() -> int:
             print(f"   triton up in {time.perf_counter() - t0:.0f} s", flush=True)
         try:
             for name in cases:  # warm-up, not recorded: the server's first request, the page cache
-                measure(name, case_argv(name, server, body, pa), tmp, a.timeout_s)
+                measure(name, case_argv(name, server, body, pa, a.other), tmp, a.timeout_s)
             for rnd in range(a.rounds):
                 k = rnd % len(cases)
                 for name in cases[k:] + cases[:k]:
-                    rec = measure(name, case_argv(name, server, body, pa), tmp, a.timeout_s)
+                    rec = measure(name, case_argv(name, server, body, pa, a.other), tmp, a.timeout_s)
                     rec["round"] = rnd + 1
                     records.append(rec)
                     if not rec["ok"]:
