@@ -130,6 +130,8 @@ def test_a_sweep_lands_in_the_bucket_and_resumes_from_it(s3, bucket, tmp_path, m
 
     frame = loadgen.load_results(url)  # a row per point, each named by its URL
     assert sorted(frame["path"]) == [f"{url}/{p}" for p in points]
+    frame = loadgen.load_sweep(url)  # the sweep's own reader takes the URL too
+    assert sorted(frame["path"]) == [f"{url}/{p}" for p in points] and sorted(frame["concurrency"]) == [1, 2]
 
 
 def test_the_marker_is_written_after_every_file_and_a_reader_refuses_an_upload_without_it(

@@ -258,15 +258,24 @@ def load_sweep(directory: PathLike) -> pd.DataFrame:
     """A sweep folder as a pandas DataFrame, one row per point run (the lines of
     sweep.jsonl, in point order); see :func:`frame_rows` for the columns.
 
+    ``directory`` may be the URL of an uploaded sweep (``s3://bucket/prefix``, see
+    :mod:`loadgen.storage`): it is read from a local copy, and ``path`` names the URLs.
+
     Raises:
         ImportError: pandas is not installed.
         ValueError: the folder holds no sweep, or a line of sweep.jsonl is not a record.
+        loadgen.storage.StorageError: the URL holds no complete upload, or cannot be read.
     """
     try:
         import pandas as pd
     except ImportError:
         raise ImportError("load_sweep needs pandas: pip install pandas") from None
-    if not is_sweep_folder(directory):
-        raise ValueError(f"{os.fspath(directory)} is not a sweep folder (it has no {MANIFEST_FILE} "
-                         f"or {SWEEP_JSONL})")
-    return pd.DataFrame(frame_rows(directory))
+    from loadgen.storage import local_copies
+
+    with local_copies([os.fspath(directory)], "load_sweep") as copies:
+        local = copies.paths[0]
+        if not is_sweep_folder(local):
+            raise ValueError(f"{os.fspath(directory)} is not a sweep folder (it has no {MANIFEST_FILE} "
+                             f"or {SWEEP_JSONL})")
+        rows = [{**row, "path": copies.url_of(row["path"]) if row.get("path") else ""} for row in frame_rows(local)]
+    return pd.DataFrame(rows)
