@@ -234,6 +234,8 @@ def _run_benchmark(
         if live is not None:
             live.finish()  # the final values, served until the next run or the server's end
     result = _measured_intervals(engine.result())
+    if sut_exit is None:  # stopped by its own SUT's KeyboardInterrupt (an embedded run, or Ctrl-C ignored)
+        interrupted = interrupted or result.interrupted
     if server_stats is not None:
         server_stats.end(result.counts["completed"] + result.counts["failed"])
     if on_measured is not None:

@@ -289,3 +289,35 @@ def test_the_example_server_runs_loadgen_behind_an_endpoint(embedded_server):
         thread.join(120)
     assert first["status"] == 200 and first["answer"]["counts"]["issued"] > 0
     assert proc.alive()  # the runs were on handler threads; the server's main thread is untouched
+
+
+def test_a_sut_keyboard_interrupt_stops_a_run_from_another_thread_and_not_the_main_thread():
+    from tests.test_hardening_sut import _interrupting_function
+
+    out = {}
+
+    def body():
+        try:
+            out["result"] = loadgen.run(sut=_interrupting_function(10), scenario="constant",
+                                        target_qps=500, duration_s=30)
+        except BaseException as e:  # handed to the test
+            out["error"] = e
+
+    thread = threading.Thread(target=body)
+    main_interrupted = False
+    started = time.monotonic()
+    thread.start()
+    try:  # the main thread sleeps on: an interrupt meant for it would end this loop
+        while thread.is_alive() and time.monotonic() - started < 60:
+            time.sleep(0.01)
+        time.sleep(0.5)
+    except KeyboardInterrupt:
+        main_interrupted = True
+    thread.join(120)
+    assert not main_interrupted
+    assert "error" not in out, out.get("error")
+    result = out["result"]
+    assert result.interrupted is True and result.valid is False
+    assert result.to_dict()["interrupted"] is True
+    assert result.errors == {"KeyboardInterrupt": 1}
+    assert 9 <= result.counts["completed"] and result.counts["issued"] < 5000  # stopped, not 30 s of it

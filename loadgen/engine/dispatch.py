@@ -17,6 +17,8 @@ Whatever a SUT raises fails the queries of that call (kind: the exception's clas
 ``SystemExit`` included. ``KeyboardInterrupt`` fails its query too and then stops the run
 as Ctrl-C does: the main thread is interrupted, so ``loadgen run`` writes the result,
 marked interrupted, and exits 130 (where Ctrl-C is ignored, the run is stopped here).
+A run started on another thread (embedded, from a server's handler thread) is stopped
+here, interrupted, and the main thread is left alone.
 A ``SystemExit`` from a loop or callback SUT's opening or closing ends the run as
 :class:`SutExit`, an error, never as the process's quiet exit.
 """
@@ -109,6 +111,9 @@ class Dispatcher:
         self._interrupt_lock = threading.Lock()
         #: Where a loop or callback SUT's own code is running, for a fatal error's message.
         self.stage = "during the run"
+        #: The run was started on the main thread (the dispatcher is made as it starts):
+        #: only then may a SUT's KeyboardInterrupt interrupt the main thread.
+        self.started_on_main = threading.current_thread() is threading.main_thread()
         self._thread = threading.Thread(target=self._drive_guarded, name="loadgen-dispatch", daemon=True)
 
     def start(self) -> None:
@@ -165,7 +170,8 @@ class Dispatcher:
         """A SUT call raised ``e``: the query it was for (an id), or those of a batch still
         in flight, fail with its kind and message. ``KeyboardInterrupt`` then stops the
         run and interrupts the main thread, once, as Ctrl-C would (``loadgen run`` writes
-        the result, marked interrupted)."""
+        the result, marked interrupted); a run started on another thread is stopped here
+        instead, its main thread untouched."""
         kind, message = _error_text(e)
         if isinstance(target, Batch):
             target.fail(kind=kind, message=message)
@@ -176,12 +182,12 @@ class Dispatcher:
                 if self.interrupted:
                     return
                 self.interrupted = True
-            if callable(signal.getsignal(signal.SIGINT)):
+            if self.started_on_main and callable(signal.getsignal(signal.SIGINT)):
                 # Whoever handles Ctrl-C stops the run: loadgen run's handler stops it
                 # and still writes the result; Python's default raises KeyboardInterrupt
                 # in the main thread, which aborts a run waited on there.
                 _thread.interrupt_main()
-            else:  # Ctrl-C is ignored in this process: stop the run here
+            else:  # an embedded run, or Ctrl-C is ignored in this process: stop the run here
                 self.core.stop()
 
     def _batches(self) -> Iterator[_Taken]:
