@@ -73,4 +73,7 @@ ext = Pybind11Extension(
     libraries=libraries,
 )
 
-setup(ext_modules=[ext])
+# Home-page as well as pyproject's Project-URLs: `pip show` before pip 25 reads only the
+# older field (pyproject has no key for it). The license is pyproject's SPDX expression
+# (License-Expression), which pip 25 and later show.
+setup(ext_modules=[ext], url="https://github.com/loadgen-project/loadgen")

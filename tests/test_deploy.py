@@ -716,7 +716,7 @@ def test_the_build_script_installs_a_wheel_with_the_native_clients_into_a_fresh_
 import importlib.metadata as m, importlib.util, json, loadgen, loadgen._core
 meta = m.metadata("loadgen")
 print(json.dumps({"where": [loadgen.__file__, loadgen._core.__file__],
-                  "license": meta["License-Expression"], "author": meta["Author"],
+                  "license": meta["License-Expression"], "author": meta["Author"], "home": meta["Home-page"],
                   "license_files": meta.get_all("License-File"), "urls": meta.get_all("Project-URL"),
                   "files": [str(f) for f in m.files("loadgen") if f.name == "LICENSE"],
                   "pynvml": importlib.util.find_spec("pynvml") is not None,
@@ -730,6 +730,7 @@ print(json.dumps({"where": [loadgen.__file__, loadgen._core.__file__],
     assert got["license"] == "Apache-2.0" and got["author"] == "loadgen authors"
     assert got["license_files"] == ["LICENSE"] and got["files"], got
     assert any(u.startswith("Homepage, https://") for u in got["urls"]), got["urls"]
+    assert got["home"] == got["urls"][0].split(", ", 1)[1], "pip show before pip 25 reads Home-page only"
     assert got["pynvml"] and got["uvloop"], "nvidia-ml-py and uvloop are default dependencies on Linux"
     assert got["grpc"], "the script installs the grpc extra by default"
 
