@@ -616,11 +616,11 @@ class Bench:
             r = run_loadgen(spec, timeout_s=dur + 60)
             lg_runs.append(r)
             if r.get("ok"):
-                d, l = r["issue_delay"], r["latency"]
+                d, lat = r["issue_delay"], r["latency"]
                 print("    loadgen %d: issue delay p50 %s p90 %s p99 %s p99.9 %s max %s; "
                       "latency p50 %s p99 %s; %d issued (loadavg %.2f)" % (
                           i + 1, fmt_ns(d["p50"]), fmt_ns(d["p90"]), fmt_ns(d["p99"]),
-                          fmt_ns(d["p999"]), fmt_ns(d["max"]), fmt_ns(l["p50"]), fmt_ns(l["p99"]),
+                          fmt_ns(d["p999"]), fmt_ns(d["max"]), fmt_ns(lat["p50"]), fmt_ns(lat["p99"]),
                           r["counts"]["issued"], r["loadavg_1m_before"]), flush=True)
             else:
                 print("    loadgen %d: FAILED %s" % (i + 1, r.get("error")), flush=True)
@@ -704,9 +704,9 @@ class Bench:
             r = run_loadgen(spec, timeout_s=dur + 60)
             lg_runs.append(r)
             if r.get("ok"):
-                l = r["latency"]
+                lat = r["latency"]
                 print("    loadgen %d: p50 %s p90 %s p99 %s, %d queries, %s q/s (loadavg %.2f)" % (
-                    i + 1, fmt_ns(l["p50"]), fmt_ns(l["p90"]), fmt_ns(l["p99"]),
+                    i + 1, fmt_ns(lat["p50"]), fmt_ns(lat["p90"]), fmt_ns(lat["p99"]),
                     r["counts"]["completed"], fmt_qps(r["completed_qps"]),
                     r["loadavg_1m_before"]), flush=True)
             else:

@@ -28,6 +28,7 @@ Cases:
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.metadata
 import json
@@ -159,7 +160,7 @@ def bench_record_array(values: np.ndarray, repeats: int) -> List[float]:
     new_ours().record_array(values)  # warm-up
     for _ in range(repeats):
         h = new_ours()
-        secs = timed(lambda: h.record_array(values))
+        secs = timed(functools.partial(h.record_array, values))
         if h.total_count != len(values):
             raise RuntimeError(f"record_array recorded {h.total_count} of {len(values)} values")
         samples.append(secs * 1e9 / len(values))

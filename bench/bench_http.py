@@ -103,10 +103,11 @@ from triton_peers import (INSTALL_HINT, PERF_ANALYZER_MS_PER_1K, find_perf_analy
                           triton_rows, triton_table)
 from triton_peers import cores as _cores, ms as _ms, pct as _pct
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo, for tests.servers
+from tests.servers.procs import ServerProcess, free_port, http_get
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)  # for tests.servers
-from tests.servers.procs import ServerProcess, free_port, http_get
 
 CASES = ("nginx", "profile", "triton")
 AIOHTTP_CLIENT = os.path.join(HERE, "aiohttp_client.py")
@@ -398,7 +399,7 @@ class Bench:
                 rec["window_cpu_ms_per_1k"] = 1e6 * (c1 - c0) / (n1 - n0) if n1 > n0 else None
         try:
             rec.update(parse(r["stdout"]))
-        except Exception as e:  # noqa: BLE001 - any unreadable output fails this run only
+        except Exception as e:  # any unreadable output fails this run only
             rec["ok"] = None
             tail = (r["stdout"][-300:] + r["stderr"][-500:]).strip()
             msg = f"{tool} {tags}: {type(e).__name__}: {e}; rc {r['rc']}"
@@ -425,7 +426,7 @@ class Bench:
         """Runs one case; a case that fails is reported and the others still run."""
         try:
             case(*args)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             msg = f"case {name} failed: {type(e).__name__}: {str(e)[-1500:]}"
             self.errors.append(msg)
             print("   !! " + msg, flush=True)
@@ -636,7 +637,10 @@ class Bench:
             http_infer = f"{srv.http_url}/v2/models/add_one/infer"
             protos = {"http": (http_sut, ["--payload", body]), "grpc": (grpc_sut, [])}
             targets = {"http": srv.http_url.split("//", 1)[1], "grpc": srv.grpc_target}
-            count = lambda: {"inferences": srv.inference_count()}
+
+            def count() -> dict[str, int]:
+                return {"inferences": srv.inference_count()}
+
             d = str(a.duration_s)
             for sut, extra in protos.values():  # warm-up, not recorded
                 run_proc(self.pin + self.loadgen(sut, *extra, "--scenario", "concurrency",

@@ -68,12 +68,13 @@ import tempfile
 import time
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)  # for tests.servers
 from bench_engine import child_env, machine_context, med  # bench/ is first on sys.path
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo, for tests.servers
 from tests.servers.scripted_proc import start_scripted
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 
 TOOLS = ("loadgen", "aiperf")
 TARGET_P99_TTFT_ERROR_MS = 2.0

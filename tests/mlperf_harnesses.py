@@ -148,7 +148,7 @@ class BaseSUT:
                 self.obs.timeline.append("issue")
         try:
             self.handle(samples)
-        except Exception as e:  # noqa: BLE001 - never let an exception cross into the library
+        except Exception as e:  # never let an exception cross into the library
             self.obs.errors.append(repr(e))
             self.complete(samples)
 
@@ -243,7 +243,7 @@ class WorkerSUT(BaseSUT):
                 else:
                     time.sleep(self.delay_s)
                     self.complete(samples)
-            except Exception as e:  # noqa: BLE001 - reported by the test
+            except Exception as e:  # reported by the test
                 self.obs.errors.append(repr(e))
 
 
@@ -310,7 +310,7 @@ class ArraySUT(BaseSUT):
             try:
                 for k in range(0, len(samples), self.chunk):
                     self._complete_arrays(samples[k : k + self.chunk])
-            except Exception as e:  # noqa: BLE001 - reported by the test
+            except Exception as e:  # reported by the test
                 self.obs.errors.append(repr(e))
 
     def _response_cb(self, response) -> None:
@@ -608,7 +608,10 @@ def performance_issue(
     )
     if scenario == "SingleStream":
         kw.update(min_query_count=64, min_duration_ms=100, single_stream_expected_latency_ns=2 * MS)
-        make_sut = lambda lg_, o: InlineSUT(lg_, o, 0.002)
+
+        def make_sut(lg_, o):
+            return InlineSUT(lg_, o, 0.002)
+
     elif scenario == "MultiStream":
         kw.update(
             min_query_count=48,
@@ -616,10 +619,16 @@ def performance_issue(
             multi_stream_samples_per_query=8,
             multi_stream_expected_latency_ns=2 * MS,
         )
-        make_sut = lambda lg_, o: WorkerSUT(lg_, o, 0.002)
+
+        def make_sut(lg_, o):
+            return WorkerSUT(lg_, o, 0.002)
+
     else:
         kw.update(offline_expected_qps=2000.0, min_duration_ms=100)
-        make_sut = lambda lg_, o: WorkerSUT(lg_, o, 0.0, mode="batches")
+
+        def make_sut(lg_, o):
+            return WorkerSUT(lg_, o, 0.0, mode="batches")
+
     kw.update(extra)
     s = make_settings(lg, scenario, **kw)
     return run(lg, outdir, s, make_sut)

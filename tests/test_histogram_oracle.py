@@ -19,13 +19,15 @@ PERCENTILES = [0.0, 1.0, 10.0, 25.0, 50.0, 75.0, 90.0, 99.0, 99.9, 99.99, 100.0]
 MAX_HIGHEST = 10**13
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Every significant_figures a Histogram accepts (a strategy is immutable: a safe default).
+ALL_SIGNIFICANT_FIGURES = st.integers(1, 5)
 
 
 # --------------------------------------------------------------- strategies
 
 
 @st.composite
-def configs(draw, sig=st.integers(1, 5)):
+def configs(draw, sig=ALL_SIGNIFICANT_FIGURES):
     lowest = draw(st.one_of(st.integers(1, 1000), st.sampled_from([1, 2, 3, 512, 1000])))
     significant_figures = draw(sig)
     lo_exp = math.log10(2 * lowest)
@@ -68,7 +70,7 @@ def values_for(draw, highest: int, lowest: int, min_size: int = 0, max_random: i
 
 
 @st.composite
-def histogram_cases(draw, sig=st.integers(1, 5), min_size: int = 0, max_random: int = 2000):
+def histogram_cases(draw, sig=ALL_SIGNIFICANT_FIGURES, min_size: int = 0, max_random: int = 2000):
     lowest, highest, significant_figures = draw(configs(sig))
     values = draw(values_for(highest, lowest, min_size=min_size, max_random=max_random))
     return lowest, highest, significant_figures, values

@@ -59,7 +59,7 @@ def test_streaming_ttft_and_itl_agree_with_the_servers_truth_at_64_streams(tmp_p
     # milliseconds moves it from run to run (0.6 to 3 ms here), which would make this test
     # depend on the machine's neighbours. Two tries, for the same reason.
     attempts = []
-    for attempt in range(2):
+    for _ in range(2):
         errors, doc = _stream_errors_ms(tmp_path, endpoint)
         attempts.append(errors)
         if all(abs(e) < 2.0 for e in errors.values()):

@@ -480,9 +480,10 @@ def test_a_loop_sut_completes_queries_through_its_sink():
     import time
 
     sut = Echo()
-    for settings in (EngineSettings(mode="closed", concurrency=4, query_count=200, sample_order="sequential"),
-                     EngineSettings(mode="poisson", target_qps=2000, query_count=200, sample_order="sequential")):
-        result = Engine(settings, sut).run()
+    for engine_settings in (
+            EngineSettings(mode="closed", concurrency=4, query_count=200, sample_order="sequential"),
+            EngineSettings(mode="poisson", target_qps=2000, query_count=200, sample_order="sequential")):
+        result = Engine(engine_settings, sut).run()
         c = result.counts
         assert c["issued"] == 200 and c["failed"] == 40 and c["completed"] == 160
         assert result.errors == {"odd_sample": 40}

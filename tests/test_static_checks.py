@@ -1,6 +1,6 @@
-"""Static checks of the package source: ruff's rule set and mypy, both configured in
-pyproject.toml. They run on the source tree beside these tests, so that CI checks what
-is committed."""
+"""Static checks of the source: ruff's rule set over the package, the tests and the
+benchmarks, and mypy over the package, both configured in pyproject.toml. They run on the
+source tree beside these tests, so that CI checks what is committed."""
 
 import importlib.util
 import os
@@ -21,10 +21,15 @@ def _run(args):
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_ruff_finds_nothing_in_the_package():
+RUFF_PATHS = ("loadgen", "tests", "bench")
+
+
+def test_ruff_finds_nothing_in_the_package_tests_and_benchmarks():
     ruff = shutil.which("ruff") or os.path.join(os.path.dirname(sys.executable), "ruff")
     assert os.path.exists(ruff), "ruff is not installed (pip install '.[test]')"
-    done = _run([ruff, "check", "--no-cache", "loadgen"])
+    for path in RUFF_PATHS:  # a folder that went missing would pass unchecked
+        assert os.path.isdir(os.path.join(ROOT, path)), path
+    done = _run([ruff, "check", "--no-cache", *RUFF_PATHS])
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -280,44 +280,48 @@ class ScriptedServer:
     async def dispatch(self, req: Request, writer: Connection) -> bool:
         """Answers req; False when the connection must end."""
         a = self.args
-        match req.method, req.path.strip("/").split("/"):
-            case "POST", ["v1", "completions"]:
-                return await self.completions(req, writer, chat=False)
-            case "POST", ["v1", "chat", "completions"]:
-                return await self.completions(req, writer, chat=True)
-            case "POST", ["v1", "embeddings"]:
-                return self.embeddings(req, writer)
-            case "GET", ["v1", "models"]:
-                self.requests["models"] += 1
-                self.send_json(writer, req, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
-            case "POST", ["v2", "models", name, "infer"]:
-                return await self.infer(req, writer, name)
-            case "GET", ["v2", "health", "live"]:
-                self.requests["health"] += 1
-                self.send_json(writer, req, 200, {"live": True})
-            case "GET", ["v2", "health", "ready"] | ["v2", "models", _, "ready"]:
-                self.requests["health"] += 1
-                ready = time.monotonic() - self.started >= a.ready_after_s
-                self.send_json(writer, req, 200 if ready else 503, {"ready": ready})
-            case "GET", ["v2", "models", name]:
-                self.requests["metadata"] += 1
-                meta: dict[str, Any] = {"name": name, "versions": ["1"], "platform": "scripted"}
-                if a.metadata_inputs:
-                    meta["inputs"] = [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
-                    meta["outputs"] = [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]
-                self.send_json(writer, req, 200, meta)
-            case "GET", ["metrics"]:
-                self.requests["metrics"] += 1
-                self.send(writer, req, 200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-            case "GET", ["stats"]:
-                self.requests["stats"] += 1
-                self.send_json(writer, req, 200, {
-                    "infer_requests": self.infer_seq, "infer_ok": self.infer_ok,
-                    "stream_requests": len(self.streams), "streams": [asdict(s) for s in self.streams],
-                    "requests": dict(self.requests), "completion_log": self.completion_log})
-            case _:
-                self.requests["not_found"] += 1
-                self.send_json(writer, req, 404, {"error": f"no route for {req.method} {req.path}"})
+        get, post = req.method == "GET", req.method == "POST"
+        parts = req.path.strip("/").split("/")
+        # /v2/models/NAME/...: the model's name, else None
+        model = parts[2] if len(parts) >= 3 and parts[:2] == ["v2", "models"] else None
+        if post and parts == ["v1", "completions"]:
+            return await self.completions(req, writer, chat=False)
+        elif post and parts == ["v1", "chat", "completions"]:
+            return await self.completions(req, writer, chat=True)
+        elif post and parts == ["v1", "embeddings"]:
+            return self.embeddings(req, writer)
+        elif get and parts == ["v1", "models"]:
+            self.requests["models"] += 1
+            self.send_json(writer, req, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        elif post and model is not None and len(parts) == 4 and parts[3] == "infer":
+            return await self.infer(req, writer, model)
+        elif get and parts == ["v2", "health", "live"]:
+            self.requests["health"] += 1
+            self.send_json(writer, req, 200, {"live": True})
+        elif get and (parts == ["v2", "health", "ready"]
+                      or (model is not None and len(parts) == 4 and parts[3] == "ready")):
+            self.requests["health"] += 1
+            ready = time.monotonic() - self.started >= a.ready_after_s
+            self.send_json(writer, req, 200 if ready else 503, {"ready": ready})
+        elif get and model is not None and len(parts) == 3:
+            self.requests["metadata"] += 1
+            meta: dict[str, Any] = {"name": model, "versions": ["1"], "platform": "scripted"}
+            if a.metadata_inputs:
+                meta["inputs"] = [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
+                meta["outputs"] = [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]
+            self.send_json(writer, req, 200, meta)
+        elif get and parts == ["metrics"]:
+            self.requests["metrics"] += 1
+            self.send(writer, req, 200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        elif get and parts == ["stats"]:
+            self.requests["stats"] += 1
+            self.send_json(writer, req, 200, {
+                "infer_requests": self.infer_seq, "infer_ok": self.infer_ok,
+                "stream_requests": len(self.streams), "streams": [asdict(s) for s in self.streams],
+                "requests": dict(self.requests), "completion_log": self.completion_log})
+        else:
+            self.requests["not_found"] += 1
+            self.send_json(writer, req, 404, {"error": f"no route for {req.method} {req.path}"})
         return True
 
     async def infer(self, req: Request, writer: Connection, name: str) -> bool:
