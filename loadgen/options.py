@@ -464,7 +464,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("server_stats_url", _str, "Triton: read the model's statistics from this HTTP endpoint "
                "(http://HOST:PORT, Triton's HTTP port) when measuring begins and after the run; the server's "
                "queue and compute times per request go in the result's 'server_breakdown' (default: the --sut's "
-               "server for http:// targets that are Triton; needed for grpc:// targets; none: off)", "URL"),
+               "own server when it is Triton, over HTTP or gRPC as the --sut is; none: off)", "URL"),
     OptionSpec("metrics_port", _int(0, 65535), "serve live Prometheus metrics on this port during the run "
                "(0: a free port, printed; see 'Live metrics' in the README)", "PORT"),
     OptionSpec("metrics_addr", _str, f"the address --metrics-port listens on (default {D.METRICS_ADDR}; "

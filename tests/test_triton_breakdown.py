@@ -1,8 +1,9 @@
 """The server-side breakdown of Triton targets (``server_breakdown``, loadgen.net.triton_stats):
-the statistics document parsed and differenced, a run against a scripted KServe server whose
-statistics follow the requests it served (exact figures), the failures that are warnings, the
-bad options that are usage errors, and runs against a real Triton over HTTP and gRPC whose
-breakdown counts the run's requests to the one.
+the statistics document (JSON) and message (gRPC's ModelStatisticsResponse) parsed and
+differenced, a run against a scripted KServe server whose statistics follow the requests it
+served (exact figures), the failures that are warnings, the bad options that are usage errors,
+and runs against a real Triton over HTTP and gRPC whose breakdown, read over the target's own
+protocol, counts the run's requests to the one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import threading
 
 import pytest
 
-from loadgen.net.triton_stats import PHASES, breakdown, merge_breakdowns, parse_stats
+from loadgen.net import triton_stats_pb2 as tpb
+from loadgen.net.options import NetOptions
+from loadgen.net.targets import parse_target
+from loadgen.net.triton_stats import PHASES, TritonGrpcStats, breakdown, merge_breakdowns, parse_grpc_stats, parse_stats
 from loadgen.results.html import render_html
 from loadgen.results.render import render_summary
 from loadgen.results.schema import check_result
@@ -58,6 +62,61 @@ def test_parse_sums_the_models_versions_and_leaves_other_models_out():
 def test_parse_refuses_a_missing_model_and_malformed_documents(body, why):
     with pytest.raises(ValueError, match=why):
         parse_stats(body, "m")
+
+
+# Triton's own encoding of a ModelStatisticsResponse (its grpc_service.proto, serialized by
+# tritonclient): model "m" version "1", 6 requests of 15 us (1, 2, 3 and 4 us of queue,
+# compute input, infer and output), 3 executions, and the batch_stats this client's
+# messages leave out (skipped when parsed).
+_TRITON_WIRE = (b'\nG\n\x01m\x12\x011\x18\x80\xd0\x95\xff\xbc1 \x06(\x032(\n\x06\x08\x06\x10\x90\xbf\x05\x12\x00'
+                b'\x1a\x05\x08\x06\x10\xf0."\x05\x08\x06\x10\xe0]*\x06\x08\x06\x10\xd0\x8c\x012\x06\x08\x06\x10\xc0\xbb\x01'
+                b':\n\x08\x02\x1a\x06\x08\x03\x10\xd0\x8c\x01')
+
+
+def _grpc_entry(version: str, served: int, *, name: str = "m") -> tpb.ModelStatistics:
+    """:func:`_entry`'s statistics as the gRPC message (batch 2)."""
+    e = _entry(version, served, name=name)
+    msg = tpb.ModelStatistics(name=name, version=version, inference_count=e["inference_count"],
+                              execution_count=e["execution_count"])
+    for k, d in e["inference_stats"].items():
+        getattr(msg.inference_stats, k).CopyFrom(tpb.StatisticDuration(count=d["count"], ns=d["ns"]))
+    return msg
+
+
+def test_grpc_statistics_parse_triton_field_numbers():
+    snap = parse_grpc_stats(_TRITON_WIRE, "m")
+    assert snap.counts == {"success": 6, "fail": 0, "queue": 6, "compute_input": 6, "compute_infer": 6,
+                           "compute_output": 6}
+    assert [snap.ns[p] for p in ("success",) + PHASES] == [90_000, 6_000, 12_000, 18_000, 24_000]
+    assert (snap.inference_count, snap.execution_count) == (6, 3)
+    zero = parse_grpc_stats(tpb.ModelStatisticsResponse(model_stats=[tpb.ModelStatistics(name="m")])
+                            .SerializeToString(), "m")
+    b = breakdown(zero, snap)
+    assert (b["requests"], b["executions"], b["batch_size"]) == (6, 3, 2.0)
+    assert [b[f"{p}_ns"] for p in PHASES] == [1000.0, 2000.0, 3000.0, 4000.0] and b["overhead_ns"] == 5000.0
+
+
+def test_grpc_statistics_sum_the_models_versions_and_match_the_json_form():
+    resp = tpb.ModelStatisticsResponse(model_stats=[_grpc_entry("1", 10), _grpc_entry("2", 4),
+                                                    _grpc_entry("1", 1000, name="other")])
+    snap = parse_grpc_stats(resp.SerializeToString(), "m")
+    assert snap == parse_stats(_doc(_entry("1", 10), _entry("2", 4), _entry("1", 1000, name="other")), "m")
+    assert snap.counts["success"] == 14 and snap.execution_count == 7
+    with pytest.raises(ValueError, match="no model 'absent'"):
+        parse_grpc_stats(resp.SerializeToString(), "absent")
+    with pytest.raises(ValueError, match="not a ModelStatisticsResponse"):
+        parse_grpc_stats(b"\x0a\xff\xff", "m")
+
+
+def test_a_grpc_server_that_does_not_answer_is_not_triton_and_its_read_names_the_rpc():
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stats = TritonGrpcStats(parse_target(f"grpc://127.0.0.1:{port}/m"), NetOptions(), timeout_s=1.0)
+    assert stats.url == f"grpc://127.0.0.1:{port}/inference.GRPCInferenceService/ModelStatistics"
+    assert not stats.is_triton()
+    with pytest.raises(ValueError, match="ModelStatistics: (UNAVAILABLE|DEADLINE_EXCEEDED)"):
+        stats.read()
 
 
 def test_breakdown_is_the_per_request_mean_of_the_window_between_the_reads():
@@ -194,14 +253,23 @@ def _check_against_the_run(doc: dict) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("protocol", ["http", "grpc", "grpc-callback", "grpc-stats-over-http"])
 def test_triton_breakdown_counts_the_runs_requests(triton, protocol):  # noqa: F811 - the imported fixture
-    url = _targets(triton)[protocol]
-    stats = ("--server-stats-url", triton.http_url) if protocol == "grpc" else ()
-    doc = run_doc("--sut", url, *stats, "--scenario", "concurrency", "--concurrency", "4", "--query-count", "400")
+    # A grpc:// target's statistics are read over gRPC (ModelStatistics) by themselves;
+    # --server-stats-url still sends the reads to Triton's HTTP port instead.
+    url = _targets(triton)[protocol.split("-")[0]]
+    extra = {"grpc-callback": ("--grpc-engine", "callback"),
+             "grpc-stats-over-http": ("--server-stats-url", triton.http_url)}.get(protocol, ())
+    doc = run_doc("--sut", url, *extra, "--scenario", "concurrency", "--concurrency", "4", "--query-count", "400")
     b = _check_against_the_run(doc)
     assert b["requests"] == doc["counts"]["completed"] == 400
-    assert b["url"] == f"{triton.http_url}/v2/models/add_one/stats" and b["window"] == "run"
+    over_grpc = protocol in ("grpc", "grpc-callback")
+    assert b["url"] == (f"grpc://{triton.grpc_target}/inference.GRPCInferenceService/ModelStatistics" if over_grpc
+                        else f"{triton.http_url}/v2/models/add_one/stats")
+    assert b["window"] == "run" and not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+    if protocol == "grpc":
+        off = run_doc("--sut", url, "--server-stats-url", "none", "--scenario", "concurrency", "--query-count", "20")
+        assert "server_breakdown" not in off
 
 
 @pytest.mark.integration

@@ -1,6 +1,7 @@
 """The server's own breakdown of a request's time, for Triton targets: the model's
-statistics (Triton's statistics extension, ``GET /v2/models/NAME[/versions/V]/stats``)
-read when measuring begins and after the run, as perf_analyzer reads them.
+statistics (Triton's statistics extension: ``GET /v2/models/NAME[/versions/V]/stats`` over
+HTTP, the ``ModelStatistics`` RPC over gRPC) read when measuring begins and after the run,
+as perf_analyzer reads them.
 
 The difference of the two reads gives, per request of the measured window, the server's
 averages of its queue, compute-input, compute-infer and compute-output times, its whole
@@ -12,8 +13,12 @@ Which server is read:
 
 - an ``http(s)://`` KServe target: its own server, when its metadata (``GET /v2``) says
   ``"name": "triton"``; any other server is left alone;
+- a ``grpc(s)://`` KServe target: its own server over gRPC, when its ``ServerMetadata``
+  says ``triton``: ``inference.GRPCInferenceService/ModelStatistics`` on a channel made as
+  the run's gRPC client makes its own (TLS, ``--ca-file``, ``--header`` as metadata), the
+  messages of ``proto/triton_stats.proto``; the ``ModelInfer`` traffic is not touched;
 - ``--server-stats-url http(s)://HOST:PORT``: that server (Triton's HTTP port), for the
-  target's model; how a ``grpc://`` target gets its breakdown; ``none`` turns it off.
+  target's model, whatever the target's protocol; ``none`` turns it off.
 
 Reading never fails a run: a failed read is the named warning ``server_stats_unread``.
 With a warm-up the first read is taken when measuring begins; queries in flight across
@@ -28,13 +33,14 @@ import dataclasses
 import json
 import threading
 import time
+import types
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
-from loadgen.net.targets import Target, host_problem, parse_target, redact_url
+from loadgen.net.targets import Target, host_port, host_problem, parse_target, redact_url
 
-__all__ = ["OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonStats", "breakdown", "check_options",
-           "merge_breakdowns", "parse_stats", "stats_window"]
+__all__ = ["MODEL_STATISTICS", "OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonGrpcStats", "TritonStats",
+           "breakdown", "check_options", "merge_breakdowns", "parse_grpc_stats", "parse_stats", "stats_window"]
 
 #: The result's section.
 SECTION = "server_breakdown"
@@ -44,6 +50,8 @@ WARNING = "server_stats_unread"
 OFF = "none"
 #: The parts of a request's server time, as Triton's ``inference_stats`` names them.
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+#: Triton's statistics RPC, by its protocol path.
+MODEL_STATISTICS = "/inference.GRPCInferenceService/ModelStatistics"
 _MAX_STATS_BYTES = 4 << 20
 _TIMEOUT_S = 5.0
 # Asking an http:// target's server whether it is Triton delays the run's start by at
@@ -111,6 +119,31 @@ def parse_stats(body: Any, model: str) -> Snapshot:
     return Snapshot(counts, ns, inferences, executions)
 
 
+def parse_grpc_stats(raw: bytes, model: str) -> Snapshot:
+    """The :class:`Snapshot` of ``model`` in a serialized ``ModelStatisticsResponse`` (the
+    gRPC form of the statistics; a model's absent ``inference_stats`` is zeros, as proto3
+    reads it).
+
+    Raises:
+        ValueError: not such a message, or it lists nothing for ``model``.
+    """
+    from google.protobuf.message import DecodeError
+
+    from loadgen.net import triton_stats_pb2 as tpb
+
+    try:
+        resp = tpb.ModelStatisticsResponse.FromString(raw)
+    except DecodeError:
+        raise ValueError("the answer is not a ModelStatisticsResponse") from None
+    durations = ("success", "fail") + PHASES
+    return parse_stats({"model_stats": [
+        {"name": e.name, "version": e.version, "inference_count": e.inference_count,
+         "execution_count": e.execution_count,
+         "inference_stats": {k: {"count": d.count, "ns": d.ns} for k in durations
+                             for d in [getattr(e.inference_stats, k)]}}
+        for e in resp.model_stats]}, model)
+
+
 def breakdown(before: Snapshot, after: Snapshot) -> Dict[str, Any]:
     """What the server did between two reads: ``requests`` (successful) and ``failed``,
     ``inferences``, ``executions`` and ``batch_size`` (inferences per execution), and per
@@ -173,7 +206,7 @@ class TritonStats:
         self._timeout_s = timeout_s
 
     def _get(self, url: str, timeout_s: Optional[float] = None) -> bytes:
-        from loadgen.net.http1 import blocking_get  # asyncio's client: imported when a breakdown is read
+        from loadgen.net.blocking_get import blocking_get  # imported when a breakdown is read
 
         r = blocking_get(url, self._headers, timeout_s=timeout_s or self._timeout_s, ssl_context=self._ssl_context,
                          max_bytes=_MAX_STATS_BYTES)
@@ -196,12 +229,69 @@ class TritonStats:
         return parse_stats(self._get(self.url), self.model)
 
 
+class TritonGrpcStats:
+    """Reads one model's statistics from a Triton server's gRPC endpoint (a ``grpc(s)://``
+    target's own server), with the ``ModelStatistics`` RPC."""
+
+    def __init__(self, target: Target, net: Any, timeout_s: float = _TIMEOUT_S) -> None:
+        self.target = target
+        self.net = net
+        self.model = target.model
+        self.version = target.version
+        self.url = f"{'grpcs' if target.tls else 'grpc'}://{host_port(target)}{MODEL_STATISTICS}"
+        self._metadata = tuple((k.lower(), v) for k, v in net.headers) or None
+        self._timeout_s = timeout_s
+
+    def _channel(self) -> Any:
+        """A synchronous channel made as the run's gRPC client makes its own (its TLS
+        credentials and --ca-file): KServeGrpcSUT's construction, on this target."""
+        from loadgen.net.kserve_grpc import KServeGrpcSUT
+
+        maker: Any = types.SimpleNamespace(target=self.target, net=self.net)
+        maker._credentials = lambda: KServeGrpcSUT._credentials(maker)
+        return KServeGrpcSUT.sync_channel(maker)
+
+    def _call(self, method: str, request: Any, timeout_s: float) -> bytes:
+        """The serialized answer of the unary ``method``; ValueError naming the RPC's
+        status when it fails."""
+        from loadgen.net.kserve_grpc import import_grpc
+
+        grpc = import_grpc()
+        channel = self._channel()
+        try:
+            call = channel.unary_unary(method, request_serializer=type(request).SerializeToString)
+            return bytes(call(request, timeout=timeout_s, metadata=self._metadata))
+        except grpc.RpcError as e:
+            said = str(e.details() or "")[:200].strip()
+            raise ValueError(f"{method.rsplit('/', 1)[1]}: {e.code().name}" + (f": {said}" if said else "")) from None
+        finally:
+            channel.close()
+
+    def is_triton(self) -> bool:
+        """Whether the server's ``ServerMetadata`` names Triton; False when it does not
+        answer so."""
+        from loadgen.net.kserve_grpc import RPC, pb
+
+        try:
+            raw = self._call(RPC["ServerMetadata"], pb.ServerMetadataRequest(), min(self._timeout_s, _DETECT_TIMEOUT_S))
+            return pb.ServerMetadataResponse.FromString(raw).name.lower() == "triton"
+        except Exception:  # not a KServe server, or not answering: not known to be Triton
+            return False
+
+    def read(self) -> Snapshot:
+        """The model's statistics now; ValueError (with what failed) when unreadable."""
+        from loadgen.net import triton_stats_pb2 as tpb
+
+        request = tpb.ModelStatisticsRequest(name=self.model, version=self.version)
+        return parse_grpc_stats(self._call(MODEL_STATISTICS, request, self._timeout_s), self.model)
+
+
 class StatsWindow:
     """The two reads of a run: :meth:`begin` before the engine starts (the read itself,
     without a warm-up), :meth:`measuring` once it has (a thread that reads when measuring
     begins), :meth:`end` after the run, then :meth:`add_to` the document."""
 
-    def __init__(self, stats: TritonStats, unmeasured_s: float) -> None:
+    def __init__(self, stats: Union[TritonStats, TritonGrpcStats], unmeasured_s: float) -> None:
         self.stats = stats
         self.unmeasured_s = unmeasured_s
         self._before: Optional[Snapshot] = None
@@ -320,9 +410,9 @@ def check_options(o: Any) -> Optional[Target]:
 
 def stats_window(o: Any) -> Optional[StatsWindow]:
     """The :class:`StatsWindow` for run options ``o``: with ``--server-stats-url URL``,
-    for the target's model on that server; for an ``http(s)://`` KServe target without
-    it, on the target's server when it is Triton; None otherwise (and for
-    ``--server-stats-url none``).
+    for the target's model on that server; for a KServe target without it, on the
+    target's server (over HTTP or gRPC, as the target is) when it is Triton; None
+    otherwise (and for ``--server-stats-url none``).
 
     Raises:
         ValueError: as :func:`check_options`.
@@ -332,12 +422,16 @@ def stats_window(o: Any) -> Optional[StatsWindow]:
 
     target = check_options(o)
     given = o.server_stats_url
-    if target is None or not given and target.kind != "kserve_http":
+    if target is None:
         return None
-    base = _stats_base(given) if given else target.http_base
     net = net_options(o)
-    context = ssl_context(o.ca_file, o.insecure) if base.lower().startswith("https") else None
-    stats = TritonStats(base, target.model, target.version, net.headers, context)
+    stats: Union[TritonStats, TritonGrpcStats]
+    if given or target.kind == "kserve_http":
+        base = _stats_base(given) if given else target.http_base
+        context = ssl_context(o.ca_file, o.insecure) if base.lower().startswith("https") else None
+        stats = TritonStats(base, target.model, target.version, net.headers, context)
+    else:
+        stats = TritonGrpcStats(target, net)
     if not given and not stats.is_triton():
         return None
     return StatsWindow(stats, o.unmeasured_s)
