@@ -123,10 +123,8 @@ class Engine:
             # scheduled time and the first issue.
             self._core.start()
         if self.sut_form == "native_http":
-            from loadgen.net.native_http import Checker
-
-            self._checker = Checker(self._core, self.sut)
-            self._checker.start()
+            # The SUT brings its own response checker: the engine knows no network client.
+            self._checker = self.sut.start_checker(self._core)
         if self.sut_form in DISPATCHED_FORMS:
             self._dispatcher = Dispatcher(self._core, self.sut, self.sut_form, self.settings)
             self._dispatcher.start()

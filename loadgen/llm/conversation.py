@@ -22,7 +22,7 @@ import numpy as np
 
 from loadgen.llm.dataset import Prompt, read_conversations
 from loadgen.llm.dist import LengthDist, parse_dist
-from loadgen.llm.workload import LlmOptions, _body, _Builder, _setup, check_prompt_bytes, length_stats
+from loadgen.llm.workload import LlmOptions, request_body, PromptBuilder, workload_setup, check_prompt_bytes, length_stats
 
 __all__ = ["Conversations", "build_conversations", "parse_think_time"]
 
@@ -48,7 +48,7 @@ class Conversations:
     source: str
 
 
-def _synthetic(o: LlmOptions, builder: _Builder, rng: np.random.Generator, count: int,
+def _synthetic(o: LlmOptions, builder: PromptBuilder, rng: np.random.Generator, count: int,
                info: Dict[str, Any]) -> List[List[Prompt]]:
     dist = parse_dist(o.input_tokens) if o.input_tokens else parse_dist(str(o.prompt_words))
     out_dist = parse_dist(o.output_tokens) if o.output_tokens else None
@@ -84,7 +84,7 @@ def build_conversations(o: LlmOptions, endpoint: str, model: Optional[str]) -> C
     if endpoint != "chat":
         raise ValueError(f"--turns {o.turns}: conversations need a /v1/chat/completions target")
     think = parse_think_time(o.think_time_ms)
-    st = _setup(o, endpoint)
+    st = workload_setup(o, endpoint)
     extra, tok, count_fn, rng, count, info = st.extra, st.tok, st.count_fn, st.rng, st.count, st.info
     if o.dataset:
         convs, layout, read = read_conversations(o.dataset, count_fn, tok is not None, o.turns,
@@ -99,12 +99,12 @@ def build_conversations(o: LlmOptions, endpoint: str, model: Optional[str]) -> C
                     max_input_tokens=o.dataset_max_input_tokens or None)
         source = f"dataset {o.dataset} ({layout}, {len(convs)} of {read} conversations)"
     else:
-        convs = _synthetic(o, _Builder(tok, rng), rng, count, info)
+        convs = _synthetic(o, PromptBuilder(tok, rng), rng, count, info)
         info.update(source="synthetic", shared_prefix_tokens=o.shared_prefix_tokens,
                     prefix_groups=o.prefix_groups if o.shared_prefix_tokens else 0)
         source = f"synthetic ({len(convs)} conversations of {o.turns} turns, seed {o.seed})"
     where = f"--dataset {o.dataset}" if o.dataset else "--input-tokens"
-    bodies = [[_body(o, endpoint, model, p, f"{where}: conversation {c + 1} turn {j + 1}", extra)
+    bodies = [[request_body(o, endpoint, model, p, f"{where}: conversation {c + 1} turn {j + 1}", extra)
                for j, p in enumerate(conv)] for c, conv in enumerate(convs)]
     turns_per = [len(c) for c in convs]
     info["conversations"] = {"turns": o.turns, "think_time_ms": think.describe(), "count": len(convs),

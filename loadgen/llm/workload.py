@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable, Dict, List, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from loadgen.files import size_text
 from loadgen.llm.dataset import Content, Prompt, read_dataset
 from loadgen.llm.dist import parse_dist
 from loadgen.llm.tokenizer import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
 
 __all__ = ["MAX_PROMPT_BYTES", "LlmOptions", "Workload", "build_workload", "check_prompt_bytes", "length_stats"]
 
@@ -75,6 +76,8 @@ class Workload:
 
 def length_stats(values: Any) -> Dict[str, Any]:
     """count, min, mean, p50, p90, max and sum of token counts."""
+    import numpy as np
+
     a = np.asarray(values, dtype=np.int64)
     if not a.size:
         return {"count": 0}
@@ -82,7 +85,7 @@ def length_stats(values: Any) -> Dict[str, Any]:
             "p90": float(np.percentile(a, 90)), "max": int(a.max()), "sum": int(a.sum())}
 
 
-class _Builder:
+class PromptBuilder:
     """Prompts of given lengths: exact with a tokenizer, else words."""
 
     def __init__(self, tok: Optional[Tokenizer], rng: np.random.Generator) -> None:
@@ -125,6 +128,8 @@ def check_prompt_bytes(o: LlmOptions, tok: Optional[Tokenizer], tokens: int, pro
 
 def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator, count: int,
                info: Dict[str, Any]) -> List[Prompt]:
+    import numpy as np
+
     dist = parse_dist(o.input_tokens) if o.input_tokens else parse_dist(str(o.prompt_words))
     lengths = dist.draw(rng, count)
     check_prompt_bytes(o, tok, int(lengths.sum()) + count * o.shared_prefix_tokens, count)
@@ -132,7 +137,7 @@ def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator
     outs = out_dist.draw(rng, count) if out_dist else np.full(count, o.max_tokens)
     info.update(input_tokens=dist.describe(), output_tokens=out_dist.describe() if out_dist else
                 {"spec": str(o.max_tokens), "kind": "fixed", "value": o.max_tokens})
-    build = _Builder(tok, rng)
+    build = PromptBuilder(tok, rng)
     k = o.shared_prefix_tokens
     prefixes = [build.text(k) for _ in range(o.prefix_groups)] if k else []
     prompts = []
@@ -142,8 +147,9 @@ def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator
     return prompts
 
 
-def _body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, where: str,
-          extra: Dict[str, Any]) -> Dict[str, Any]:
+def request_body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, where: str,
+                 extra: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON body of one request for prompt ``p`` to ``endpoint``."""
     body: Dict[str, Any] = {"model": model}
     content: Content = p.content
     if endpoint == "embeddings":
@@ -168,7 +174,7 @@ def _body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, where: 
 
 
 @dataclasses.dataclass
-class _Setup:
+class WorkloadSetup:
     """What every workload builder starts from: ``--extra-body``, the tokenizer (and the
     length counter: tokens with one, else words), the seeded generator, the number of
     distinct prompts, and the result's ``llm`` description so far."""
@@ -181,7 +187,10 @@ class _Setup:
     info: Dict[str, Any]
 
 
-def _setup(o: LlmOptions, endpoint: str) -> _Setup:
+def workload_setup(o: LlmOptions, endpoint: str) -> WorkloadSetup:
+    """What every workload builder starts from, read from the options."""
+    import numpy as np
+
     extra: Dict[str, Any] = json.loads(o.extra_body) if o.extra_body else {}
     if not isinstance(extra, dict):
         raise ValueError("--extra-body must be a JSON object")
@@ -190,7 +199,7 @@ def _setup(o: LlmOptions, endpoint: str) -> _Setup:
     info: Dict[str, Any] = {"endpoint": endpoint, "tokenizer": o.tokenizer, "input_tokens_exact": tok is not None,
                             "stream": o.stream and endpoint != "embeddings", "ignore_eos": o.ignore_eos,
                             "extra_body": extra}
-    return _Setup(extra, tok, count_fn, np.random.default_rng(o.seed), min(o.sample_count, MAX_PROMPTS), info)
+    return WorkloadSetup(extra, tok, count_fn, np.random.default_rng(o.seed), min(o.sample_count, MAX_PROMPTS), info)
 
 
 def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Workload:
@@ -200,7 +209,9 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
         ValueError: a bad dataset, distribution, tokenizer or ``--extra-body``; the message
             names the option (and the file and line).
     """
-    st = _setup(o, endpoint)
+    import numpy as np
+
+    st = workload_setup(o, endpoint)
     extra, tok, count_fn, rng, count, info = st.extra, st.tok, st.count_fn, st.rng, st.count, st.info
     if o.dataset:
         prompts, layout, read = read_dataset(o.dataset, count_fn, tok is not None, o.dataset_min_input_tokens,
@@ -221,7 +232,7 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
     if count < o.sample_count:
         source += f"; at most {MAX_PROMPTS} distinct prompts, sample indices wrap around them"
     where = f"--dataset {o.dataset}" if o.dataset else "--input-tokens"
-    bodies = [_body(o, endpoint, model, p, f"{where}: prompt {i + 1}", extra) for i, p in enumerate(prompts)]
+    bodies = [request_body(o, endpoint, model, p, f"{where}: prompt {i + 1}", extra) for i, p in enumerate(prompts)]
     lengths = np.asarray([p.input_tokens for p in prompts], dtype=np.int64)
     info["prompts"] = {"input_tokens": length_stats(lengths),
                        "max_tokens": length_stats([b["max_tokens"] for b in bodies if "max_tokens" in b])}

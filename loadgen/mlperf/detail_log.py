@@ -183,8 +183,15 @@ class DetailLog:
 
     # ------------------------------------------------------------- the entries
 
-    def _write(self, key: str, value: Any, is_error: bool, is_warning: bool,
-               time_ns: int | None, depth: int) -> None:
+    def now_ns(self) -> int:
+        """The log's clock now (ns, the clock ``time_ms`` counts on)."""
+        return int(self._clock())
+
+    def write_entry(self, key: str, value: Any, is_error: bool, is_warning: bool,
+                    time_ns: int | None, depth: int) -> None:
+        """Writes one ``:::MLLOG`` line: ``key`` and ``value``, flagged as an error or a
+        warning, at ``time_ns`` (now when None), naming the caller ``depth`` frames up
+        (1: this method's caller) as its file and line. Thread-safe."""
         frame = sys._getframe(depth)
         file_name = os.path.basename(frame.f_code.co_filename)
         line_no = frame.f_lineno
@@ -217,7 +224,7 @@ class DetailLog:
                 (written as upper-case hex).
             time_ns: the clock reading to stamp it with; now when None.
         """
-        self._write(key, value, False, False, time_ns, 2)
+        self.write_entry(key, value, False, False, time_ns, 2)
 
     def error(self, key: str, message: Any, *, time_ns: int | None = None) -> None:
         """Writes an error entry (``is_error`` true; counted in ``num_errors``).
@@ -227,19 +234,19 @@ class DetailLog:
             message: what went wrong.
             time_ns: as for :meth:`log`.
         """
-        self._write(key, message, True, False, time_ns, 2)
+        self.write_entry(key, message, True, False, time_ns, 2)
 
     def warning(self, key: str, message: Any, *, time_ns: int | None = None) -> None:
         """Writes a warning entry (``is_warning`` true), e.g. ``"warning_generic_message"``."""
-        self._write(key, message, False, True, time_ns, 2)
+        self.write_entry(key, message, False, True, time_ns, 2)
 
     def interval_start(self, key: str, value: Any, *, time_ns: int | None = None) -> None:
         """Writes the opening entry of an interval (MLPerf: ``power_begin``)."""
-        self._write(key, value, False, False, time_ns, 2)
+        self.write_entry(key, value, False, False, time_ns, 2)
 
     def interval_end(self, key: str, value: Any, *, time_ns: int | None = None) -> None:
         """Writes the closing entry of an interval (MLPerf: ``power_end``)."""
-        self._write(key, value, False, False, time_ns, 2)
+        self.write_entry(key, value, False, False, time_ns, 2)
 
     def flush(self) -> None:
         """Flushes the stream."""
@@ -259,13 +266,13 @@ class DetailLog:
             git_revision: appended to the version after " @ ".
         """
         ident = _package_identity()
-        self._write("loadgen_version", f"{ident['version']} @ {git_revision}", False, False, None, 1)
-        self._write("loadgen_build_date_local", ident["build_local"], False, False, None, 1)
-        self._write("loadgen_build_date_utc", ident["build_utc"], False, False, None, 1)
-        self._write("loadgen_git_commit_date", "NA", False, False, None, 1)
-        self._write("loadgen_git_log_message", "NA", False, False, None, 1)
-        self._write("loadgen_git_status_message", "NA", False, False, None, 1)
-        self._write("loadgen_file_sha1", ident["sha1"], False, False, None, 1)
+        self.write_entry("loadgen_version", f"{ident['version']} @ {git_revision}", False, False, None, 1)
+        self.write_entry("loadgen_build_date_local", ident["build_local"], False, False, None, 1)
+        self.write_entry("loadgen_build_date_utc", ident["build_utc"], False, False, None, 1)
+        self.write_entry("loadgen_git_commit_date", "NA", False, False, None, 1)
+        self.write_entry("loadgen_git_log_message", "NA", False, False, None, 1)
+        self.write_entry("loadgen_git_status_message", "NA", False, False, None, 1)
+        self.write_entry("loadgen_file_sha1", ident["sha1"], False, False, None, 1)
 
     def log_test_start(
         self,
@@ -286,27 +293,27 @@ class DetailLog:
             ("qsl_reported_total_count", int(qsl_total_count)),
             ("qsl_reported_performance_count", int(qsl_performance_count)),
         ):
-            self._write(key, value, False, False, None, 1)
+            self.write_entry(key, value, False, False, None, 1)
 
     def log_items(self, items: Iterable[tuple[str, Any]]) -> None:
         """Writes ``(key, value)`` pairs, e.g. the requested_* or effective_* settings."""
         for key, value in items:
-            self._write(key, value, False, False, None, 1)
+            self.write_entry(key, value, False, False, None, 1)
 
     def log_settings(self, eff: Any) -> None:
         """Writes the requested_* then the effective_* settings lines of ``eff``."""
         for key, value in all_log_items(eff):
-            self._write(key, value, False, False, None, 1)
+            self.write_entry(key, value, False, False, None, 1)
 
     def log_generated_queries(self, query_count: int, samples_per_query: int, duration_ns: int) -> None:
         """Writes generated_query_count, generated_samples_per_query, generated_query_duration."""
-        self._write("generated_query_count", int(query_count), False, False, None, 1)
-        self._write("generated_samples_per_query", int(samples_per_query), False, False, None, 1)
-        self._write("generated_query_duration", int(duration_ns), False, False, None, 1)
+        self.write_entry("generated_query_count", int(query_count), False, False, None, 1)
+        self.write_entry("generated_samples_per_query", int(samples_per_query), False, False, None, 1)
+        self.write_entry("generated_query_duration", int(duration_ns), False, False, None, 1)
 
     def log_loaded_qsl_set(self, indices: Sequence[int]) -> None:
         """Writes ``loaded_qsl_set``: the sample indices loaded into memory."""
-        self._write("loaded_qsl_set", list(indices), False, False, None, 1)
+        self.write_entry("loaded_qsl_set", list(indices), False, False, None, 1)
 
     def log_power(self, start_epoch_ns: int, active_duration_ns: int) -> None:
         """Writes power_begin and power_end (UTC wall clock, ms precision).
@@ -315,8 +322,8 @@ class DetailLog:
             start_epoch_ns: wall-clock time (``time.time_ns()``) when issuing started.
             active_duration_ns: from the start of issuing to the last completion.
         """
-        self._write("power_begin", power_date_time(start_epoch_ns), False, False, None, 1)
-        self._write("power_end", power_date_time(int(start_epoch_ns) + int(active_duration_ns)),
+        self.write_entry("power_begin", power_date_time(start_epoch_ns), False, False, None, 1)
+        self.write_entry("power_end", power_date_time(int(start_epoch_ns) + int(active_duration_ns)),
                     False, False, None, 1)
 
 
@@ -351,10 +358,10 @@ def write_detail_results(detail: DetailLog, eff: Any, fig: RunFigures, ev: Evalu
         elif scenario == TestScenario.Offline:
             lines.append(("result_inferred_tokens_per_second", ev.inferred_tokens_per_s))
     lines += _detail_extras(fig)
-    stamp = detail._clock()
+    stamp = detail.now_ns()
     for key, value in lines:
-        detail._write(key, value, False, False, stamp, 1)
-    detail._write("num_errors", detail.error_count, False, False, stamp, 1)
+        detail.write_entry(key, value, False, False, stamp, 1)
+    detail.write_entry("num_errors", detail.error_count, False, False, stamp, 1)
 
 
 def _percentile_items(key: str, values: Mapping[float, int]) -> list[tuple[str, Any]]:

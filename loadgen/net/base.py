@@ -12,21 +12,23 @@ goes on.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen import defaults
-from loadgen.net.http1 import GetError, HttpPool, Request, blocking_get
+from loadgen.net.blocking_get import GetError, blocking_get
 from loadgen.net.kserve_common import ModelMetadata
 from loadgen.net.options import NetOptions, ssl_context
 from loadgen.net.targets import Target
 from loadgen.sut.forms import LoopSUT
 from loadgen.sut.report import NamedHistogram
 from loadgen.units import ms_to_ns
+
+if TYPE_CHECKING:  # the asyncio client loads where a run uses it, not on the native clients' path
+    import asyncio
+
+    from loadgen.net.http1 import HttpPool, Request
 
 __all__ = ["HttpSUT", "NetworkSUT", "http_get"]
 
@@ -126,7 +128,7 @@ class NetworkSUT(LoopSUT):
         """
         raise NotImplementedError
 
-    def _wait_ready(self, probe, what: str) -> None:
+    def wait_ready(self, probe, what: str) -> None:
         """Calls ``probe() -> (ready, detail)`` until it is ready or the readiness
         timeout passes."""
         start = time.monotonic()
@@ -160,7 +162,7 @@ class NetworkSUT(LoopSUT):
             "payload": {
                 "source": self.payload_source,
                 "distinct_requests": len(self.payload_bytes),
-                "request_bytes_mean": float(np.mean(self.payload_bytes)) if self.payload_bytes else 0.0,
+                "request_bytes_mean": sum(self.payload_bytes) / len(self.payload_bytes) if self.payload_bytes else 0.0,
             },
             "headers": [f"{k}: {v}" for k, v in self.net.headers],
         }
@@ -173,7 +175,7 @@ class NetworkSUT(LoopSUT):
         message."""
         self.sink.fail(qid, kind, self.redactor.text(message))
 
-    def _checked(self, body: bytes, check) -> Optional[str]:
+    def check_body(self, body: bytes, check) -> Optional[str]:
         """``check(body)``, remembered by the response's bytes: a check is a function of
         the bytes alone, and a model answering the same prepared requests mostly sends
         the same bytes back, so most responses are checked by one dictionary lookup."""
@@ -193,7 +195,7 @@ class NetworkSUT(LoopSUT):
 def http_get(url: str, headers: Sequence[Tuple[str, str]], timeout_s: float, ctx,
              max_bytes: int = defaults.MAX_RESPONSE_BYTES) -> Tuple[int, bytes, str]:
     """(status, body, problem) of a GET within ``timeout_s`` in all; status 0 and the
-    problem when nothing usable answered (see :func:`~loadgen.net.http1.blocking_get`:
+    problem when nothing usable answered (see :func:`~loadgen.net.blocking_get.blocking_get`:
     a deadline passed, a response that is not HTTP/1.x or is malformed, a body over
     ``max_bytes``); "HTTP <status>" as the problem of a status other than 2xx. The
     headers never follow a redirect to another origin."""
@@ -214,15 +216,19 @@ class HttpSUT(NetworkSUT):
                          "the connections (one per query in flight: --concurrency, --max-in-flight)")
         self.requests: List[bytes] = []
         self.pool: Optional[HttpPool] = None
-        self._stream = False
-        self._head_only = False
+        self._request_type: Any = None  # http1.Request, once the pool is open
+        self.stream_responses = False
+        self.head_only = False
 
-    def _get(self, path: str, timeout_s: float) -> Tuple[int, bytes, str]:
+    def get_path(self, path: str, timeout_s: float) -> Tuple[int, bytes, str]:
+        """(status, body, problem) of a GET of ``path`` on the target (:func:`http_get`),
+        with the run's headers and TLS; for the protocol clients' readiness probes."""
         return http_get(self.target.http_base + path, self.net.headers, timeout_s, self.ssl,
                         self.net.max_response_bytes)
 
-    def _serialize(self, method: str, path: str, body: Optional[bytes],
-                   headers: Sequence[Tuple[str, str]] = ()) -> bytes:
+    def serialize(self, method: str, path: str, body: Optional[bytes],
+                  headers: Sequence[Tuple[str, str]] = ()) -> bytes:
+        """The bytes of one HTTP/1.1 request to the target, with the run's headers."""
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.target.host_header}",
                  "User-Agent: loadgen", "Accept: */*"]
         given = {k.lower() for k, _ in list(headers) + list(self.net.headers)}
@@ -235,7 +241,9 @@ class HttpSUT(NetworkSUT):
         data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         return data + body if body is not None else data
 
-    def _set_requests(self, requests: List[bytes], source: str) -> None:
+    def set_requests(self, requests: List[bytes], source: str) -> None:
+        """Sets the prepared requests (each query sends one, by sample index); ``source``
+        names where they came from, for the report and the error when there are none."""
         if not requests:
             raise ValueError(f"--payload: {source} gave no requests")
         self.requests = requests
@@ -243,6 +251,9 @@ class HttpSUT(NetworkSUT):
         self.payload_source = source
 
     async def open_on_loop(self, loop, sink) -> None:
+        from loadgen.net.http1 import HttpPool, Request
+
+        self._request_type = Request  # issue_query's, without an import per query
         self.loop, self.sink = loop, sink
         self.pool = HttpPool(loop, self.target.host, self.target.port, self.connections,
                              ssl_context=self.ssl, server_hostname=self.target.host,
@@ -256,11 +267,11 @@ class HttpSUT(NetworkSUT):
             self.pool.close()
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
-        req = Request(self.requests[sample_index % len(self.requests)], self, query_id, self._stream,
-                      self._head_only)
         pool = self.pool
         if pool is None:
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
+        req = self._request_type(self.requests[sample_index % len(self.requests)], self, query_id, self.stream_responses,
+                                 self.head_only)
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 
     def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:

@@ -85,17 +85,17 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
     def open(self, sink: Any) -> None:
         """Opens the channels, each connected by one ServerReady call, before the run."""
         self.sink = sink
-        options = self._run_options()
+        options = self.run_options()
         try:
             for _ in range(self.connections):
-                ch = self._sync_channel(options)
-                self._channels.append(ch)
+                ch = self.sync_channel(options)
+                self.channels.append(ch)
                 try:  # connects now rather than in the first measured call; a failure shows in the run
                     ch.unary_unary(RPC["ServerReady"])(b"", timeout=min(5.0, self.net.ready_timeout_s),
                                                        metadata=self.metadata_md)
                 except self._rpc_error:
                     pass
-                self._calls.append(ch.unary_unary(RPC["ModelInfer"]))
+                self.calls.append(ch.unary_unary(RPC["ModelInfer"]))
                 core = self._core_calls(ch)
                 self._cores.append(core)
                 if core is None:
@@ -140,7 +140,7 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
             except Exception:  # its outcome does not matter, only that it ended
                 pass
         self._holds.clear()
-        for i, ch in enumerate(self._channels):
+        for i, ch in enumerate(self.channels):
             if i not in left_open:
                 ch.close()
         for core in self._cores:
@@ -157,14 +157,14 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
         self._start(query_id, data, scheduled_ns)
 
     def _start(self, qid: int, data: bytes, scheduled_ns: int) -> None:
-        i = self._next_call % len(self._calls)
+        i = self._next_call % len(self.calls)
         self._next_call += 1
         core = self._cores[i]
         try:
             if core is not None:
-                core.call(data, self._timeout_s(scheduled_ns), self.metadata_md, qid)
+                core.call(data, self.call_timeout_s(scheduled_ns), self.metadata_md, qid)
                 return
-            future = self._calls[i].future(data, timeout=self._timeout_s(scheduled_ns), metadata=self.metadata_md)
+            future = self.calls[i].future(data, timeout=self.call_timeout_s(scheduled_ns), metadata=self.metadata_md)
         except BaseException:
             self._ended()
             raise
@@ -205,12 +205,12 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
             elif message is None:
                 self.fail_query(qid, "invalid_response", "the call ended OK without a response message")
             else:
-                self._answered(qid, message, t)
+                self.answered(qid, message, t)
         except Exception as e:
             self.fail_query(qid, type(e).__name__, f"the response handling raised: {e}")
 
     def _failed(self, qid: int, code: Any, details: Optional[str]) -> None:
-        failure = self._failure(code, details)
+        failure = self.failure_of(code, details)
         if failure is None:  # a deadline the timeout set: the engine counts it as timed out
             self.sink.timed_out(qid)
         else:
@@ -225,4 +225,4 @@ class KServeGrpcCallbackSUT(CallbackSUT, KServeGrpcSUT):
         except self._cancelled_error:
             self.fail_query(qid, "grpc_CANCELLED", "the call was cancelled")
             return
-        self._answered(qid, raw, t)
+        self.answered(qid, raw, t)

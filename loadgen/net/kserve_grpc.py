@@ -220,8 +220,8 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self.requests: List[bytes] = []
         # None rather than an empty tuple: grpc skips its metadata handling then.
         self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
-        self._channels: list = []
-        self._calls: list = []
+        self.channels: list = []
+        self.calls: list = []
         self.in_flight = max(1, pool_size)  # calls in flight at most: one per worker
         self._queue: collections.deque = collections.deque()
         self._idle: list = []
@@ -241,7 +241,8 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
             root = read_bytes(self.net.ca_file, what="--ca-file", limit_bytes=CERT_LIMIT_BYTES)
         return grpc.ssl_channel_credentials(root_certificates=root)
 
-    def _sync_channel(self, options=None):
+    def sync_channel(self, options=None):
+        """A new blocking grpcio channel to the target (TLS as the run says)."""
         import grpc
 
         creds = self._credentials()
@@ -249,7 +250,8 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         return (grpc.secure_channel(target, creds, options=options) if creds
                 else grpc.insecure_channel(target, options=options))
 
-    def _run_options(self) -> list:
+    def run_options(self) -> list:
+        """The grpcio channel options of the run's channels."""
         # No retries: a load generator counts a failed call, it does not hide it, and
         # the retry machinery costs CPU on every call.
         # A response over --max-response-bytes fails in grpcio (RESOURCE_EXHAUSTED) before
@@ -258,7 +260,7 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
                 ("grpc.max_send_message_length", -1),
                 ("grpc.use_local_subchannel_pool", 1), ("grpc.enable_retries", 0)]
 
-    def _failure(self, code, details: Optional[str]) -> Optional[Tuple[str, str]]:
+    def failure_of(self, code, details: Optional[str]) -> Optional[Tuple[str, str]]:
         """(kind, message) of a failed call; None for a deadline the run's timeout set
         (the engine counts that query as timed out)."""
         if code == self._deadline_exceeded and self.timeout_ns:
@@ -279,7 +281,7 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
     def prepare(self) -> None:
         import grpc
 
-        channel = self._sync_channel()
+        channel = self.sync_channel()
         try:
             server_ready = channel.unary_unary(RPC["ServerReady"],
                                                request_serializer=pb.ServerReadyRequest.SerializeToString,
@@ -304,7 +306,7 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
                 except grpc.RpcError as e:
                     return False, f"{e.code().name}: {e.details()}"
 
-            self._wait_ready(probe, f"gRPC server {host_port(self.target)}")
+            self.wait_ready(probe, f"gRPC server {host_port(self.target)}")
             try:
                 self.metadata = metadata_from_pb(metadata(
                     pb.ModelMetadataRequest(name=name, version=version), timeout=10.0,
@@ -341,20 +343,20 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self.loop, self.sink = loop, sink
         creds = self._credentials()
         target = host_port(self.target)
-        options = self._run_options()
+        options = self.run_options()
         for _ in range(self.connections):
             ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
                   else grpc.aio.insecure_channel(target, options=options))
-            self._channels.append(ch)
-            self._calls.append(ch.unary_unary(RPC["ModelInfer"]))
+            self.channels.append(ch)
+            self.calls.append(ch.unary_unary(RPC["ModelInfer"]))
         self._rpc_error = grpc.aio.AioRpcError
         for i in range(self.in_flight):
-            self.tasks.add(loop.create_task(self._worker(self._calls[i % len(self._calls)])))
+            self.tasks.add(loop.create_task(self._worker(self.calls[i % len(self.calls)])))
 
     async def close_on_loop(self) -> None:
         for t in list(self.tasks):
             t.cancel()
-        for ch in self._channels:
+        for ch in self.channels:
             await ch.close(None)
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
@@ -380,23 +382,24 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
             qid, data, scheduled_ns = queue.popleft()
             await one(call, qid, data, scheduled_ns)
 
-    def _check_pb(self, raw: bytes) -> Optional[str]:
+    def check_pb(self, raw: bytes) -> Optional[str]:
+        """The problem with a serialized ModelInferResponse, or None when it is good."""
         try:
             return self._check(self._decode(raw), self.expected)
         except Exception as e:  # protobuf's DecodeError and friends
             return f"the response does not decode: {type(e).__name__}: {e}"
 
-    def _timeout_s(self, scheduled_ns: int) -> Optional[float]:
+    def call_timeout_s(self, scheduled_ns: int) -> Optional[float]:
         """What is left of the run's timeout for a query scheduled at ``scheduled_ns``
         (None: no timeout)."""
         if not self.timeout_ns:
             return None
         return max(ns_to_s(scheduled_ns + self.timeout_ns - _monotonic_ns()), 0.0)
 
-    def _answered(self, qid: int, raw: bytes, t_ns: int) -> None:
+    def answered(self, qid: int, raw: bytes, t_ns: int) -> None:
         """Query ``qid`` got response ``raw`` at ``t_ns``: checked, then completed or failed."""
         if self.check:
-            problem = self._checked(raw, self._check_pb)
+            problem = self.check_body(raw, self.check_pb)
             if problem is not None:
                 self.fail_query(qid, "invalid_response", problem)
                 return
@@ -404,10 +407,10 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
 
     async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
         try:
-            raw = await call(data, timeout=self._timeout_s(scheduled_ns), metadata=self.metadata_md)
+            raw = await call(data, timeout=self.call_timeout_s(scheduled_ns), metadata=self.metadata_md)
         except self._rpc_error as e:
-            failure = self._failure(e.code(), e.details())
+            failure = self.failure_of(e.code(), e.details())
             if failure is not None:  # else a deadline the timeout set: the engine counts it as timed out
                 self.fail_query(qid, *failure)
             return
-        self._answered(qid, raw, _monotonic_ns())
+        self.answered(qid, raw, _monotonic_ns())

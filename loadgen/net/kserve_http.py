@@ -23,16 +23,16 @@ class KServeHttpSUT(KServeInputs, HttpSUT):
         base = self.target.http_base
 
         def probe(timeout_s: float):
-            status, _, problem = self._get("/v2/health/ready", timeout_s)
+            status, _, problem = self.get_path("/v2/health/ready", timeout_s)
             if status != 200:
                 return False, f"GET {base}/v2/health/ready: {problem or status}"
-            status, _, problem = self._get(model_path(self.target) + "/ready", timeout_s)
+            status, _, problem = self.get_path(model_path(self.target) + "/ready", timeout_s)
             if status != 200:
                 return False, f"model {self.target.model!r} not ready: GET {model_path(self.target)}/ready: {problem or status}"
             return True, ""
 
-        self._wait_ready(probe, f"KServe server {base}")
-        status, body, problem = self._get(model_path(self.target), 10.0)
+        self.wait_ready(probe, f"KServe server {base}")
+        status, body, problem = self.get_path(model_path(self.target), 10.0)
         if status == 200:
             try:
                 self.metadata = parse_metadata(json.loads(body))
@@ -48,10 +48,10 @@ class KServeHttpSUT(KServeInputs, HttpSUT):
             if any(isinstance(b, dict) and b.get("outputs") for b in bodies):
                 self.expected = []  # the requests choose their outputs
             raw = raw_lines(self.net.payload, len(bodies))
-            self._set_requests([self._serialize("POST", path, line) for line in raw], self.net.payload)
+            self.set_requests([self.serialize("POST", path, line) for line in raw], self.net.payload)
             return
         samples, specs, source = self.samples()
-        self._set_requests([self._serialize("POST", path, json_request_body(s, specs)) for s in samples],
+        self.set_requests([self.serialize("POST", path, json_request_body(s, specs)) for s in samples],
                            source)
 
     def _check_json(self, body: bytes) -> Optional[str]:
@@ -63,7 +63,7 @@ class KServeHttpSUT(KServeInputs, HttpSUT):
         if status != 200:
             return f"http_{status}", f"HTTP {status}: {self.redactor.excerpt(body, 200)}"
         if self.check:
-            problem = self._checked(body, self._check_json)
+            problem = self.check_body(body, self._check_json)
             if problem is not None:
                 return "invalid_response", problem
         return None

@@ -51,7 +51,7 @@ class NativeGrpcSUT(NativeHttpSUT):
             raise ValueError(f"--grpc-engine native: {why}")
         import grpc
 
-        self._take(inner, io_threads, cpus)
+        self.take_client(inner, io_threads, cpus)
         self.max_calls = int(max_calls if max_calls is not None else inner.in_flight)
         self._codes = {c.value[0]: c for c in grpc.StatusCode}
         self._unknown = grpc.StatusCode.UNKNOWN
@@ -59,7 +59,7 @@ class NativeGrpcSUT(NativeHttpSUT):
     def native_settings(self) -> _core.NativeSutSettings:
         """The engine's settings: kind ``grpc`` with the prepared requests."""
         s = _core.NativeSutSettings(kind=_core.SutKind.grpc)
-        h = self._client_settings()
+        h = self.client_settings()
         inner = self.inner
         h.grpc_path = RPC["ModelInfer"]
         h.metadata = list(inner.metadata_md or ())
@@ -76,10 +76,10 @@ class NativeGrpcSUT(NativeHttpSUT):
             if status == 0:
                 if not inner.check:
                     return None
-                problem = inner._checked(body, inner._check_pb)
+                problem = inner.check_body(body, inner.check_pb)
                 return None if problem is None else ("invalid_response", problem)
             code = self._codes.get(status, self._unknown)
-            failure = inner._failure(code, body.decode("utf-8", "replace"))
+            failure = inner.failure_of(code, body.decode("utf-8", "replace"))
             # No deadline goes to the server (the core resets a call at its timeout), so a
             # DEADLINE_EXCEEDED is the server's own and fails the query as such.
             return failure if failure is not None else (f"grpc_{code.name}", inner.redactor.excerpt(body, 500))

@@ -97,9 +97,10 @@ class NativeHttpSUT:
             raise ValueError(f"--http-engine native: {why}")
         if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
             raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
-        self._take(inner, io_threads, cpus)
+        self.take_client(inner, io_threads, cpus)
 
-    def _take(self, inner: Any, io_threads: int, cpus: Sequence[int]) -> None:
+    def take_client(self, inner: Any, io_threads: int, cpus: Sequence[int]) -> None:
+        """Takes over the asyncio client ``inner`` (its target, requests and checks)."""
         self.inner = inner
         self.io_threads = io_threads
         self.cpus = list(cpus)
@@ -111,10 +112,11 @@ class NativeHttpSUT:
     def native_settings(self) -> _core.NativeSutSettings:
         """The engine's settings: kind ``http`` with the prepared requests."""
         s = _core.NativeSutSettings(kind=_core.SutKind.http)
-        s.http = self._client_settings()
+        s.http = self.client_settings()
         return s
 
-    def _client_settings(self) -> _core.HttpClientSettings:
+    def client_settings(self) -> _core.HttpClientSettings:
+        """The native client's settings for this run."""
         h = _core.HttpClientSettings()
         h.host = self.host
         h.port = int(self.inner.target.port)
@@ -122,11 +124,19 @@ class NativeHttpSUT:
         h.warm_connections = min(4096, h.connections)  # all before the run: a connect mid-run costs the issuing thread
         h.io_threads = int(self.io_threads)
         h.requests = list(self.inner.requests)
-        h.head_only = bool(getattr(self.inner, "_head_only", False))
+        h.head_only = bool(getattr(self.inner, "head_only", False))
         h.max_response_bytes = int(self.inner.net.max_response_bytes)
         h.timeout_ns = int(self.inner.timeout_ns or 0)
         h.cpus = self.cpus
         return h
+
+    def start_checker(self, core: _core.Engine) -> Checker:
+        """Starts the thread that judges the responses ``core`` has no verdict for (the
+        engine calls this once it has started the run, and joins the checker it gets at
+        the end: ``join(timeout_s)``, then ``error``)."""
+        checker = Checker(core, self)
+        checker.start()
+        return checker
 
     def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
         """The inner client's verdict; a check that raises fails its query as check_error."""
@@ -230,12 +240,12 @@ class NativeOpenAISUT(NativeHttpSUT):
         cpus: the I/O threads' CPUs (empty: not pinned).
     """
 
-    def _client_settings(self) -> _core.HttpClientSettings:
-        h = super()._client_settings()
+    def client_settings(self) -> _core.HttpClientSettings:
+        h = super().client_settings()
         inner = self.inner
         h.sse = True
         h.sse_check = bool(inner.check)
-        h.input_tokens = [int(n) for n in inner._input_lens]
+        h.input_tokens = [int(n) for n in inner.input_lens]
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
         return h
@@ -243,7 +253,7 @@ class NativeOpenAISUT(NativeHttpSUT):
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error (kind, message) of a stream the core failed, worded (and redacted) as
         the asyncio client words it: ``problem`` is the core's code, ``body`` its bytes."""
-        from loadgen.net.openai_stream import NO_DONE, NO_TOKENS, _loads_json, event_problem, too_large_text
+        from loadgen.net.openai_stream import NO_DONE, NO_TOKENS, loads_json, event_problem, too_large_text
 
         inner = self.inner
         if problem == _HTTP_STATUS:
@@ -256,7 +266,7 @@ class NativeOpenAISUT(NativeHttpSUT):
             kind, message = "invalid_response", _bad_token_count_text(body)
         else:
             try:
-                doc: Any = _loads_json(body.decode("utf-8", "replace"))
+                doc: Any = loads_json(body.decode("utf-8", "replace"))
             except ValueError as e:
                 doc = e
             kind, message = "invalid_response", event_problem(body, doc)

@@ -75,7 +75,7 @@ def _tokens_per_s_milli(n: int, elapsed_ns: int) -> int:
     return min(max(1, round(n * 1e12 / elapsed_ns)), _MAX_RATE)
 
 
-def _loads_json(text: str) -> Any:
+def loads_json(text: str) -> Any:
     """json.loads, with nesting too deep to parse (RecursionError) a ValueError too."""
     try:
         return json.loads(text)
@@ -159,7 +159,7 @@ class TokenStream:
                 self.finished = True
             return
         try:
-            doc = _loads_json(data.decode("utf-8", "replace"))
+            doc = loads_json(data.decode("utf-8", "replace"))
         except ValueError as e:
             doc = e
         if not isinstance(doc, dict) or "error" in doc:
@@ -237,7 +237,7 @@ class WholeResponse:
             return
         embeddings = sut.target.endpoint == "embeddings"
         try:
-            doc = _loads_json(body.decode("utf-8", "replace"))
+            doc = loads_json(body.decode("utf-8", "replace"))
         except ValueError:
             doc = None
         if not isinstance(doc, dict):
@@ -305,9 +305,9 @@ class OpenAISUT(HttpSUT):
         self.tokens_from_usage = 0
         self.tokens_from_chunks = 0
         self.output_tokens = 0
-        self._stream = (net.llm.stream if net.llm is not None else True) and target.endpoint != "embeddings"
+        self.stream_responses = (net.llm.stream if net.llm is not None else True) and target.endpoint != "embeddings"
         self.workload: Optional[Workload] = None
-        self._input_lens: List[int] = []  # by body, when the workload says
+        self.input_lens: List[int] = []  # by body, when the workload says
         self.input_tokens_sent = 0
         self.output_lengths: Counter[int] = Counter()  # output tokens -> completed requests
         self.embeddings = 0
@@ -318,7 +318,7 @@ class OpenAISUT(HttpSUT):
         listed: List[str] = []
 
         def probe(timeout_s: float):
-            status, body, problem = self._get(models_path, timeout_s)
+            status, body, problem = self.get_path(models_path, timeout_s)
             if status == 200:
                 try:
                     listed[:] = [str(m["id"]) for m in json.loads(body).get("data", [])]
@@ -329,16 +329,17 @@ class OpenAISUT(HttpSUT):
                 return True, ""
             return False, f"GET {base}/v1/models: {problem or status}"
 
-        self._wait_ready(probe, f"OpenAI server {base}")
+        self.wait_ready(probe, f"OpenAI server {base}")
         if not self.model and not self.net.payload:
             if not listed:
                 raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
             self.model = listed[0]
         bodies, source = self._bodies()
-        self._set_requests([self._serialize("POST", self.target.path,
+        self.set_requests([self.serialize("POST", self.target.path,
                                             json.dumps(b, separators=(",", ":")).encode()) for b in bodies], source)
 
-    def _llm(self) -> LlmOptions:
+    def llm_options(self) -> LlmOptions:
+        """The run's LLM workload options (the defaults when the run gave none)."""
         n = self.net
         if n.llm is not None:
             return n.llm
@@ -347,11 +348,11 @@ class OpenAISUT(HttpSUT):
 
     def _bodies(self) -> Tuple[List[dict], str]:
         endpoint = self.target.endpoint
-        llm = self._llm()
+        llm = self.llm_options()
         if not self.net.payload:
             work = build_workload(llm, endpoint, self.model)
             self.workload = work
-            self._input_lens = [int(x) for x in work.input_tokens]
+            self.input_lens = [int(x) for x in work.input_tokens]
             return work.bodies, work.source
         if payload_kind(self.net.payload) != "jsonl":
             raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
@@ -368,8 +369,8 @@ class OpenAISUT(HttpSUT):
                 raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
             b.setdefault("model", self.model)
             if endpoint != "embeddings":
-                b["stream"] = self._stream
-                if self._stream:
+                b["stream"] = self.stream_responses
+                if self.stream_responses:
                     b.setdefault("stream_options", {"include_usage": True})
                 else:
                     b.pop("stream_options", None)
@@ -378,14 +379,14 @@ class OpenAISUT(HttpSUT):
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         i = sample_index % len(self.requests)
-        handler = TokenStream(self, query_id, scheduled_ns) if self._stream else WholeResponse(self, query_id,
+        handler = TokenStream(self, query_id, scheduled_ns) if self.stream_responses else WholeResponse(self, query_id,
                                                                                                 scheduled_ns)
-        req = Request(self.requests[i], handler, query_id, self._stream)
+        req = Request(self.requests[i], handler, query_id, self.stream_responses)
         pool = self.pool
         if pool is None:
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
-        if self._input_lens:
-            handler.n_input = n_in = self._input_lens[i]
+        if self.input_lens:
+            handler.n_input = n_in = self.input_lens[i]
             self.input_tokens_sent += n_in
         pool.submit(req, scheduled_ns + self.timeout_ns if self.timeout_ns else 0)
 

@@ -78,7 +78,7 @@ class ConversationSUT(OpenAISUT):
     def _bodies(self) -> Tuple[List[dict], str]:
         if self.net.payload:
             raise ValueError("--turns builds its own conversations: it does not take --payload")
-        llm = self._llm()
+        llm = self.llm_options()
         convs = build_conversations(llm, self.target.endpoint, self.model)
         self.conversations = convs
         self._rng = np.random.default_rng(llm.seed + 7)
@@ -104,7 +104,7 @@ class ConversationSUT(OpenAISUT):
             body = dict(convs.bodies[session.conv][session.turn])
             body["messages"] = session.messages + body["messages"]
             self.history_messages_max = max(self.history_messages_max, len(body["messages"]))
-            data = self._serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
+            data = self.serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
         else:
             conv = sample_index % len(convs.bodies)
             session = _Session(self._next_sid, conv)
@@ -115,13 +115,13 @@ class ConversationSUT(OpenAISUT):
         n_input = session.history_tokens + convs.turn_tokens[session.conv][session.turn]
         self.input_tokens_sent += n_input
         handler: Any
-        if self._stream:
+        if self.stream_responses:
             handler = TokenStream(self, query_id, scheduled_ns)
             handler.texts = []
         else:
             handler = WholeResponse(self, query_id, scheduled_ns)
         handler.n_input = n_input
-        pool.submit(Request(data, handler, query_id, self._stream), scheduled_ns + self.timeout_ns
+        pool.submit(Request(data, handler, query_id, self.stream_responses), scheduled_ns + self.timeout_ns
                     if self.timeout_ns else 0)
 
     def _advance(self, qid: int, reply: str, n_tokens: int, t: int) -> None:

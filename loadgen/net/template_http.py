@@ -45,11 +45,11 @@ class TemplateHttpSUT(HttpSUT):
             raise ValueError("--request-template: a template target needs a request template file")
         tpl = load_template(path, self.target.path)
         method, req_path = tpl["method"], tpl["path"]
-        self._head_only = method == "HEAD"
+        self.head_only = method == "HEAD"
         self.ok_status = tpl["status"]
         self.json_keys = tpl["json_keys"]
         ready_path = tpl["ready_path"]
-        self._wait_ready(self._ready_probe(ready_path), f"server {self.target.http_base}")
+        self.wait_ready(self._ready_probe(ready_path), f"server {self.target.http_base}")
         body_tpl = tpl["body"]
         uses_sample = body_tpl is not None and "{{" in json.dumps(body_tpl) and "sample" in json.dumps(body_tpl)
         samples, source = self._template_samples(uses_sample)
@@ -59,15 +59,15 @@ class TemplateHttpSUT(HttpSUT):
             body = None
             if body_tpl is not None:
                 body = json.dumps(fill_template(body_tpl, sample, i), separators=(",", ":")).encode()
-            requests.append(self._serialize(method, req_path, body, header_items))
-        self._set_requests(requests, source)
+            requests.append(self.serialize(method, req_path, body, header_items))
+        self.set_requests(requests, source)
 
     def _ready_probe(self, ready_path: Optional[str]):
         host, port = self.target.host, self.target.port
 
         def probe(timeout_s: float):
             if ready_path:
-                status, _, problem = self._get(str(ready_path), timeout_s)
+                status, _, problem = self.get_path(str(ready_path), timeout_s)
                 return 200 <= status < 300, f"GET {ready_path}: {problem or status}"
             try:
                 socket.create_connection((host, port), timeout=timeout_s).close()

@@ -119,7 +119,9 @@ class Scenario:
         """Engine settings for the effective options ``o``."""
         raise NotImplementedError
 
-    def _base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
+    def base_settings(self, o: RunOptions, **kw: Any) -> EngineSettings:
+        """The engine settings every scenario shares, from the options; ``kw`` adds or
+        overrides (the scenario's own)."""
         kw.update(slo_settings(o))
         return EngineSettings(
             samples_per_query=require(o.samples_per_query, "--samples-per-query"),

@@ -44,7 +44,7 @@ class _Stream(_Mlperf):
     unshared = "it keeps one query in flight, the next when it completes: one stream, one worker"
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(
+        return self.base_settings(
             o, mode="closed", concurrency=1,
             min_duration_s=require(o.min_duration_s, "--min-duration-s"),
             min_query_count=require(o.min_query_count, "--min-query-count"),
@@ -111,7 +111,7 @@ class Server(_Mlperf):
         return _replace(o, target_qps=require(o.target_qps, "--target-qps") / count)
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(
+        return self.base_settings(
             o, mode="poisson", target_qps=o.target_qps,
             min_duration_s=require(o.min_duration_s, "--min-duration-s"),
             min_query_count=require(o.min_query_count, "--min-query-count"),
@@ -170,7 +170,7 @@ class Offline(_Mlperf):
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
         query_count = require(o.query_count, "--query-count")
-        s = self._base_settings(o, mode="offline", query_count=query_count)
+        s = self.base_settings(o, mode="offline", query_count=query_count)
         # Everything is issued at t = 0, so the grace period is the whole run: allow the
         # expected duration three times over on top of --grace-s.
         samples = query_count * require(o.samples_per_query, "--samples-per-query")

@@ -4,15 +4,16 @@ optional in-flight cap), closed loop at a fixed concurrency, ramps, and trace re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 from loadgen import defaults
 from loadgen.engine import EngineSettings, load_trace
 from loadgen.options import RunOptions, parse_stages
 from loadgen.scenarios.base import Scenario, require
 from loadgen.workers import concurrency_share, stages_text
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
 
 __all__ = ["Concurrency", "Constant", "Poisson", "Ramp", "Trace"]
 
@@ -50,7 +51,7 @@ class Constant(_Timed):
         return dataclasses.replace(o, target_qps=require(o.target_qps, "--target-qps") / count)
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(o, mode=self.mode, target_qps=o.target_qps,
+        return self.base_settings(o, mode=self.mode, target_qps=o.target_qps,
                                    max_in_flight=o.max_in_flight, **self._bounds(o))
 
 
@@ -84,7 +85,7 @@ class Concurrency(_Timed):
         return dataclasses.replace(o, concurrency=concurrency_share(o.concurrency, index, count))
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(o, mode="closed", concurrency=o.concurrency, **self._bounds(o))
+        return self.base_settings(o, mode="closed", concurrency=o.concurrency, **self._bounds(o))
 
 
 class Ramp(Scenario):
@@ -111,7 +112,7 @@ class Ramp(Scenario):
         return dataclasses.replace(o, stages=stages_text(stages))
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(
+        return self.base_settings(
             o, mode="stages", stages=parse_stages(o.stages, o.ramp), stages_poisson=o.poisson_arrivals,
             burstiness=o.burstiness,
             max_in_flight=o.max_in_flight, duration_s=o.duration_s, query_count=o.query_count,
@@ -136,6 +137,8 @@ class Trace(Scenario):
     def offsets_ns(self, o: RunOptions) -> np.ndarray:
         """The trace's arrival offsets (ns); worker I of N > 1 replays lines I, I + N,
         I + 2N, ... at their own offsets, so that the workers together replay the trace."""
+        import numpy as np
+
         try:
             offsets = load_trace(str(o.trace), unit=o.trace_unit)
         except ValueError as e:
@@ -149,7 +152,7 @@ class Trace(Scenario):
         return np.ascontiguousarray(offsets[index::o.workers])
 
     def engine_settings(self, o: RunOptions) -> EngineSettings:
-        return self._base_settings(
+        return self.base_settings(
             o, mode="trace", trace_offsets_ns=self.offsets_ns(o), max_in_flight=o.max_in_flight,
             duration_s=o.duration_s, query_count=o.query_count,
         )

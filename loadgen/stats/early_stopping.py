@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, Optional, Union
 
-import numpy as np
-
 from loadgen.stats.histogram import Histogram
 
 __all__ = [
@@ -171,6 +169,8 @@ class OrderStatistics:
     __slots__ = ("_cumulative", "_highest", "count", "max", "min")
 
     def __init__(self, histogram: Optional[Histogram]) -> None:
+        import numpy as np
+
         self.count = 0 if histogram is None else int(histogram.total_count)
         self.min = self.max = 0
         if histogram is not None and self.count:
@@ -182,13 +182,18 @@ class OrderStatistics:
 
     def at(self, index: int) -> int:
         """The value at 0-based ``index`` of the sorted values (clamped into range)."""
+        import numpy as np
+
         if not self.count:
             return 0
         rank = min(max(int(index), 0), self.count - 1) + 1
         i = int(np.searchsorted(self._cumulative, rank, side="left"))
         return max(int(self._highest[i]), self.min)
 
-    def _count_at_or_under(self, bound_ns: int) -> int:
+    def count_at_or_under(self, bound_ns: int) -> int:
+        """How many values are at or under ``bound_ns``, to bucket precision."""
+        import numpy as np
+
         first_over = int(np.searchsorted(self._highest, int(bound_ns), side="right"))
         return int(self._cumulative[first_over - 1]) if first_over > 0 else 0
 
@@ -217,7 +222,7 @@ def count_over(latency: Union[Histogram, OrderStatistics, None], bound_ns: int) 
     view = latency if isinstance(latency, OrderStatistics) else OrderStatistics(latency)
     if not view.count:
         return 0
-    return view.count - view._count_at_or_under(bound_ns)
+    return view.count - view.count_at_or_under(bound_ns)
 
 
 # -------------------------------------------------------------------------- verdicts
