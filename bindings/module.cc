@@ -1,6 +1,8 @@
 // The extension module loadgen._core. Each area binds itself in its own translation unit.
 #include <pybind11/pybind11.h>
 
+#include "affinity.h"
+
 namespace py = pybind11;
 
 void bind_engine(py::module_& m);
@@ -14,4 +16,8 @@ PYBIND11_MODULE(_core, m) {
   bind_engine(m);
   bind_mlperf(m);
   bind_http(m);
+  // name -> role of every native thread, from the table the threads take their names from.
+  py::dict roles;
+  for (const auto& r : loadgen::kThreadRoles) roles[py::str(r.name)] = py::str(r.role);
+  m.attr("THREAD_ROLES") = py::module_::import("types").attr("MappingProxyType")(roles);
 }

@@ -10,9 +10,30 @@ namespace loadgen {
 /// a CPU the process may not use.
 void pin_current_thread(const std::vector<int>& cpus);
 
+/// The names loadgen's native threads give themselves (at most 15 bytes each).
+inline constexpr char kIssueThreadName[] = "lg-issue";
+inline constexpr char kMonitorThreadName[] = "lg-monitor";
+inline constexpr char kSutThreadName[] = "lg-sut";
+inline constexpr char kRecordsThreadName[] = "lg-records";
+inline constexpr char kHttpThreadName[] = "lg-http";
+inline constexpr char kGrpcThreadName[] = "lg-grpc";
+
+/// A native thread's name and the role its CPU is reported under.
+struct ThreadRole {
+  const char* name;
+  const char* role;
+};
+
+/// Every native thread name with its role: the one table the host figures read
+/// (exported as `_core.THREAD_ROLES`). A thread named anything else is not loadgen's.
+inline constexpr ThreadRole kThreadRoles[] = {
+    {kIssueThreadName, "issue"},     {kMonitorThreadName, "monitor"}, {kSutThreadName, "native_sut"},
+    {kRecordsThreadName, "records"}, {kHttpThreadName, "io"},         {kGrpcThreadName, "io"},
+};
+
 /// Names the calling thread (at most 15 bytes are kept), as /proc/self/task/*/comm shows
-/// it: loadgen's threads are "lg-issue", "lg-monitor" and "lg-sut", so that per-thread
-/// CPU figures can be told apart by role. Best effort: never fails.
+/// it: loadgen's threads take their names from the table above, so that per-thread CPU
+/// figures can be told apart by role. Best effort: never fails.
 void set_current_thread_name(const char* name) noexcept;
 
 /// Asks the kernel for a scheduler slice of `slice_ns` for the calling thread (Linux 6.12

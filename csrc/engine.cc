@@ -319,7 +319,7 @@ bool Engine::wait_for_room(int64_t limit, int64_t deadline_ns) noexcept {
 }
 
 void Engine::issue_loop() {
-  set_current_thread_name("lg-issue");
+  set_current_thread_name(kIssueThreadName);
   try {
     if (!s_.pin_cpus.empty()) pin_current_thread(s_.pin_cpus);
   } catch (const std::exception& e) {
@@ -765,7 +765,7 @@ void Engine::cancel_outstanding() noexcept {
 }
 
 void Engine::monitor_loop() {
-  set_current_thread_name("lg-monitor");
+  set_current_thread_name(kMonitorThreadName);
   for (;;) {  // wait for the start time
     Notifier::Ticket e(done_);
     if (start_ns_.load() != 0 || run_over_.load()) break;

@@ -997,7 +997,7 @@ void GrpcClient::uncork(std::vector<Conn*>& cork, std::vector<Ended>& ended) noe
 }
 
 void GrpcClient::io_loop(Io* io) {
-  enter_io_thread("lg-grpc", s_.cpus, s_.sched_slice_ns);  // see HttpClient::io_loop
+  enter_io_thread(kGrpcThreadName, s_.cpus, s_.sched_slice_ns);  // see HttpClient::io_loop
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   std::vector<Ended> ended;

@@ -531,7 +531,7 @@ void HttpClient::expire(Io* io, int64_t now) noexcept {
 void HttpClient::io_loop(Io* io) {
   // I/O threads read; they send only in a closed loop (the next request, once a response
   // made room). An open loop's arrivals are sent by the engine's issue thread.
-  enter_io_thread("lg-http", s_.cpus, s_.sched_slice_ns);
+  enter_io_thread(kHttpThreadName, s_.cpus, s_.sched_slice_ns);
   std::vector<epoll_event> events(256);
   std::vector<char> buf(kReadChunk);
   int64_t next_scan = 0;

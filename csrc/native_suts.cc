@@ -94,7 +94,7 @@ void NativeSut::pin_sut_thread() noexcept {
 }
 
 void NativeSut::fixed_delay_loop() {
-  set_current_thread_name("lg-sut");
+  set_current_thread_name(kSutThreadName);
   pin_sut_thread();
   set_min_timer_slack();
   uint64_t head = 0;
@@ -122,7 +122,7 @@ void NativeSut::fixed_delay_loop() {
 // whenever a worker is free it takes up to max_batch of them; the batch completes
 // after a sampled service time. Completions are reported when they are due.
 void NativeSut::demo_loop() {
-  set_current_thread_name("lg-sut");
+  set_current_thread_name(kSutThreadName);
   pin_sut_thread();
   set_min_timer_slack();
   Rng rng(s_.seed);

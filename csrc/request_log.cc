@@ -216,7 +216,7 @@ RequestLogStats RequestLog::stats() const {
 }
 
 void RequestLog::writer_loop() {
-  set_current_thread_name("lg-records");
+  set_current_thread_name(kRecordsThreadName);
   std::string buf;
   std::vector<std::string> kinds = this->kinds();
   bool failed = false;

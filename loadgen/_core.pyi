@@ -1,6 +1,6 @@
 # Hand-written stub of the native extension; tests/test_core_stub.py keeps it honest.
 import enum
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,10 @@ def time_request_log(n: int, path: str) -> Tuple[float, float]: ...
 
 def now_ns() -> int: ...
 def allowed_cpus() -> List[int]: ...
+
+# name -> role of every native thread, from the table the threads take their names from
+# (csrc/affinity.h); read-only.
+THREAD_ROLES: Mapping[str, str]
 
 class ArrivalKind(enum.Enum):
     constant = ...

@@ -24,7 +24,7 @@ import urllib.parse
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults
-from loadgen.net.http1 import blocking_get
+from loadgen.net.blocking_get import blocking_get
 from loadgen.net.options import Redactor
 from loadgen.net.targets import host_problem, redact_url
 
@@ -366,7 +366,7 @@ class MetricsScraper:
             self._t0 = time.monotonic()
             self._scrape()
         if self.interval_s > 0:
-            self._thread = threading.Thread(target=self._loop, name="loadgen-metrics", daemon=True)
+            self._thread = threading.Thread(target=self._loop, name="loadgen-scrape", daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:

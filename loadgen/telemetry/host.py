@@ -1,10 +1,11 @@
 """The generator's own health during a run: CPU time per thread role, memory, and the
 machine's CPU busy and steal time, per interval, from ``/proc``.
 
-Roles come from thread names and ids: the engine's native threads name themselves
-``lg-issue``, ``lg-monitor``, ``lg-sut`` and ``lg-records`` (the JSON lines writer of
-``--record-requests``), the native HTTP and gRPC clients' I/O threads ``lg-http`` and
-``lg-grpc`` (role ``io``); the dispatcher (which runs the event loop
+Roles come from thread names and ids: the native threads name themselves from one table
+in the core, exported with their roles as ``_core.THREAD_ROLES`` (``lg-issue``,
+``lg-monitor``, ``lg-sut``, ``lg-records``: the JSON lines writer of ``--record-requests``,
+and the native HTTP and gRPC clients' I/O threads ``lg-http`` and ``lg-grpc``, role
+``io``); Python threads do not name themselves to the kernel, so the dispatcher (which runs the event loop
 for network targets and async SUTs) is known by its thread id; the main thread is the
 process id; everything else (a SUT's own threads, gRPC's, the samplers) is ``other``.
 
@@ -22,7 +23,9 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from loadgen import _core
 
 __all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu",
            "read_thread_wait"]
@@ -32,8 +35,8 @@ SATURATED_FRACTION = 0.9
 #: Intervals shorter than this are not judged (tick resolution).
 MIN_JUDGED_S = 0.5
 
-_NAMED_ROLES = {"lg-issue": "issue", "lg-monitor": "monitor", "lg-sut": "native_sut", "lg-records": "records",
-                "lg-http": "io", "lg-grpc": "io"}
+#: name -> role of the native threads, from the core's table of the names they take.
+NATIVE_ROLES: Mapping[str, str] = _core.THREAD_ROLES
 ROLES = ("issue", "dispatcher", "io", "monitor", "native_sut", "records", "main", "other")
 
 
@@ -183,8 +186,9 @@ class HostSampler:
         self.snapshot()
 
     def _role(self, tid: int, name: str, dispatcher: Optional[int]) -> str:
-        if name in _NAMED_ROLES:
-            return _NAMED_ROLES[name]
+        role = NATIVE_ROLES.get(name)
+        if role is not None:
+            return role
         if dispatcher is not None and tid == dispatcher:
             return "dispatcher"
         if tid == os.getpid():

@@ -279,7 +279,7 @@ def _start_server(addr: str, port: int, registry: CollectorRegistry) -> Tuple[WS
     server: WSGIServer = server_class((addr, port), _Quiet)
     server.set_app(make_wsgi_app(registry))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              name="loadgen-metrics", daemon=True)
+                              name="loadgen-live", daemon=True)
     thread.start()
     return server, thread
 
