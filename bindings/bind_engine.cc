@@ -78,6 +78,18 @@ std::string utf8_text(const py::str& s) {
   return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
 }
 
+// The numpy dtype of a RequestRecord, registered on first use: registering it imports
+// numpy, which a run that never reads records does not need.
+py::object record_dtype() {
+  static bool registered = false;
+  if (!registered) {
+    PYBIND11_NUMPY_DTYPE(loadgen::RequestRecord, query, scheduled_ns, issued_ns, completed_ns, first_token_ns,
+                         sample_index, output_tokens, input_tokens, samples, error_kind, status, warmup);
+    registered = true;
+  }
+  return py::dtype::of<loadgen::RequestRecord>();
+}
+
 py::dict records_stats(const Engine& e) {
   py::dict d;
   const loadgen::RequestLog* log = e.records();
@@ -252,14 +264,23 @@ void bind_engine(py::module_& m) {
       .def_readwrite("seed", &NativeSutSettings::seed)
       .def_readwrite("http", &NativeSutSettings::http);
 
-  PYBIND11_NUMPY_DTYPE(loadgen::RequestRecord, query, scheduled_ns, issued_ns, completed_ns, first_token_ns,
-                       sample_index, output_tokens, input_tokens, samples, error_kind, status, warmup);
   py::enum_<loadgen::RecordSink>(m, "RecordSink")
       .value("none", loadgen::RecordSink::kNone)
       .value("jsonl", loadgen::RecordSink::kJsonl)
       .value("spool", loadgen::RecordSink::kSpool);
-  // The layout of a record in a spool file (numpy.memmap reads it with this dtype).
-  m.attr("record_dtype") = py::dtype::of<loadgen::RequestRecord>();
+  // The layout of a record in a spool file (numpy.memmap reads it with this dtype). It is
+  // made on first use (the module's __getattr__), so loading the module imports no numpy.
+  m.def("__getattr__", [](const std::string& name) -> py::object {
+    if (name == "record_dtype") {
+      return record_dtype();
+    }
+    throw py::attribute_error("module 'loadgen._core' has no attribute '" + name + "'");
+  });
+  m.def("__dir__", [m]() {
+    py::list names = py::list(m.attr("__dict__").attr("keys")());
+    names.append("record_dtype");
+    return names;
+  });
 
   py::class_<EngineSettings> settings(m, "EngineSettings");
   // The demo and fixed-delay parameters once sat on EngineSettings itself; these names

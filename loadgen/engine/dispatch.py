@@ -33,16 +33,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
-import numpy as np
-import numpy.typing as npt
-
 from loadgen import _core
 from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
 from loadgen.units import us_to_ns
 
-if TYPE_CHECKING:  # asyncio is imported where an async or loop SUT runs: a start-up cost
-    import asyncio
+if TYPE_CHECKING:  # asyncio is imported where an async or loop SUT runs, numpy where a
+    import asyncio  # Python SUT completes queries: start-up costs
+
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["DISPATCHED_FORMS", "MAX_FUNCTION_THREADS", "Dispatcher", "SutExit"]
 
@@ -57,7 +57,7 @@ MAX_FUNCTION_THREADS = 1024
 
 #: What the engine hands out at a time: query ids, their samples (one row of indices per
 #: query) and their scheduled times (ns).
-_Taken = Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+_Taken = Tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.int64]"]
 
 
 class SutExit(RuntimeError):
@@ -276,6 +276,8 @@ class Dispatcher:
         if core.inline_issue and s.samples_per_query == 1:
             self._drive_serial(us_to_ns(s.consumer_spin_us))
             return
+        import numpy as np
+
         monotonic_ns = time.monotonic_ns
         single = self.settings.samples_per_query == 1
         for ids, samples, _ in self._batches():
@@ -416,6 +418,8 @@ class _AsyncDriver:
     def _flush(self) -> None:
         self.flush_scheduled = False
         if self.done_ids:
+            import numpy as np
+
             ids = np.array(self.done_ids, dtype=np.int64)
             ts = np.array(self.done_ts, dtype=np.int64)
             self.done_ids.clear()

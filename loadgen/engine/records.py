@@ -16,8 +16,6 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-import numpy as np
-
 from loadgen import _core
 
 __all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "spool_path"]
@@ -86,6 +84,7 @@ def records_table(chunk: Any, kinds: List[str], worker_index: int) -> Any:
     """The engine's records (a structured array of ``_core.record_dtype``) as a pyarrow
     Table with :data:`FIELDS` as columns: absent times and counts null, latency only for
     completed queries, the error kind (or ``timed_out``, ``cancelled``) for the rest."""
+    import numpy as np
     import pyarrow as pa
 
     # Each field as its own contiguous array: pyarrow converts strided views slowly.
@@ -161,6 +160,8 @@ class ParquetConversion:
         self.convert_s = time.monotonic() - started
 
     def _convert(self, kinds: List[str]) -> None:
+        import numpy as np
+
         import pyarrow.parquet as pq
 
         dtype = _core.record_dtype

@@ -5,13 +5,14 @@ from __future__ import annotations
 import array
 import io
 import os
-from typing import IO, Any, Optional
-
-import numpy as np
+from typing import IO, TYPE_CHECKING, Any, Optional
 
 from loadgen.defaults import MAX_TIME_S
 from loadgen.files import TRACE_LIMIT_BYTES, InputFileError, open_bounded
 from loadgen.units import NS_PER, TIME_UNITS
+
+if TYPE_CHECKING:  # numpy is imported where a trace is read
+    import numpy as np
 
 __all__ = ["load_trace"]
 
@@ -32,6 +33,8 @@ def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
         ValueError: the file cannot be read, or the offsets are not numbers, negative,
             or decreasing (with the line).
     """
+    import numpy as np
+
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
@@ -48,6 +51,8 @@ def load_trace(source: Any, unit: Optional[str] = None) -> np.ndarray:
 
 def _read_npy(f: IO[bytes], path: str) -> np.ndarray:
     """A ``.npy`` file's array; ValueError naming the file when it is not a numeric array."""
+    import numpy as np
+
     if not f.seekable():  # a pipe: numpy reads the header twice
         f = io.BytesIO(f.read())
     magic = f.read(6)
@@ -106,6 +111,8 @@ _MAX_OFFSET_NS = int(MAX_TIME_S * NS_PER["s"])
 
 
 def _checked_offsets(arr: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError("trace_offsets_ns must be a non-empty 1-D sequence of offsets"
                          + (f" (got an array of shape {arr.shape})" if arr.ndim != 1 else ""))

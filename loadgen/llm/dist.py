@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
+
 
 __all__ = ["LengthDist", "parse_dist"]
 
@@ -48,6 +50,8 @@ class LengthDist:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` lengths (int64), drawn with ``rng``, rounded and clipped to [lo, hi]."""
+        import numpy as np
+
         if self.kind == "fixed":
             x = np.full(n, self.a)
         elif self.kind == "uniform":

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence
 
 from loadgen.files import TOKENIZER_LIMIT_BYTES, read_text
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
 
 __all__ = ["Tokenizer", "load_tokenizer"]
 
@@ -63,6 +64,8 @@ class Tokenizer:
     def word_ids(self) -> np.ndarray:
         """Ids of the ordinary tokens (their text is letters or digits): what prompts
         are drawn from, so that a decoded prompt re-encodes to about as many tokens."""
+        import numpy as np
+
         if self._pool is None:
             vocab = self._impl.get_vocab()
             keep = []

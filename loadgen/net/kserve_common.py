@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen.net.options import NetOptions, clip
 from loadgen.net.payloads import SYNTHETIC_MAX, payload_kind
 from loadgen.net.targets import Target
 from loadgen.net.tensors import (InputSpec, datatype_of, load_samples, numpy_dtype, synthetic_samples,
                                  synthetic_source)
+
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
 
 __all__ = ["KServeInputs", "ModelMetadata", "check_json_response", "check_outputs", "json_request_body",
            "parse_metadata", "samples_from_json_body"]
@@ -60,6 +61,8 @@ def parse_metadata(doc: Any) -> ModelMetadata:
 
 
 def _json_data(arr: np.ndarray, datatype: str) -> list:
+    import numpy as np
+
     if datatype == "BYTES":
         return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)]
     return np.ascontiguousarray(arr, dtype=numpy_dtype(datatype)).reshape(-1).tolist()
@@ -68,6 +71,8 @@ def _json_data(arr: np.ndarray, datatype: str) -> list:
 def json_request_body(sample: Dict[str, np.ndarray], specs: Sequence[InputSpec],
                       outputs: Sequence[str] = (), request_id: Optional[str] = None) -> bytes:
     """The JSON body of one infer request: every input with its shape and flat data."""
+    import numpy as np
+
     inputs = []
     for spec in specs:
         arr = np.asarray(sample[spec.name])
@@ -159,6 +164,8 @@ def _flat_len(data: Any) -> int:
 def samples_from_json_body(body: Any, where: str) -> Dict[str, np.ndarray]:
     """The sample a KServe v2 JSON request body holds (the inverse of
     :func:`json_request_body`); ValueError naming ``where`` when it is not one."""
+    import numpy as np
+
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
         raise ValueError(f"{where}: not a KServe v2 request (an object with an inputs list)")
     sample = {}
@@ -190,6 +197,8 @@ class KServeInputs:
             "runtimes); give --input NAME:DTYPE:SHAPE for each input, or --payload FILE")
 
     def samples(self) -> Tuple[List[Dict[str, np.ndarray]], List[InputSpec], str]:
+        import numpy as np
+
         limit = self.net.sample_count
         path = self.net.payload
         if path and payload_kind(path) in ("npy", "npz"):

@@ -16,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Dict, List, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from loadgen.files import PAYLOAD_LIMIT_BYTES, InputFileError, open_bounded
 
-__all__ = ["DTYPES", "MAX_SAMPLE_BYTES", "MAX_SYNTHETIC_BYTES", "InputSpec", "datatype_of", "load_samples",
+if TYPE_CHECKING:  # numpy is imported where it is used
+    import numpy as np
+
+__all__ = ["DATATYPES", "MAX_SAMPLE_BYTES", "MAX_SYNTHETIC_BYTES", "InputSpec", "datatype_of", "load_samples",
            "numpy_dtype", "parse_input_spec", "sample_nbytes", "synthetic_count", "synthetic_samples",
            "synthetic_source"]
 
@@ -31,24 +32,25 @@ MAX_SAMPLE_BYTES = 64 * 1024 * 1024
 #: Most bytes of all the distinct synthetic samples a client prepares.
 MAX_SYNTHETIC_BYTES = 256 * 1024 * 1024
 
-#: KServe v2 datatype -> numpy dtype (BYTES holds byte strings).
-DTYPES: Dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8), "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(object),
+#: KServe v2 datatype -> the name of its numpy dtype (BYTES holds byte strings); numpy is
+#: imported where a tensor is made or read, not by a run without tensors.
+DATATYPES: Dict[str, str] = {
+    "BOOL": "bool",
+    "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
+    "FP16": "float16", "FP32": "float32", "FP64": "float64",
+    "BYTES": "object",
 }
 
 
 def numpy_dtype(datatype: str) -> np.dtype:
     """The numpy dtype of a KServe datatype; ValueError naming the known ones."""
+    import numpy as np
+
     try:
-        return DTYPES[datatype.upper()]
+        return np.dtype(DATATYPES[datatype.upper()])
     except KeyError:
-        raise ValueError(f"unknown tensor datatype {datatype!r}; known: {', '.join(DTYPES)}") from None
+        raise ValueError(f"unknown tensor datatype {datatype!r}; known: {', '.join(DATATYPES)}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +127,8 @@ def synthetic_samples(specs: Sequence[InputSpec], count: int, seed: int) -> List
         ValueError: one sample would take more than :data:`MAX_SAMPLE_BYTES` (the shapes
             may come from a server's metadata); nothing is allocated then.
     """
+    import numpy as np
+
     per_sample = sample_nbytes(specs)
     if per_sample > MAX_SAMPLE_BYTES:
         shapes = ", ".join(f"{s.name}:{s.datatype}:{'x'.join(map(str, s.shape))}" for s in specs)
@@ -180,6 +184,8 @@ def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) ->
     Raises:
         ValueError: the file cannot be read, has no samples, or does not fit the inputs.
     """
+    import numpy as np
+
     try:
         with open_bounded(path, what="--payload", limit_bytes=PAYLOAD_LIMIT_BYTES) as f:
             loaded = np.load(f, allow_pickle=False)
@@ -226,5 +232,7 @@ def load_samples(path: str, specs: Optional[Sequence[InputSpec]], limit: int) ->
 
 def datatype_of(arr: np.ndarray) -> str:
     """The KServe datatype of an array (BYTES for anything not numeric or bool)."""
+    import numpy as np
+
     dtype = np.asarray(arr).dtype
-    return next((name for name, d in DTYPES.items() if d == dtype and name != "BYTES"), "BYTES")
+    return next((name for name, d in DATATYPES.items() if np.dtype(d) == dtype and name != "BYTES"), "BYTES")

@@ -57,8 +57,7 @@ def histogram_summary(h: Histogram) -> Dict[str, Any]:
         "max": h.max,
         "stddev": h.stddev,
     }
-    values = h.values_at_percentiles(list(_PCT_KEYS))
-    for key, value in zip(_PCT_KEYS.values(), values.tolist()):
+    for key, value in zip(_PCT_KEYS.values(), h.percentiles(_PCT_KEYS).values()):
         out[key] = value
     out["hdr"] = h.encode()
     return out

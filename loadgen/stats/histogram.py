@@ -7,12 +7,14 @@ the standard HdrHistogram V2 form that every HdrHistogram implementation reads.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, NamedTuple, Sequence, Tuple, Union
-
-import numpy as np
-import numpy.typing as npt
+import sys
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, Iterator, NamedTuple, Sequence, Tuple, Union
 
 from loadgen import _core
+
+if TYPE_CHECKING:  # numpy is imported where arrays are made or read
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "DEFAULT_HIGHEST_TRACKABLE_VALUE",
@@ -32,7 +34,7 @@ DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9, 99.99)
 HdrDecodeError = _core.HdrDecodeError
 
 _COMPRESSED_COOKIE_PREFIX = b"\x1c\x84\x93"
-_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MAX = 2**63 - 1
 
 
 class RecordedBuckets(NamedTuple):
@@ -82,7 +84,7 @@ class Histogram:
             ("highest_trackable_value", highest_trackable_value),
             ("significant_figures", significant_figures),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if not _is_integer(value):
                 raise TypeError(f"{name} must be an integer, got {value!r}")
             if not -_INT64_MAX <= value <= _INT64_MAX:
                 raise ValueError(f"{name} must be at most {_INT64_MAX}, got {value}")
@@ -245,6 +247,8 @@ class Histogram:
 
     def values_at_percentiles(self, percentiles: Iterable[float]) -> np.ndarray:
         """:meth:`value_at_percentile` for many percentiles at once, as an int64 array."""
+        import numpy as np
+
         if not isinstance(percentiles, np.ndarray):
             percentiles = list(percentiles)
         ps = np.ascontiguousarray(percentiles, dtype=np.float64).ravel()
@@ -253,9 +257,12 @@ class Histogram:
         return self._h.values_at_percentiles(ps)
 
     def percentiles(self, percentiles: Iterable[float] = DEFAULT_PERCENTILES) -> Dict[float, int]:
-        """A dict from each percentile to its value."""
+        """A dict from each percentile to its value (one :meth:`value_at_percentile`
+        each: no numpy, which a run's report does not otherwise need)."""
         ps = [float(p) for p in percentiles]
-        return dict(zip(ps, (int(v) for v in self.values_at_percentiles(ps))))
+        for p in ps:
+            _check_percentile(p)
+        return {p: self._h.value_at_percentile(p) for p in ps}
 
     def percentile_of_value(self, value: int) -> float:
         """Percentage of recorded values at or below ``value`` (to bucket precision)."""
@@ -381,6 +388,8 @@ class Histogram:
         return self._h.same_layout(other._h)
 
     def __eq__(self, other: object) -> bool:
+        import numpy as np
+
         if not isinstance(other, Histogram):
             return NotImplemented
         return (
@@ -422,12 +431,22 @@ def _unpickle(compressed: bytes, rejected_count: int, raw_min: int, raw_max: int
     return h
 
 
+def _is_integer(value: Any) -> bool:
+    """An int or a numpy integer, not a bool (a numpy integer means numpy is loaded)."""
+    if isinstance(value, bool):
+        return False
+    np = sys.modules.get("numpy")
+    return isinstance(value, int) or (np is not None and isinstance(value, np.integer))
+
+
 def _check_percentile(percentile: float) -> None:
     if not 0.0 <= percentile <= 100.0:  # also false for NaN
         raise ValueError(f"percentile must be within 0..100, got {percentile}")
 
 
 def _as_int64(values: npt.ArrayLike, name: str) -> np.ndarray:
+    import numpy as np
+
     arr = np.asarray(values)
     if arr.dtype.kind == "u":
         if arr.size and arr.max() > _INT64_MAX:

@@ -27,13 +27,13 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
-import numpy as np
-import numpy.typing as npt
-
 from loadgen import _core
 
-if TYPE_CHECKING:  # an annotation only: asyncio is imported where a loop runs
+if TYPE_CHECKING:  # annotations only: asyncio is imported where a loop runs, numpy where a batch is
     import asyncio
+
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["Batch", "CallbackSUT", "DemoSUT", "FixedDelaySUT", "LoopSUT", "NullSUT", "QuerySink", "SUTForm",
            "classify_sut"]
@@ -237,6 +237,8 @@ class Batch:
     def complete_many(self, ids: npt.ArrayLike,
                       completed_ns: Union[None, int, npt.NDArray[np.int64]] = None) -> int:
         """Completes some queries, by id (any subset of this or another batch)."""
+        import numpy as np
+
         return self._engine.complete_many(np.ascontiguousarray(ids, dtype=np.int64), completed_ns)
 
     def complete_one(self, query_id: int, *, completed_ns: int = 0, n_tokens: int = -1) -> bool:
@@ -260,6 +262,8 @@ class Batch:
         by default those of the batch already resolved are skipped."""
         if ids is None:
             return sum(bool(self._engine.fail(int(i), kind, message, False)) for i in self.ids)
+        import numpy as np
+
         return sum(bool(self._engine.fail(int(i), kind, message)) for i in np.asarray(ids, dtype=np.int64))
 
 
