@@ -24,7 +24,8 @@ from typing import Callable, List
 import pytest
 
 from loadgen.net.base import http_get
-from loadgen.net.http1 import Request, ResponseTooLarge, blocking_get
+from loadgen.net.blocking_get import blocking_get
+from loadgen.net.http1 import Request, ResponseTooLarge
 from loadgen.net.metrics import MetricsScraper
 from loadgen.net.openai_stream import MAX_TOKEN_COUNT, TokenStream, WholeResponse
 from loadgen.net.options import NetOptions
