@@ -10,6 +10,9 @@ sampler stops sampling it and records why). :meth:`GpuBackend.init` raises
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import time
 from typing import Any, Callable, List, Protocol, Tuple
 
@@ -124,6 +127,16 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+# Where a loaded NVIDIA driver shows on Linux: its /proc entry, its control device (in a
+# container too), WSL's GPU device.
+_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
+
+
+def _driver_present() -> bool:
+    """Whether an NVIDIA driver may be loaded; False only on Linux with none of its paths."""
+    return not sys.platform.startswith("linux") or any(os.path.exists(p) for p in _DRIVER_PATHS)
+
+
 class NvmlBackend:
     """:class:`GpuBackend` over ``pynvml``. The module is imported by :meth:`init`, so
     that constructing one never fails; a missing module, library or driver is a
@@ -135,6 +148,11 @@ class NvmlBackend:
         self._event_reasons_fn = "nvmlDeviceGetCurrentClocksEventReasons"
 
     def init(self) -> None:
+        if importlib.util.find_spec("pynvml") is None:
+            raise GpuUnavailable("nvidia-ml-py (pynvml) is not installed: pip install 'loadgen[gpu]'")
+        if not _driver_present():  # importing pynvml to learn that costs some 6 ms of CPU
+            raise GpuUnavailable("NVML could not start: Driver Not Loaded (no NVIDIA driver: none of "
+                                 f"{', '.join(_DRIVER_PATHS)} exists)")
         try:
             import pynvml  # the 'gpu' extra: optional
         except ImportError as e:
