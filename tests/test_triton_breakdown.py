@@ -273,13 +273,18 @@ def test_triton_breakdown_counts_the_runs_requests(triton, protocol):  # noqa: F
 
 
 @pytest.mark.integration
-def test_triton_breakdown_after_a_warm_up_is_the_measured_windows(triton):  # noqa: F811 - the imported fixture
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_triton_breakdown_after_a_warm_up_is_the_measured_windows(triton, protocol):  # noqa: F811 - the fixture
     concurrency = 4
-    doc = run_doc("--sut", _targets(triton)["http"], "--scenario", "concurrency", "--concurrency", str(concurrency),
+    doc = run_doc("--sut", _targets(triton)[protocol], "--scenario", "concurrency", "--concurrency", str(concurrency),
                   "--warmup-s", "0.5", "--duration-s", "1")
     b = _check_against_the_run(doc)
     assert b["window"] == "after warm-up"
     # The first read comes when measuring begins: only the queries then in flight (at
-    # most one a stream) may fall on the other side of the client's count.
-    assert doc["warmup"]["completed"] > 0
-    assert abs(b["requests"] - doc["counts"]["completed"]) <= concurrency, (b, doc["counts"])
+    # most one a stream) and those the server finished while the read itself took its
+    # moment (2% of the window: 20 ms of a 1 s window, on a busy machine) may fall on the
+    # other side of the client's count; a window that took in the warm-up would count
+    # half as many again.
+    completed = doc["counts"]["completed"]
+    assert doc["warmup"]["completed"] > completed // 50 + concurrency
+    assert abs(b["requests"] - completed) <= concurrency + completed // 50, (b, doc["counts"])

@@ -228,10 +228,15 @@ class TritonStats:
         """The model's statistics now; ValueError (with what failed) when unreadable."""
         return parse_stats(self._get(self.url), self.model)
 
+    def close(self) -> None:
+        """Nothing to close: each read is a connection of its own."""
+
 
 class TritonGrpcStats:
     """Reads one model's statistics from a Triton server's gRPC endpoint (a ``grpc(s)://``
-    target's own server), with the ``ModelStatistics`` RPC."""
+    target's own server), with the ``ModelStatistics`` RPC, on one channel of its own
+    kept open from the first call to :meth:`close` (the read when measuring begins is
+    then one call on a connection already made)."""
 
     def __init__(self, target: Target, net: Any, timeout_s: float = _TIMEOUT_S) -> None:
         self.target = target
@@ -241,15 +246,25 @@ class TritonGrpcStats:
         self.url = f"{'grpcs' if target.tls else 'grpc'}://{host_port(target)}{MODEL_STATISTICS}"
         self._metadata = tuple((k.lower(), v) for k, v in net.headers) or None
         self._timeout_s = timeout_s
+        self._open: Any = None  # the channel, once made
 
     def _channel(self) -> Any:
-        """A synchronous channel made as the run's gRPC client makes its own (its TLS
-        credentials and --ca-file): KServeGrpcSUT's construction, on this target."""
-        from loadgen.net.kserve_grpc import KServeGrpcSUT
+        """The synchronous channel, made (on first use) as the run's gRPC client makes
+        its own (its TLS credentials and --ca-file): KServeGrpcSUT's construction, on
+        this target."""
+        if self._open is None:
+            from loadgen.net.kserve_grpc import KServeGrpcSUT
 
-        maker: Any = types.SimpleNamespace(target=self.target, net=self.net)
-        maker._credentials = lambda: KServeGrpcSUT._credentials(maker)
-        return KServeGrpcSUT.sync_channel(maker)
+            maker: Any = types.SimpleNamespace(target=self.target, net=self.net)
+            maker._credentials = lambda: KServeGrpcSUT._credentials(maker)
+            self._open = KServeGrpcSUT.sync_channel(maker)
+        return self._open
+
+    def close(self) -> None:
+        """Closes the channel (a later call makes another)."""
+        if self._open is not None:
+            self._open.close()
+            self._open = None
 
     def _call(self, method: str, request: Any, timeout_s: float) -> bytes:
         """The serialized answer of the unary ``method``; ValueError naming the RPC's
@@ -257,15 +272,12 @@ class TritonGrpcStats:
         from loadgen.net.kserve_grpc import import_grpc
 
         grpc = import_grpc()
-        channel = self._channel()
+        call = self._channel().unary_unary(method, request_serializer=type(request).SerializeToString)
         try:
-            call = channel.unary_unary(method, request_serializer=type(request).SerializeToString)
             return bytes(call(request, timeout=timeout_s, metadata=self._metadata))
         except grpc.RpcError as e:
             said = str(e.details() or "")[:200].strip()
             raise ValueError(f"{method.rsplit('/', 1)[1]}: {e.code().name}" + (f": {said}" if said else "")) from None
-        finally:
-            channel.close()
 
     def is_triton(self) -> bool:
         """Whether the server's ``ServerMetadata`` names Triton; False when it does not
@@ -331,28 +343,33 @@ class StatsWindow:
         self._before = self._read()
 
     def stop(self) -> None:
-        """Ends the thread of :meth:`measuring` (the run ended, or failed)."""
+        """Ends the thread of :meth:`measuring` (the run ended, or failed) and closes
+        what the reads held open (:meth:`end` opens it again)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(_TIMEOUT_S + 1)
             self._thread = None
+        self.stats.close()
 
     def end(self, client_resolved: int) -> None:
         """After the run: the last read, taken again (for up to a second) while the
         server's count of requests is below ``client_resolved`` (the client's completed
         and failed queries of the window)."""
         self.stop()
-        if self._before is None:
-            return
-        deadline = time.monotonic() + _SETTLE_S
-        while True:
-            self._after = self._read()
-            if self._after is None or time.monotonic() >= deadline:
+        try:
+            if self._before is None:
                 return
-            done = sum(self._after.counts[k] - self._before.counts[k] for k in ("success", "fail"))
-            if done >= client_resolved:
-                return
-            time.sleep(_SETTLE_STEP_S)
+            deadline = time.monotonic() + _SETTLE_S
+            while True:
+                self._after = self._read()
+                if self._after is None or time.monotonic() >= deadline:
+                    return
+                done = sum(self._after.counts[k] - self._before.counts[k] for k in ("success", "fail"))
+                if done >= client_resolved:
+                    return
+                time.sleep(_SETTLE_STEP_S)
+        finally:
+            self.stats.close()
 
     def add_to(self, doc: Dict[str, Any], interrupted: bool) -> None:
         """Puts the ``server_breakdown`` section in ``doc``, or the warning
@@ -433,6 +450,7 @@ def stats_window(o: Any) -> Optional[StatsWindow]:
     else:
         stats = TritonGrpcStats(target, net)
     if not given and not stats.is_triton():
+        stats.close()
         return None
     return StatsWindow(stats, o.unmeasured_s)
 
