@@ -1,4 +1,23 @@
 # Hand-written stub of the native extension; tests/test_core_stub.py keeps it honest.
+"""loadgen's native core (bindings/*.cc over csrc/). Import loadgen, not this module.
+
+Threads and the GIL, as the bindings have them:
+
+- The native threads (the names and roles in :data:`THREAD_ROLES`: issue, monitor,
+  native SUT, records writer, HTTP and gRPC I/O) never call into Python and never take
+  the GIL. No C++ thread calls back into Python; Python is called back only on the
+  thread that made the call, holding the GIL: ``MlperfRun.issue_all`` calls its
+  ``issue`` there, and ``mlperf_samples_complete`` / ``mlperf_first_token_complete``
+  their hooks and ``response_cb``.
+- Calls that wait or do bulk work release the GIL while they do (each class says
+  which); every other call holds it, and is short.
+- Thread-safe: ``Engine`` (completion and control from any thread, its readers during a
+  run), ``MlperfRun`` completions and ``stop``, ``HdrHistogram`` (writers take a mutex
+  of the histogram's own; readers read relaxed atomics). Not thread-safe (one thread,
+  or a lock of the caller's): ``ArrivalSchedule``, ``SampleSelector``,
+  ``MlperfMt19937``, ``HttpResponseParser``, ``SseScanner``. The settings classes are
+  plain values, copied when an engine or client is made from them.
+"""
 import enum
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -8,6 +27,11 @@ import numpy.typing as npt
 class HdrDecodeError(ValueError): ...
 
 class HdrHistogram:
+    """Thread-safe: writes (``record*``, ``add``, ``add_rejected``, ``reset``,
+    ``restore_raw_min_max``) take the histogram's own mutex; reads need no lock. The GIL
+    is released by ``record_array``, ``record_corrected``, ``add``,
+    ``values_at_percentiles``, the ``encode_*`` and ``decode_*`` calls; the rest hold
+    it. A histogram an engine or run returns is a copy, the caller's alone."""
     def __init__(
         self, lowest_discernible_value: int, highest_trackable_value: int, significant_figures: int
     ) -> None: ...
@@ -136,6 +160,7 @@ class Stage:
     end_qps: float
 
 class ArrivalSchedule:
+    """Not thread-safe. ``take`` releases the GIL while it draws."""
     @staticmethod
     def constant(qps: float) -> ArrivalSchedule: ...
     @staticmethod
@@ -149,6 +174,7 @@ class ArrivalSchedule:
     def take(self, n: int) -> npt.NDArray[np.int64]: ...
 
 class SampleSelector:
+    """Not thread-safe; holds the GIL."""
     def __init__(self, sample_count: int, order: SampleOrder, seed: int) -> None: ...
     def take(self, n: int) -> npt.NDArray[np.int64]: ...
 
@@ -262,6 +288,17 @@ class EngineSettings:
     records_worker_index: int
 
 class Engine:
+    """One run. Thread-safe: ``complete``, ``complete_many``, ``fail``, ``first_token``,
+    ``follow_up``, ``stop``, ``abort`` from any thread (completion is wait-free);
+    ``counts``, ``last_interval``, ``error_counts``, ``timeseries`` and the histograms
+    from any thread during a run. The threads it starts never call into Python.
+
+    Releases the GIL: ``start``, ``stop``, ``abort``; ``wait`` (in slices, checking for
+    signals); ``take_batch``, ``take_one`` and ``complete_take_one`` while they wait (a
+    query ready at once is taken holding it); ``complete_many``;
+    ``http_take_unchecked`` while it waits; ``http_resolve``; ``http_sse_figures``
+    while it merges; ``last_interval``. The histogram getters (``latency`` ...) hold it
+    while they merge the recording threads' shards into a copy."""
     def __init__(self, settings: EngineSettings) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -354,6 +391,11 @@ class QuerySampleResponse:
     def __init__(self, id: int = 0, data: int = 0, size: int = 0, n_tokens: int = 0) -> None: ...
 
 class MlperfRun:
+    """MLPerf's issue loop. ``issue_all`` runs it on the calling thread and calls
+    ``issue`` there holding the GIL, which it releases while it waits for the next
+    query's time; ``wait_all`` (in slices, checking for signals) and
+    ``drain_generator`` release it. Thread-safe: ``complete_ids`` and ``stop`` from any
+    thread (completion is wait-free)."""
     def __init__(
         self,
         *,
@@ -406,12 +448,15 @@ class MlperfRun:
     def time_per_output_token(self) -> HdrHistogram: ...
 
 class MlperfMt19937:
+    """Not thread-safe; holds the GIL."""
     def __init__(self, seed: int = 5489) -> None: ...
     def uniform_reals(self, n: int) -> List[float]: ...
     def skip_reals(self, n: int) -> None: ...
 
 def mlperf_set_active(run: Optional[MlperfRun], complete_hook: Any = None, first_token_hook: Any = None) -> None: ...
 def mlperf_late_completions() -> int: ...
+# Any thread; holds the GIL (the active run is read and set under it) and calls the
+# accuracy hooks and response_cb on the calling thread.
 def mlperf_samples_complete(responses: Any, response_cb: Any = None) -> None: ...
 def mlperf_first_token_complete(responses: Any, response_cb: Any = None) -> None: ...
 def mlperf_loadable_sets(
@@ -435,6 +480,7 @@ def mlperf_generate(
 # --- the HTTP/1.1 response parser (bindings/bind_http.cc) ---
 
 class HttpResponseParser:
+    """One per connection; not thread-safe; holds the GIL."""
     def __init__(self, max_head_bytes: int = 65536, max_body_bytes: int = 67108864) -> None: ...
     def start(self, head_only: bool = False) -> None: ...
     def feed(self, data: bytes) -> Tuple[str, int]: ...
@@ -454,6 +500,7 @@ class HttpResponseParser:
     def error_message(self) -> str: ...
 
 class SseScanner:
+    """One per stream; not thread-safe; holds the GIL."""
     def __init__(self, max_event_bytes: int = 67108864) -> None: ...
     def start(self) -> None: ...
     def feed(self, data: bytes, t_ns: int) -> bool: ...
