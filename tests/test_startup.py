@@ -17,6 +17,12 @@ import loadgen
 
 REPO = Path(loadgen.__file__).resolve().parent.parent
 HEAVY = ("numpy", "loadgen._core", "loadgen.engine", "loadgen.options", "loadgen.results", "asyncio")
+# What a one-request run needs none of: numpy (the native extension imports it where a record
+# dtype or an array is used), asyncio (the loop SUTs' driver and the asyncio HTTP client),
+# pynvml (on a machine with no NVIDIA driver), ssl (no https:// target).
+NOT_IN_A_RUN = ("numpy", "asyncio", "ssl", "loadgen.net.http1")
+ONE_REQUEST = ["run", "--scenario", "concurrency", "--concurrency", "1", "--query-count", "1", "--json", "--quiet",
+               "--interval-s", "0"]
 
 # Runs the command line as `python -m loadgen ARGS` does, and writes the names of the
 # modules loaded when the interpreter exits (after argparse's SystemExit) to PATH, and
@@ -159,14 +165,92 @@ def _env_without_blas_threads() -> dict:
 def test_a_run_has_one_blas_thread_unless_the_user_chose(tmp_path):
     """numpy's OpenBLAS would start a thread per core, each spinning a while: one, in the
     command line, unless a BLAS thread variable is set."""
-    one_request = ["run", "--sut", "null", "--scenario", "concurrency", "--concurrency", "1",
-                   "--query-count", "1", "--quiet"]
     env = _env_without_blas_threads()
-    p, got = probe(tmp_path, *one_request, env=env)
+    p, got = probe(tmp_path, *ONE_REQUEST, env=env)
     assert p.returncode == 0, p.stderr
-    assert "numpy" in got["modules"] and got["blas"] == "1"
-    p, got = probe(tmp_path, *one_request, env={**env, "OMP_NUM_THREADS": "3"})
+    assert got["blas"] == "1"  # set before anything could load numpy
+    p, got = probe(tmp_path, *ONE_REQUEST, env={**env, "OMP_NUM_THREADS": "3"})
     assert p.returncode == 0, p.stderr
     assert got["blas"] is None  # the user's choice stands
-    p, got = probe(tmp_path, *one_request, env={**env, "OPENBLAS_NUM_THREADS": "2"})
+    p, got = probe(tmp_path, *ONE_REQUEST, env={**env, "OPENBLAS_NUM_THREADS": "2"})
     assert got["blas"] == "2"
+
+
+def _no_nvidia_driver() -> bool:
+    from loadgen.telemetry.gpu_backend import _driver_present
+
+    return not _driver_present()
+
+
+def _check_one_request_run(tmp_path: Path, *args: str) -> set:
+    """The modules a one-request run loaded, after checking that its request completed."""
+    p, got = probe(tmp_path, *ONE_REQUEST, *args)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["counts"]["completed"] == 1
+    modules = set(got["modules"])
+    assert {"loadgen.engine", "loadgen._core", "loadgen.results"} <= modules  # a real run went through
+    assert not modules & set(NOT_IN_A_RUN), sorted(modules & set(NOT_IN_A_RUN))
+    if _no_nvidia_driver():
+        assert "pynvml" not in modules  # the GPU sampler looked for a driver without it
+    return modules
+
+
+def test_a_one_request_null_run_loads_no_numpy_asyncio_or_nvml(tmp_path):
+    _check_one_request_run(tmp_path, "--sut", "null")
+
+
+def test_a_one_request_http_run_loads_no_numpy_or_asyncio(tmp_path):
+    """Over HTTP with a JSON body: the native client, the readiness and metadata GETs on
+    a plain socket (loadgen.net.blocking_get), no tensor made in Python."""
+    from tests.servers.scripted_proc import start_scripted
+
+    body = tmp_path / "body.jsonl"
+    body.write_text(json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
+                                            "data": [float(i) for i in range(16)]}]}) + "\n")
+    with start_scripted(tmp_path) as srv:
+        modules = _check_one_request_run(tmp_path, "--sut", f"{srv.url}/v2/models/m/infer", "--payload", str(body))
+        assert srv.stats()["requests"]["infer"] == 1  # the server saw the one request
+    assert {"loadgen.net.native_http", "loadgen.net.blocking_get"} <= modules
+
+
+def test_the_record_dtype_loads_numpy_on_first_use():
+    """Loading the native extension imports no numpy; its record dtype is made (and numpy
+    imported) when first read, and is the same object after."""
+    code = ("import sys, loadgen._core as c; before = 'numpy' in sys.modules; d = c.record_dtype\n"
+            "print(before, 'numpy' in sys.modules, d.itemsize, d is c.record_dtype, 'record_dtype' in dir(c),"
+            " hasattr(c, 'record_dtypes'))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "True", "64", "True", "True", "False"]
+
+
+_NVML_PROBE = """
+import sys
+from loadgen.telemetry import gpu_backend
+gpu_backend._DRIVER_PATHS = (sys.argv[1],)
+try:
+    gpu_backend.NvmlBackend().init()
+    print("started")
+except gpu_backend.GpuUnavailable as e:
+    print(e)
+print("pynvml" in sys.modules)
+"""
+
+
+def test_nvml_is_imported_only_where_a_driver_may_be(tmp_path):
+    pytest.importorskip("pynvml")
+    if sys.platform != "linux":
+        pytest.skip("the driver check is Linux's")
+
+    def init_with_driver_path(path: Path) -> list:
+        p = subprocess.run([sys.executable, "-c", _NVML_PROBE, str(path)], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.splitlines()
+
+    reason, imported = init_with_driver_path(tmp_path / "absent")
+    assert reason == f"NVML could not start: Driver Not Loaded (no NVIDIA driver: none of {tmp_path / 'absent'} exists)"
+    assert imported == "False"
+    reason, imported = init_with_driver_path(tmp_path)  # a path that exists: NVML itself is asked
+    assert imported == "True"
+    assert reason == "started" or reason.startswith("NVML could not start: ")
