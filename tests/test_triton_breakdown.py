@@ -9,11 +9,15 @@ protocol, counts the run's requests to the one.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 import threading
 
+import grpc
 import pytest
 
+from loadgen.net import kserve_v2_pb2 as pb
 from loadgen.net import triton_stats_pb2 as tpb
 from loadgen.net.options import NetOptions
 from loadgen.net.targets import parse_target
@@ -21,6 +25,7 @@ from loadgen.net.triton_stats import PHASES, TritonGrpcStats, breakdown, merge_b
 from loadgen.results.html import render_html
 from loadgen.results.render import render_summary
 from loadgen.results.schema import check_result
+from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.test_cli_run import run_cli
 from tests.test_hardening_net import GOOD, METADATA, _send, kserve_url
 from tests.test_net_servers import _targets, run_doc, triton  # noqa: F401 - triton: the real server's fixture
@@ -73,9 +78,9 @@ _TRITON_WIRE = (b'\nG\n\x01m\x12\x011\x18\x80\xd0\x95\xff\xbc1 \x06(\x032(\n\x06
                 b':\n\x08\x02\x1a\x06\x08\x03\x10\xd0\x8c\x01')
 
 
-def _grpc_entry(version: str, served: int, *, name: str = "m") -> tpb.ModelStatistics:
-    """:func:`_entry`'s statistics as the gRPC message (batch 2)."""
-    e = _entry(version, served, name=name)
+def _grpc_entry(version: str, served: int, *, name: str = "m", batch: int = 2) -> tpb.ModelStatistics:
+    """:func:`_entry`'s statistics as the gRPC message."""
+    e = _entry(version, served, name=name, batch=batch)
     msg = tpb.ModelStatistics(name=name, version=version, inference_count=e["inference_count"],
                               execution_count=e["execution_count"])
     for k, d in e["inference_stats"].items():
@@ -217,6 +222,72 @@ def test_a_server_that_is_not_triton_is_left_alone_unless_named(serve):
     assert named["server_breakdown"]["requests"] == 60
     off = run_doc("--sut", kserve_url(server), *LOAD, "--server-stats-url", "none")
     assert "server_breakdown" not in off
+
+
+class _ScriptedTritonGrpc(ScriptedGrpc):
+    """The scripted gRPC server with Triton's ServerMetadata (naming ``server_name``) and
+    ModelStatistics: statistics that follow the ModelInfer calls it answered (batch 1), or
+    status ``stats_code`` when given; ``stats_metadata`` is the last statistics call's."""
+
+    def __init__(self, server_name: str = "triton", stats_code=None, **kw) -> None:
+        super().__init__(**kw)
+        self.stats_code = stats_code
+        self.stats_metadata: dict = {}
+        meta = pb.ServerMetadataResponse(name=server_name, version="2.51.0").SerializeToString()
+        handlers = {"ServerMetadata": grpc.unary_unary_rpc_method_handler(lambda req, ctx: meta),
+                    "ModelStatistics": grpc.unary_unary_rpc_method_handler(self._stats)}
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers),))
+
+    def _stats(self, req: bytes, ctx) -> bytes:
+        self.stats_metadata = dict(ctx.invocation_metadata())
+        name = tpb.ModelStatisticsRequest.FromString(req).name
+        if self.stats_code is not None:
+            ctx.abort(self.stats_code, f"requested model '{name}' is not available")
+        with self._lock:
+            served = self.answered
+        return tpb.ModelStatisticsResponse(model_stats=[_grpc_entry("1", served, name=name, batch=1)]).SerializeToString()
+
+
+def test_a_scripted_grpc_triton_is_read_over_grpc_with_the_runs_metadata():
+    with _ScriptedTritonGrpc() as srv:
+        doc = run_doc("--sut", srv.url(), *LOAD, "--header", "x-team: vision")
+        b = doc["server_breakdown"]
+        assert b["requests"] == doc["counts"]["completed"] == srv.answered == 60
+        assert (b["queue_ns"], b["compute_input_ns"], b["compute_infer_ns"], b["compute_output_ns"]) == (1e3, 2e3, 3e3, 4e3)
+        assert b["request_ns"] == 15e3 and b["overhead_ns"] == 5e3 and b["batch_size"] == 1.0
+        assert b["url"] == f"grpc://{srv.target}/inference.GRPCInferenceService/ModelStatistics"
+        assert srv.stats_metadata.get("x-team") == "vision"
+        assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+        check_result(doc)
+        off = run_doc("--sut", srv.url(), *LOAD, "--server-stats-url", "none")
+        assert "server_breakdown" not in off
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_a_grpcs_triton_is_read_with_the_runs_ca(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    with _ScriptedTritonGrpc(tls=(cert.read_bytes(), key.read_bytes())) as srv:
+        doc = run_doc("--sut", srv.url(), *LOAD, "--ca-file", str(cert))
+        assert doc["server_breakdown"]["requests"] == doc["counts"]["completed"] == 60
+        assert doc["server_breakdown"]["url"].startswith(f"grpcs://{srv.target}/")
+
+
+def test_grpc_statistics_that_fail_are_the_named_warning_and_other_servers_are_left_alone():
+    with _ScriptedTritonGrpc(stats_code=grpc.StatusCode.NOT_FOUND) as srv:
+        doc = run_doc("--sut", srv.url(), *LOAD)
+        assert doc["counts"]["completed"] == 60 and doc["valid"] and "server_breakdown" not in doc
+        (w,) = [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+        assert "ModelStatistics: NOT_FOUND: requested model 'm' is not available" in w["message"], w
+    # A server whose ServerMetadata names another server, or that has none: no reads.
+    for server in (_ScriptedTritonGrpc(server_name="mlserver"), ScriptedGrpc()):
+        with server as srv:
+            doc = run_doc("--sut", srv.url(), *LOAD)
+            assert "server_breakdown" not in doc and doc["counts"]["completed"] == 60
+            assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
 
 
 @pytest.mark.parametrize("args, said", [
