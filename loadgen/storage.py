@@ -14,6 +14,8 @@ Credentials come from the usual places (for S3: the ``AWS_*`` environment variab
 ``~/.aws``, fsspec's configuration); ``--storage-option KEY=VALUE`` (or
 ``LOADGEN_STORAGE_OPTION``, ``;``-separated) passes filesystem options such as
 ``endpoint_url``. fsspec and s3fs are the ``s3`` extra: ``pip install 'loadgen[s3]'``.
+The values of options whose key names a secret (:data:`SECRET_OPTION_WORDS`) are redacted
+from everything a run writes (:func:`storage_secrets`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from loadgen.files import HLOG_LIMIT_BYTES, MIB, RESULT_LIMIT_BYTES, open_bounded, size_text
 
 __all__ = ["MARKER", "MARKER_SCHEMA", "STORAGE_ENV", "TRIES_ENV", "LocalCopies", "RemoteOutput", "StorageError",
-           "is_remote", "local_copies", "parse_storage_options", "publish", "stage_output", "with_remote_io"]
+           "SECRET_OPTION_WORDS", "is_remote", "local_copies", "parse_storage_options", "publish", "stage_output",
+           "storage_secrets", "with_remote_io"]
 
 #: The completion marker, written last: a JSON manifest of the upload's files.
 MARKER = "_SUCCESS"
 MARKER_SCHEMA = "loadgen.upload/1"
 #: Filesystem options for readers (and the default of ``--storage-option``).
 STORAGE_ENV = "LOADGEN_STORAGE_OPTION"
+#: A ``--storage-option`` whose key holds one of these words (case-insensitive, anywhere:
+#: ``key``, ``secret``, ``client_kwargs.aws_session_token``) carries a secret.
+SECRET_OPTION_WORDS = ("key", "secret", "token", "password", "credential", "session")
+_MIN_SECRET_CHARS = 4  # a shorter value is redacted with its key (``key=1``), not wherever it appears
 #: How many times each object is tried before the upload fails (default :data:`TRIES`).
 TRIES_ENV = "LOADGEN_STORAGE_TRIES"
 TRIES = 5
@@ -84,6 +91,20 @@ def parse_storage_options(items: Sequence[str], what: str = "--storage-option") 
             node = child
         node[last] = value
     return options
+
+
+def storage_secrets(items: Sequence[str]) -> List[str]:
+    """What a redactor replaces for ``--storage-option`` items (each may hold several,
+    ``;``-separated, as :data:`STORAGE_ENV` does): the value of each option whose key names
+    a secret (:data:`SECRET_OPTION_WORDS`), so that ``secret=...`` is recorded as
+    ``secret=[REDACTED]``; a value shorter than 4 characters with its key, ``KEY=VALUE``
+    (on its own it would redact every ``1`` of a document)."""
+    out: List[str] = []
+    for item in (part for items_text in items for part in str(items_text).split(";")):
+        key, sep, value = item.partition("=")
+        if sep and value.strip() and any(word in key.lower() for word in SECRET_OPTION_WORDS):
+            out.append(value if len(value.strip()) >= _MIN_SECRET_CHARS else item.strip())
+    return out
 
 
 def env_storage_options() -> Dict[str, Any]:

@@ -248,3 +248,43 @@ def test_file_urls_go_through_fsspec_too(tmp_path):
     proc = run_cli("report", url, "--json", env=env)
     assert proc.returncode == (0 if stored["valid"] else 1), proc.stderr
     assert json.loads(proc.stdout) == stored
+
+
+def _stored_texts(s3, bucket: str, prefix: str):
+    """(key, text) of every object under ``prefix``."""
+    return [(key, s3.get(bucket, key).decode(errors="replace")) for key in s3.keys(bucket, prefix)]
+
+
+def test_secret_storage_options_are_used_but_never_written(s3, bucket, tmp_path):
+    key_id, secret, token = "AKIAQ7Zr4Wm2Xb9Kp3Td", "Hs8Lq2Vz6Nc4Rw0Yt5Jk", "Fg3Pn7Xc1Vb5Mq9Zw2Ld"
+    options = [f"endpoint_url={s3.endpoint}", f"key={key_id}", f"secret={secret}",
+               f"client_kwargs.aws_session_token={token}", "config_kwargs.retries.max_attempts=3"]
+    flags = [x for o in options for x in ("--storage-option", o)]
+    url = f"s3://{bucket}/runs/secret"
+    proc = cli(s3, tmp_path, "run", *RUN, "--output", url, *flags)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert f"uploaded 4 files and {MARKER} to {url}" in proc.stdout  # the credentials were taken
+    doc = json.loads(s3.get(bucket, "runs/secret/result.json"))
+    recorded = [f"endpoint_url={s3.endpoint}", "key=[REDACTED]", "secret=[REDACTED]",
+                "client_kwargs.aws_session_token=[REDACTED]", "config_kwargs.retries.max_attempts=3"]
+    assert doc["settings"]["effective"]["storage_option"] == recorded
+    assert doc["settings"]["given"]["storage_option"] == recorded
+
+    # A sweep's files hold none either; a resume with other credentials is not refused
+    # (the storage options are not part of what a point ran).
+    url = f"s3://{bucket}/sweeps/secret"
+    cmd = ["sweep", *SWEEP, "--vary", "concurrency=1,2", "--output", url]
+    proc = cli(s3, tmp_path, *cmd, *flags)
+    assert proc.returncode in (0, 1), proc.stderr
+    other = [f"endpoint_url={s3.endpoint}", "key=AKIAOTHER", "secret=another-secret", "token=ab"]
+    again = cli(s3, tmp_path, *cmd, *[x for o in other for x in ("--storage-option", o)])
+    assert again.returncode == proc.returncode, again.stderr
+    assert "2 done earlier, 0 to run" in again.stdout
+    texts = [("run stdout", proc.stdout + again.stdout), ("run stderr", proc.stderr + again.stderr),
+             *_stored_texts(s3, bucket, "runs/secret"), *_stored_texts(s3, bucket, "sweeps/secret")]
+    assert len(texts) > 10
+    for name, text in texts:
+        for planted in (key_id, secret, token, "another-secret"):
+            assert planted not in text, f"{name} holds {planted}"
+    point = json.loads(s3.get(bucket, next(k for k, _ in texts if k.endswith("/result.json") and "points/" in k)))
+    assert "secret=[REDACTED]" in point["settings"]["effective"]["storage_option"]

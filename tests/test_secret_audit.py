@@ -1,7 +1,7 @@
 """The secret audit: one distinctive secret, planted through each channel a user can pass
 one (``--header``, ``--secret-header``, a request template's headers, a URL's user-info
 and ``?api_key=``, ``--server-metrics-url``, ``LOADGEN_*`` environment variables, a
-``--config`` file, sweep points), must never appear in anything loadgen writes or shows:
+``--config`` file, ``--storage-option``, sweep points), must never appear in anything loadgen writes or shows:
 result.json, summary.txt, report.html, results.csv, latency.hlog, the per-request records,
 ``loadgen report`` and ``loadgen merge`` output, sweep files, stdout, stderr, and the live
 ``/metrics`` page scraped during the run. It must not follow a redirect to another origin
@@ -142,11 +142,13 @@ def _channel(name: str, tmp_path: Path, target: _Server) -> Tuple[List[str], Dic
         config = tmp_path / "loadgen.toml"
         config.write_text(f'header = ["Authorization: Bearer {SECRET}"]\n')
         args = ["--config", str(config)]
+    elif name == "storage_option":  # recorded with the options, used only for a --output URL
+        args = ["--storage-option", f"client_kwargs.aws_secret_access_key={SECRET}"]
     return ["--sut", sut, "--server-metrics-url", metrics, *args], env
 
 
 CHANNELS = ["header", "secret_header", "template", "url_userinfo", "url_query", "metrics_url_userinfo",
-            "metrics_url_query", "environment", "config"]
+            "metrics_url_query", "environment", "config", "storage_option"]
 
 
 @pytest.mark.integration
@@ -161,7 +163,7 @@ def test_a_secret_passed_through_any_channel_appears_in_no_output(tmp_path, serv
     assert rc == 1, err  # every query failed (401): invalid, and saved
     # The secret went where it was meant to (the SUT, or the metrics endpoint as basic
     # auth; a password in --sut is only redacted, not sent) ...
-    if channel != "url_userinfo":
+    if channel not in ("url_userinfo", "storage_option"):
         assert any(SECRET.encode() in h or base64.b64encode(f"user:{SECRET}".encode()) in h for h in target.heads)
     # ... and never on to another origin by a redirect (readiness, metrics scrapes).
     assert other.heads, "the redirects were not followed"

@@ -23,11 +23,14 @@ def net_options(o: Any):
     from loadgen.net.tensors import parse_input_spec
 
     from loadgen.net.targets import url_secrets
+    from loadgen.storage import storage_secrets
 
-    # The passwords and secret query values of the --sut and --server-metrics-url URLs are
-    # redacted from everything, also where a server echoes them bare.
+    # The passwords and secret query values of the --sut and --server-metrics-url URLs, and
+    # secret --storage-option values, are redacted from everything, also where a server
+    # echoes them bare.
     secrets = (url_secrets(o.sut if is_network_sut(o.sut) else None)
-               + url_secrets(getattr(o, "server_metrics_url", None)))
+               + url_secrets(getattr(o, "server_metrics_url", None))
+               + storage_secrets(getattr(o, "storage_option", None) or ()))
     return NetOptions(
         secret_values=tuple(secrets),
         headers=[parse_header(h) for h in o.header],

@@ -257,9 +257,11 @@ def options_redactor(*options: Any) -> Redactor:
     """The redactor of everything written or shown about runs of these run options
     (:class:`loadgen.options.RunOptions`, or anything with their fields): the values of
     secret-named headers (``header``, the ``request_template``'s, ``secret_header``
-    names) and the secrets of the ``sut`` and ``server_metrics_url`` URLs (a password,
-    secret-named query values). A sweep redacts with the secrets of all its points."""
+    names), the secrets of the ``sut`` and ``server_metrics_url`` URLs (a password,
+    secret-named query values) and of secret-named ``storage_option`` keys. A sweep
+    redacts with the secrets of all its points."""
     from loadgen.net.targets import url_secrets
+    from loadgen.storage import storage_secrets
 
     headers: List[Tuple[str, str]] = []
     names: List[str] = []
@@ -274,6 +276,7 @@ def options_redactor(*options: Any) -> Redactor:
         names.extend(getattr(o, "secret_header", None) or ())
         for url in (getattr(o, "sut", None), getattr(o, "server_metrics_url", None)):
             values.extend(url_secrets(url if isinstance(url, str) else None))
+        values.extend(storage_secrets(getattr(o, "storage_option", None) or ()))
     return Redactor(headers, names, values)
 
 

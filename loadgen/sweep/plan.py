@@ -25,9 +25,9 @@ __all__ = ["KEY_EXCLUDED", "PlannedRun", "base_options", "describe", "key_option
            "repeat_seed", "values_redactor"]
 
 #: Options left out of a point's key and of the base compared on resume: where and how
-#: the results are shown, not what runs.
+#: the results are shown, not what runs (``storage_option``: how they reach the storage).
 KEY_EXCLUDED = ("output", "no_html", "json", "quiet", "config", "start_at", "metrics_port", "metrics_addr",
-                "metrics_linger_s", "record_requests")
+                "metrics_linger_s", "record_requests", "storage_option")
 #: Also left out of a point's key (but not of the base): the worker index, so that the
 #: workers of a scaled-out sweep give a point the same key and ``loadgen merge`` can match
 #: their points.
