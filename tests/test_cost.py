@@ -289,3 +289,32 @@ def test_pick_takes_every_repeat_and_skips_failed_points():
     assert why[2] == "invalid: too slow" and why[3] == "failed: hook failed"
     assert why[4] == "meets the rules, at 2.5 per 1,000 queries (+25%)"
     assert math.isclose(report["points"][0]["cost"], 2.0)
+
+
+def test_a_merged_run_prices_the_gpus_its_workers_sampled():
+    """A per-GPU price without a count, merged: the GPUs every worker sampled, each
+    counted once (two nodes' GPU 0 are two GPUs; one node's GPU seen by two workers, one)."""
+    from loadgen.options import RunOptions
+    from loadgen.results.merge import merge_results
+    from loadgen.runner import run_benchmark
+
+    docs = [run_benchmark(RunOptions(scenario="poisson", target_qps=600.0, duration_s=0.3, workers=2,
+                                     worker_index=i, max_issue_delay_ms=100.0, price_per_hour="3/gpu", gpus="none"))
+            for i in range(2)]
+    assert all(d["cost"]["units"] == 0 for d in docs)  # no worker sampled a GPU here
+
+    def gpu(*uuids):
+        return {"status": "ok", "devices": [{"index": 0, "uuid": u, "name": "H100", "energy_j": {"total": 50.0}}
+                                            for u in uuids]}
+
+    for sections, units in (((gpu("GPU-a"), gpu("GPU-b")), 2), ((gpu("GPU-a"), gpu("GPU-a")), 1),
+                            ((gpu("GPU-a", "GPU-b"), gpu("GPU-c")), 3)):
+        for doc, section in zip(docs, sections):
+            doc["gpu"] = section
+        merged = merge_results([(f"w{i}", d) for i, d in enumerate(docs)])
+        assert len(merged["gpu"]["devices"]) == units
+        c = merged["cost"]
+        assert (c["units"], c["units_from"], c["hourly"]) == (units, "sampled", 3.0 * units)
+        assert c["per_1k_queries"] == pytest.approx(3.0 * units * merged["duration_s"] / 3600
+                                                    / merged["counts"]["completed"] * 1000, rel=1e-12)
+        assert f"{units} GPU" in c["basis"] and "note" not in c

@@ -89,12 +89,13 @@ def parse_price(value: Any) -> Price:
 
 
 def _sampled_gpus(doc: Dict[str, Any]) -> int:
-    """The GPUs the run sampled (a GPU split into MIG devices counts once)."""
+    """The GPUs the run sampled (a GPU split into MIG devices counts once), by UUID where
+    the devices have one: a merged result's GPUs come from several nodes, each with its GPU 0."""
     gpu = doc.get("gpu")
     if not isinstance(gpu, dict) or gpu.get("status") not in ("ok", "partial"):
         return 0
     devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
-    return len({d.get("index", k) for k, d in enumerate(devices)})
+    return len({d.get("parent_uuid") or d.get("uuid") or ("index", d.get("index", k)) for k, d in enumerate(devices)})
 
 
 def _per(run_cost: float, amount: float, scale: float) -> Optional[float]:

@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen.engine import EngineSettings, RunResult
 from loadgen.options import RunOptions, parse_stages
+from loadgen.results.cost import add_cost
 from loadgen.results.document import build_document
 from loadgen.scenarios import get_scenario
 from loadgen.scenarios.diagnosis import add_diagnosis
@@ -133,6 +134,7 @@ def merge_results(inputs: Sequence[Input]) -> Dict[str, Any]:
     gpu = merge_gpu([w.doc for w in workers], int(doc["counts"]["completed"]))
     if gpu is not None:
         doc["gpu"] = gpu
+    add_cost(doc, o.price_per_hour)  # priced again: a per-GPU price counts the GPUs the workers sampled
     from loadgen.net.triton_stats import merge_breakdowns
 
     breakdown = merge_breakdowns([w.doc for w in workers])
