@@ -266,7 +266,9 @@ class ScenarioRuns:
             sut, out = self.recorder(name)
             return ["--sut", sut, "--min-duration-s", "0.3", "--min-query-count", "700"], out
         if name == "server":
-            return ["--sut", "null", "--target-qps", "2000", "--duration-s", "1.5"], None
+            # A 100 ms bound (the default is 10): the null SUT answers at once, yet on a host
+            # with a load of 8, 28 of 2,971 queries waited past 10 ms for a time slice.
+            return ["--sut", "null", "--target-qps", "2000", "--duration-s", "1.5", "--latency-bound-ms", "100"], None
         if name == "offline":
             sut, out = self.recorder(name)
             return ["--sut", sut, "--query-count", "500", "--min-duration-s", "0",
@@ -449,13 +451,13 @@ def test_server_realised_rate_matches_target_qps(runs):
     assert tp["completed_qps"] == pytest.approx(2000, rel=0.05)
     assert doc["metric"] == {"name": "scheduled_qps", "value": tp["scheduled_qps"], "unit": "queries/s"}
     assert doc["issue_duration_s"] >= 1.5  # --duration-s is server's minimum duration
-    assert doc["settings"]["effective"]["latency_bound_ms"] == 10.0
+    assert doc["settings"]["effective"]["latency_bound_ms"] == 100.0
     es = doc["early_stopping"]
     assert es["queries"] == doc["counts"]["issued"]
     # The null SUT answers at once, yet on a busy CI host a few queries can wait out a
-    # neighbour's time slice past the 10 ms bound; the count must agree with the
-    # histogram whichever way it goes, and stay a small share of the run.
-    bound_ns = 10_000_000
+    # neighbour's time slice past the bound; the count must agree with the histogram
+    # whichever way it goes, and stay a small share of the run.
+    bound_ns = 100_000_000
     if es["overlatency_queries"]:
         assert doc["latency_ns"]["max"] > bound_ns * 0.99
     else:
