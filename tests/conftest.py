@@ -30,7 +30,7 @@ def serve():
     """``serve(route)`` starts a small HTTP/1.1 server thread on 127.0.0.1 whose
     ``route(method, path, head, sock)`` answers each request (see
     ``tests/test_hardening_net.py``); every one started is stopped after the test."""
-    from tests.test_hardening_net import _Server
+    from tests.helpers import _Server
 
     servers = []
 

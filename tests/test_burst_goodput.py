@@ -14,7 +14,7 @@ from loadgen import _core
 from loadgen.results import load_result
 from loadgen.results.goodput import goodput_section, parse_slo, parse_slos
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

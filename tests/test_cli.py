@@ -8,15 +8,10 @@ import numpy as np
 import pytest
 
 import loadgen
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.integration
 
-
-def run_cli(*args, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen", *args],
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 @pytest.fixture()

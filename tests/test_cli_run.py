@@ -19,7 +19,6 @@ import platform
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 import pytest
 
 import loadgen
+from tests.helpers import RELAXED, assert_counts_add_up, clean_env, run_cli, run_json, write
 
 pytestmark = pytest.mark.integration
 
@@ -43,44 +43,8 @@ TIMESERIES_KEYS = {"t_s", "length_s", "issued", "completed", "qps", "p50_ns", "p
                    "issue_delay_max_ns", "ttft_p50_ns", "ttft_p99_ns", "tokens", "latency_hdr"}
 OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv", "report.html"}
 HIGHEST = 3_600_000_000_000  # hdrh's reference histogram range for log reading
-RELAXED = ["--max-issue-delay-ms", "100"]
-
 
 # ------------------------------------------------------------------------- helpers
-
-
-def clean_env(**extra: str) -> dict:
-    """The environment without any LOADGEN_* variable of the caller's, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    env.update(extra)
-    return env
-
-
-def run_cli(*args, timeout=60, env=None, cwd=None):
-    """Runs `python -m loadgen ARGS` to the end (bounded by `timeout`)."""
-    cmd = [sys.executable, "-m", "loadgen", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else clean_env(), cwd=cwd)
-
-
-def run_json(*args, expect=None, **kw):
-    """Runs `loadgen run --json ARGS`; returns (process, result document)."""
-    proc = run_cli("run", "--json", *args, **kw)
-    assert proc.returncode in (0, 1), f"exit {proc.returncode}\n{proc.stderr}"
-    doc = json.loads(proc.stdout)  # --json: the document and nothing else on stdout
-    if expect is not None:
-        assert proc.returncode == expect, (doc["invalid_reasons"], doc["thresholds"], proc.stderr)
-    return proc, doc
-
-
-def assert_counts_add_up(c):
-    assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"], c
-    assert c.get("outstanding", 0) == 0, c
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def read_hdrh_log(path):

@@ -29,7 +29,7 @@ from loadgen.results import load_result, write_outputs
 from loadgen.runner import run_benchmark
 from loadgen.results.compare import METRICS, CompareError, compare_documents, parse_rules
 from loadgen.stats.mann_whitney import mann_whitney_u
-from tests.test_cli_run import RELAXED, clean_env, run_cli
+from tests.helpers import clean_env, RELAXED, run_cli
 
 BASE_US, SLOWER_US = 100_000, 120_000  # a planted 20% latency regression
 COMMON = ["--interval-s", "0.25", "--quiet", *RELAXED]

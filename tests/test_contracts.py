@@ -20,7 +20,7 @@ import loadgen
 from loadgen import _core
 from loadgen.telemetry.host import ROLES
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 PACKAGE = pathlib.Path(loadgen.__file__).resolve().parent
 REPO = PACKAGE.parent

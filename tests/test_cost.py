@@ -18,7 +18,7 @@ from loadgen.results.html import render_html
 from loadgen.results.render import render_summary
 from loadgen.results.schema import SchemaError, check_result
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli, run_json, write
+from tests.helpers import run_cli, run_json, write
 
 LOAD = ("--scenario", "concurrency", "--concurrency", "2", "--max-issue-delay-ms", "1000")
 

@@ -23,7 +23,7 @@ from loadgen.engine import RunResult
 from loadgen.result import Result
 from loadgen.results import load_result
 from tests.servers.procs import REPO, ServerProcess, free_port, get_json, post_json
-from tests.test_cli_run import assert_counts_add_up, run_json
+from tests.helpers import assert_counts_add_up, run_json
 
 SERVER = Path(REPO) / "examples" / "embedded_server" / "server.py"
 POISSON = {"scenario": "poisson", "target_qps": 200, "duration_s": 1}

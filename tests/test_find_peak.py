@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from loadgen.peak.search import (
     Bracket, BudgetSpent, Knee, Search, Undecided, Verdict, integer_midpoint, relative_finish, stable,
 )
 from loadgen.results import load_result
+from tests.helpers import clean_env
 
 
 # ============================================================ the search, synthetic
@@ -623,11 +623,6 @@ def test_a_run_below_the_goodput_requirement_fails_end_to_end():
 # search, so the rule is relaxed as in the network tests.
 RELAXED = ("--max-issue-delay-ms", "50")
 
-
-def clean_env() -> Dict[str, str]:
-    """The environment without the caller's LOADGEN_* variables. The CLI runs in the
-    test's own folder, importing the installed loadgen (never the source tree)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
 
 
 def find_peak(*args: Any, timeout: float = 90) -> Tuple[subprocess.CompletedProcess, Dict[str, Any]]:

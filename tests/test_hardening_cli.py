@@ -27,23 +27,9 @@ import pytest
 from loadgen import cli
 from loadgen.engine import EngineSettings
 from loadgen.options import OptionError, resolve, unknown_environment
+from tests.helpers import RELAXED, clean_env, run_cli
 
 pytestmark = pytest.mark.integration
-
-RELAXED = ["--max-issue-delay-ms", "100"]
-
-
-def clean_env(**extra: str) -> dict:
-    """The environment without any LOADGEN_* variable of the caller's, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    env.update(extra)
-    return env
-
-
-def run_cli(*args, timeout=30, env=None):
-    cmd = [sys.executable, "-m", "loadgen", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else clean_env())
 
 
 def assert_usage_error(proc, *fragments):

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -27,14 +25,10 @@ from loadgen import _core
 from loadgen.engine import EngineSettings
 from loadgen.engine.engine import Engine
 from loadgen.sut.forms import Batch
-from tests.test_hardening_net import _env, _send, _Server
+from tests.helpers import run_cli, _send, _Server
 
 MAX_TOKENS = 2**31 - 1
 
-
-def run_cli(*args: object, timeout: float = 90) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadgen", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
 
 
 def _models(path: str, sock: socket.socket) -> bool:

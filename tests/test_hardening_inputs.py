@@ -27,7 +27,7 @@ from loadgen.files import (CONFIG_LIMIT_BYTES, FileTooLargeError, InputFileError
                            read_text)
 from loadgen.llm.dataset import read_dataset
 from loadgen.results.schema import SchemaError, check_result
-from tests import test_hardening_net as hardening_net
+from tests.helpers import run_cli_peak
 from tests.servers.scripted_proc import start_scripted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +46,11 @@ def _limit_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_BYTES, CHILD_AS_BYTES))
 
 
-def run_cli(tmp_path: Path, *args: object, timeout: float = 90) -> Tuple[int, str, str, int]:
+def run_cli_limited(tmp_path: Path, *args: object, timeout: float = 90) -> Tuple[int, str, str, int]:
     """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS``, its
     address space limited to :data:`CHILD_AS_BYTES` (from the test's own folder, so that
     the installed package is the one run)."""
-    return hardening_net.run_cli(tmp_path, *args, timeout=timeout, preexec_fn=_limit_address_space)
+    return run_cli_peak(tmp_path, *args, timeout=timeout, preexec_fn=_limit_address_space)
 
 
 def assert_usage_error(rc: int, err: str, *fragments: str) -> None:
@@ -109,7 +109,7 @@ def test_an_endless_or_huge_input_is_refused_in_one_line_with_bounded_memory(tmp
                                                                             command, source):
     path = "/dev/zero" if source == "dev_zero" else str(sparse)
     args, names = _commands(path, tmp_path, result_file)[command]
-    rc, _, err, rss_kib = run_cli(tmp_path, *args)
+    rc, _, err, rss_kib = run_cli_limited(tmp_path, *args)
     # The limit is named: the file's kind's (in MiB), or for line-read logs, a line's.
     assert_usage_error(rc, err, *names)
     assert re.search(r"\d+ (MiB|bytes)", err), err
@@ -118,7 +118,7 @@ def test_an_endless_or_huge_input_is_refused_in_one_line_with_bounded_memory(tmp
 
 def test_a_huge_dataset_is_refused_before_it_is_read(tmp_path, sparse):
     with start_scripted(tmp_path) as srv:
-        rc, _, err, rss_kib = run_cli(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/completions",
+        rc, _, err, rss_kib = run_cli_limited(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/completions",
                                       "--dataset", sparse, "--duration-s", "0.5")
     assert_usage_error(rc, err, "--dataset", str(sparse), "1.4 GiB, over the 1 GiB limit")
     assert 0 < rss_kib < RSS_BOUND_KIB
@@ -242,7 +242,7 @@ def test_the_source_scan_finds_raw_reads_and_leaves_writes(tmp_path):
 def test_synthetic_prompts_too_large_to_build_are_refused_within_seconds(tmp_path, endpoint, extra):
     with start_scripted(tmp_path) as srv:
         started = time.monotonic()
-        rc, _, err, rss_kib = run_cli(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/{endpoint}",
+        rc, _, err, rss_kib = run_cli_limited(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/{endpoint}",
                                       "--input-tokens", "131072", "--sample-count", "4096", "--duration-s", "1",
                                       *extra, timeout=60)
         elapsed = time.monotonic() - started
@@ -262,7 +262,7 @@ def test_synthetic_prompts_too_large_to_build_are_refused_within_seconds(tmp_pat
     ("latency<=2e8s", "out of range"),
 ])
 def test_slo_bounds_that_are_not_finite_or_out_of_range_exit_2_with_the_range(tmp_path, slo, problem):
-    rc, _, err, _ = run_cli(tmp_path, "run", "--sut", "null", "--duration-s", "0.2", "--slo", slo)
+    rc, _, err, _ = run_cli_limited(tmp_path, "run", "--sut", "null", "--duration-s", "0.2", "--slo", slo)
     assert_usage_error(rc, err, "--slo", slo, problem, "allowed: 1 ns to 1e8 s")
 
 
@@ -271,7 +271,7 @@ def test_slo_bounds_that_are_not_finite_or_out_of_range_exit_2_with_the_range(tm
     (["--max-tokens", str(2**63)], ["--max-tokens", "1..2147483647"]),
 ])
 def test_thresholds_and_token_counts_beyond_their_range_exit_2(tmp_path, args, fragments):
-    rc, _, err, _ = run_cli(tmp_path, "run", "--sut", "null", "--duration-s", "0.2", *args)
+    rc, _, err, _ = run_cli_limited(tmp_path, "run", "--sut", "null", "--duration-s", "0.2", *args)
     assert_usage_error(rc, err, *fragments)
 
 
@@ -281,7 +281,7 @@ def test_a_dataset_max_tokens_above_int64_exits_2_naming_the_field_and_range(tmp
     dataset.write_text(json.dumps({"prompt": "hello there", "max_tokens": 7}) + "\n"
                        + '{"prompt": "hi", "max_tokens": 99999999999999999999999999}\n')
     with start_scripted(tmp_path) as srv:
-        rc, _, err, _ = run_cli(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/completions",
+        rc, _, err, _ = run_cli_limited(tmp_path, "run", "--sut", f"openai+{srv.url}/v1/completions",
                                 "--dataset", dataset, "--duration-s", "0.5")
     assert_usage_error(rc, err, "--dataset", "line 2", "'max_tokens' must be an integer in 1..2147483647")
 
@@ -311,7 +311,7 @@ def test_a_result_whose_counts_add_up_is_read(tmp_path, result_file):
     doc = json.loads(result_file.read_text())
     c = doc["counts"]
     assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"] + c["outstanding"]
-    rc, out, err, _ = run_cli(tmp_path, "report", result_file)
+    rc, out, err, _ = run_cli_limited(tmp_path, "report", result_file)
     assert rc in (0, 1) and "queries" in out, err
 
 
@@ -320,7 +320,7 @@ def test_a_result_whose_counts_do_not_add_up_exits_2_naming_them(tmp_path, resul
     issued = json.loads(result_file.read_text())["counts"]["issued"]
     bad = _tampered(result_file, tmp_path, issued=issued + 5)
     args = [result_file, bad] if command == "compare" else [bad]
-    rc, _, err, _ = run_cli(tmp_path, command, *args)
+    rc, _, err, _ = run_cli_limited(tmp_path, command, *args)
     assert_usage_error(rc, err, str(bad), "'counts' do not add up", f"issued {issued + 5}", "completed",
                        "outstanding")
 
@@ -343,7 +343,7 @@ MLPERF_SERVER = ("run", "--scenario", "server", "--sut", "null", "--target-qps",
 @pytest.mark.integration
 @pytest.mark.parametrize("duration,minimum", [("1.5", "0.5"), ("0.5", "1.5"), ("1.5", "1.5")])
 def test_mlperf_duration_and_minimum_make_a_run_of_at_least_the_longer(tmp_path, duration, minimum):
-    rc, out, err, _ = run_cli(tmp_path, *MLPERF_SERVER, "--duration-s", duration, "--min-duration-s", minimum)
+    rc, out, err, _ = run_cli_limited(tmp_path, *MLPERF_SERVER, "--duration-s", duration, "--min-duration-s", minimum)
     # A busy host can make the null SUT miss its latency bound; the duration never may.
     assert rc in (0, 1), f"exit {rc}\n{err[-2000:]}"
     doc = json.loads(out)

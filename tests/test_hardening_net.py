@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -30,166 +26,11 @@ from loadgen.net.options import NetOptions, Redactor, clip
 from loadgen.net.targets import parse_target
 from loadgen.net.tensors import (MAX_SAMPLE_BYTES, MAX_SYNTHETIC_BYTES, InputSpec, parse_input_spec,
                                  synthetic_samples)
+from tests.helpers import GOOD, _forever, _send, kserve, kserve_url, run_cli_peak
 
 MIB = 1024 * 1024
 SECRET = "Zq9Xv7Kp3Wy5Tn8R"  # no three characters of it in a row occur in loadgen's own text
 PASSWORD = "SECRETPW"
-METADATA = {"name": "m", "versions": ["1"], "platform": "test",
-            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4]}],
-            "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 4]}]}
-GOOD = {"model_name": "m", "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 4],
-                                        "data": [1.0, 2.0, 3.0, 4.0]}]}
-
-
-# --------------------------------------------------------------------- the test server
-
-class _Server:
-    """An HTTP/1.1 server on 127.0.0.1: ``route(method, path, head, sock)`` answers each
-    request (writing to ``sock`` itself) and returns whether the connection stays open."""
-
-    def __init__(self, route: Callable[[str, str, bytes, socket.socket], bool]) -> None:
-        self.route = route
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.2)
-        self.port = self.listener.getsockname()[1]
-        self.heads: List[bytes] = []
-        self.closed_by_client = 0
-        self._stop = threading.Event()
-        self._threads: List[threading.Thread] = []
-        self._accept = threading.Thread(target=self._serve, daemon=True)
-        self._accept.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                sock, _ = self.listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            t = threading.Thread(target=self._connection, args=(sock,), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _connection(self, sock: socket.socket) -> None:
-        sock.settimeout(10)
-        buf = b""
-        try:
-            while not self._stop.is_set():
-                while b"\r\n\r\n" not in buf:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buf) < length:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                buf = buf[length:]
-                self.heads.append(head)
-                method, path = head.split(b" ")[:2]
-                if not self.route(method.decode(), path.decode(), head, sock):
-                    return
-        except (BrokenPipeError, ConnectionResetError):
-            self.closed_by_client += 1
-        except OSError:
-            pass
-        finally:
-            sock.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.listener.close()
-        self._accept.join(5)
-        for t in self._threads:
-            t.join(5)
-
-
-def _send(sock: socket.socket, status: int, body: bytes, headers: Tuple[str, ...] = (),
-          content_type: str = "application/json") -> bool:
-    head = [f"HTTP/1.1 {status} X", f"Content-Type: {content_type}", f"Content-Length: {len(body)}", *headers]
-    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
-    return True
-
-
-def _forever(sock: socket.socket, piece: bytes) -> bool:
-    """Sends ``piece`` until the client closes (or 30 s pass)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        sock.sendall(piece)
-    return False
-
-
-def kserve(infer: Callable[[bytes, socket.socket], bool]):
-    """A KServe v2 server for model ``m`` (ready, with metadata) whose infer answer is
-    ``infer(request head, sock)``."""
-    def route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
-        if path in ("/v2/health/ready", "/v2/models/m/ready"):
-            return _send(sock, 200, b"")
-        if path == "/v2/models/m":
-            return _send(sock, 200, json.dumps(METADATA).encode())
-        if path == "/v2/models/m/infer" and method == "POST":
-            return infer(head, sock)
-        return _send(sock, 404, b"{}")
-    return route
-
-
-# ---------------------------------------------------------------------------- the CLI
-
-def _env() -> Dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-
-
-def run_cli(tmp_path: Path, *args: object, timeout: float = 60, cwd: Optional[Path] = None,
-            preexec_fn: Optional[Callable[[], None]] = None) -> Tuple[int, str, str, int]:
-    """(exit code, stdout, stderr, peak RSS in KiB) of ``python -m loadgen ARGS`` (from
-    ``cwd``; ``preexec_fn`` runs in the child before it starts, to set its limits)."""
-    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with open(out, "wb") as fo, open(err, "wb") as fe:
-        proc = subprocess.Popen([sys.executable, "-m", "loadgen", *map(str, args)], stdout=fo, stderr=fe,
-                                env=_env(), cwd=cwd, preexec_fn=preexec_fn)
-    deadline = time.monotonic() + timeout
-    # The child's own high-water mark, read while it runs: VmHWM belongs to the process's
-    # memory since exec. (wait4's ru_maxrss would not do: Linux carries the forking
-    # parent's peak, here the whole test session's, across exec into the child's figure.)
-    peak_kib = 0
-    while True:
-        peak_kib = max(peak_kib, _vm_hwm_kib(proc.pid))
-        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"loadgen {' '.join(map(str, args))} ran past {timeout} s")
-        time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
-    return proc.returncode, out.read_text(), err.read_text(), peak_kib
-
-
-def _vm_hwm_kib(pid: int) -> int:
-    """Peak resident memory of a running process in KiB (0 once it has exited)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def kserve_url(server: _Server) -> str:
-    return f"http://127.0.0.1:{server.port}/v2/models/m/infer"
 
 
 LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "--max-issue-delay-ms", "100",
@@ -197,7 +38,7 @@ LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "
 
 
 def _json_run(tmp_path: Path, *args: object) -> Tuple[dict, int, str]:
-    rc, out, err, rss_kib = run_cli(tmp_path, "run", "--json", *args)
+    rc, out, err, rss_kib = run_cli_peak(tmp_path, "run", "--json", *args)
     assert rc in (0, 1), f"exit {rc}\n{err}"
     assert rss_kib > 0, "the run's memory was never read"
     return json.loads(out), rss_kib, err
@@ -359,7 +200,7 @@ def test_blocking_gets_before_the_run_are_bounded_too(serve):
 
 
 def test_max_response_bytes_rejects_zero(tmp_path):
-    rc, _, err, _ = run_cli(tmp_path, "run", "--sut", "null", "--max-response-bytes", "0")
+    rc, _, err, _ = run_cli_peak(tmp_path, "run", "--sut", "null", "--max-response-bytes", "0")
     assert rc == 2 and "--max-response-bytes" in err and ">= 1" in err
 
 
@@ -410,7 +251,7 @@ def _leaks(text: str) -> List[str]:
 def test_an_error_body_echoing_the_token_leaks_no_part_of_it(tmp_path, serve, as_json):
     server = serve(kserve(_echo_headers_cut_in_the_token))
     out_dir = tmp_path / "out"
-    rc, out, err, _ = run_cli(tmp_path, "run", *(["--json"] if as_json else []), "--sut", kserve_url(server),
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", *(["--json"] if as_json else []), "--sut", kserve_url(server),
                               *LOAD, "--header", f"Authorization: Bearer {SECRET}", "--output", out_dir)
     assert rc == 1, err
     assert server.heads and SECRET.encode() in server.heads[-1]  # the token was sent, and echoed
@@ -467,7 +308,7 @@ def test_basic_auth_in_the_metrics_url_is_used_and_the_password_never_shown(tmp_
     sut = serve(kserve(lambda head, sock: _send(sock, 200, json.dumps(GOOD).encode())))
     metrics = serve(_metrics_route("user", PASSWORD))
     out_dir = tmp_path / "out"
-    rc, out, err, _ = run_cli(tmp_path, "run", "--json", "--sut", kserve_url(sut), *LOAD, "--server-metrics-url",
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--json", "--sut", kserve_url(sut), *LOAD, "--server-metrics-url",
                               f"http://user:{PASSWORD}@127.0.0.1:{metrics.port}/metrics", "--output", out_dir)
     assert rc == 0, err
     doc = json.loads(out)
@@ -481,7 +322,7 @@ def test_basic_auth_in_the_metrics_url_is_used_and_the_password_never_shown(tmp_
 @pytest.mark.integration
 def test_the_metrics_password_is_redacted_from_the_settings_of_an_in_process_run(tmp_path, serve):
     metrics = serve(_metrics_route("user", PASSWORD))
-    rc, out, err, _ = run_cli(tmp_path, "run", "--json", "--sut", "null", "--scenario", "constant",
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--json", "--sut", "null", "--scenario", "constant",
                               "--target-qps", "500", "--duration-s", "0.2",
                               "--server-metrics-url", f"http://user:{PASSWORD}@127.0.0.1:{metrics.port}/metrics")
     # 1: a run judged invalid (a late issue on a busy machine); what is tested is the
@@ -496,7 +337,7 @@ def test_a_metrics_url_where_nothing_listens_is_an_error_without_the_password(tm
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    rc, out, err, _ = run_cli(tmp_path, "run", "--sut", "null", "--duration-s", "0.1", "--server-metrics-url",
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--sut", "null", "--duration-s", "0.1", "--server-metrics-url",
                               f"http://user:{PASSWORD}@127.0.0.1:{port}/metrics")
     assert rc == 2 and "--server-metrics-url" in err and f"127.0.0.1:{port}" in err, err
     assert PASSWORD not in out + err and "Traceback" not in err
@@ -532,7 +373,7 @@ def test_bad_metrics_urls_name_the_option(url, fragment):
     ("http://ba\x01d/v2/models/m/infer", "no host name may have"),
 ])
 def test_malformed_sut_urls_exit_2_naming_sut(tmp_path, url, fragment):
-    rc, _, err, _ = run_cli(tmp_path, "run", "--sut", url, "--duration-s", "0.1", "--ready-timeout-s", "1",
+    rc, _, err, _ = run_cli_peak(tmp_path, "run", "--sut", url, "--duration-s", "0.1", "--ready-timeout-s", "1",
                             timeout=30)
     assert rc == 2 and err.startswith("error: --sut") and fragment in err, err
     assert "Traceback" not in err
@@ -545,7 +386,7 @@ def test_an_input_spec_too_large_to_synthesize_exits_2_before_allocating(tmp_pat
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     start = time.monotonic()
-    rc, _, err, rss_kib = run_cli(tmp_path, "run", "--sut", f"http://127.0.0.1:{port}/v2/models/m/infer",
+    rc, _, err, rss_kib = run_cli_peak(tmp_path, "run", "--sut", f"http://127.0.0.1:{port}/v2/models/m/infer",
                                   "--input", "INPUT0:FP32:100000x100000", "--duration-s", "0.1", timeout=30)
     assert rc == 2 and "--input" in err and "38147 MiB" in err and "at most 64 MiB" in err, err
     assert time.monotonic() - start < 25 and rss_kib < 200 * 1024

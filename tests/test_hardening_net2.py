@@ -29,7 +29,8 @@ from loadgen.net.http1 import Request, ResponseTooLarge
 from loadgen.net.metrics import MetricsScraper
 from loadgen.net.openai_stream import MAX_TOKEN_COUNT, TokenStream, WholeResponse
 from loadgen.net.options import NetOptions
-from tests.test_hardening_net import GOOD, MIB, SECRET, _env, _openai_sut, _send, kserve, kserve_url, run_cli
+from tests.helpers import clean_env, GOOD, kserve, kserve_url, run_cli_peak, _send
+from tests.test_hardening_net import MIB, SECRET, _openai_sut
 
 PAGE = b"# TYPE requests_total counter\nrequests_total 1\n"
 LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "--max-issue-delay-ms", "100",
@@ -82,7 +83,7 @@ def _good_then_trickle():
 def test_a_metrics_endpoint_that_trickles_during_the_run_lets_it_end(tmp_path, serve):
     metrics = serve(_good_then_trickle())
     start = time.monotonic()
-    rc, out, err, _ = run_cli(tmp_path, "run", "--json", "--sut", "null", "--scenario", "constant",
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--json", "--sut", "null", "--scenario", "constant",
                               "--target-qps", "100", "--duration-s", "2", "--server-metrics-url",
                               f"http://127.0.0.1:{metrics.port}/metrics", timeout=90)
     assert rc in (0, 1), err  # 1: judged invalid on a busy machine; what is tested is that it ends
@@ -99,7 +100,7 @@ def test_sigterm_while_a_scrape_trickles_exits_130_with_the_result_written(tmp_p
         proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--quiet", "--sut", "null", "--scenario",
                                  "constant", "--target-qps", "100", "--duration-s", "30", "--server-metrics-url",
                                  f"http://127.0.0.1:{metrics.port}/metrics", "--output", str(out_dir)],
-                                stdout=subprocess.DEVNULL, stderr=fe, env=_env())
+                                stdout=subprocess.DEVNULL, stderr=fe, env=clean_env())
     try:
         deadline = time.monotonic() + 60
         while len(metrics.heads) < 2:  # the check, then the run's first scrape (trickling)
@@ -123,7 +124,7 @@ def test_sigterm_while_a_scrape_trickles_exits_130_with_the_result_written(tmp_p
 def test_a_trickling_readiness_endpoint_ends_at_the_ready_timeout(tmp_path, serve):
     server = serve(lambda method, path, head, sock: _trickle(sock, b"HTTP/1.1 200 OK\r\n", b"X"))
     start = time.monotonic()
-    rc, _, err, _ = run_cli(tmp_path, "run", "--sut", kserve_url(server), "--ready-timeout-s", "2",
+    rc, _, err, _ = run_cli_peak(tmp_path, "run", "--sut", kserve_url(server), "--ready-timeout-s", "2",
                             "--duration-s", "0.1", timeout=60)
     assert rc == 2 and "not ready within 2 s" in err and "no complete response within" in err, err
     assert len(err.strip().splitlines()) == 1 and time.monotonic() - start < 30
@@ -244,7 +245,7 @@ def test_an_http_url_at_an_http2_port_exits_2_naming_the_url(tmp_path, serve, ta
             "openai": ["--sut", f"openai+{base}/v1/chat/completions"],
             "template": ["--sut", f"{base}/predict", "--request-template", str(tmp_path / "t.json")]}[target]
     (tmp_path / "t.json").write_text(json.dumps({"body": {"x": 1}, "ready_path": "/healthz"}))
-    rc, _, err, _ = run_cli(tmp_path, "run", *args, "--ready-timeout-s", "1", "--duration-s", "0.1", timeout=60)
+    rc, _, err, _ = run_cli_peak(tmp_path, "run", *args, "--ready-timeout-s", "1", "--duration-s", "0.1", timeout=60)
     assert rc == 2 and "HTTP/2 frames" in err and f"127.0.0.1:{server.port}" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
@@ -257,7 +258,7 @@ def test_the_asyncio_client_refuses_a_status_code_of_other_than_three_digits(tmp
         return False
 
     server = serve(kserve(infer))
-    rc, out, err, _ = run_cli(tmp_path, "run", "--json", "--sut", kserve_url(server), "--http-engine", "asyncio",
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--json", "--sut", kserve_url(server), "--http-engine", "asyncio",
                               *LOAD)
     assert rc == 1, err
     doc = json.loads(out)
@@ -283,7 +284,7 @@ def _openai_route(usage_tokens: int):
 def test_a_streamed_token_count_of_2_63_fails_its_query_and_the_run_goes_on(tmp_path, serve):
     server = serve(_openai_route(2**63))
     start = time.monotonic()
-    rc, out, err, _ = run_cli(tmp_path, "run", "--json", "--sut", f"openai+http://127.0.0.1:{server.port}/v1/"
+    rc, out, err, _ = run_cli_peak(tmp_path, "run", "--json", "--sut", f"openai+http://127.0.0.1:{server.port}/v1/"
                               "chat/completions", "--http-engine", "asyncio", *LOAD, timeout=60)
     assert rc == 1 and "Traceback" not in err, err
     doc = json.loads(out)
@@ -355,7 +356,7 @@ def test_connections_past_the_open_file_limit_are_a_one_line_error(tmp_path, ser
 
     proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--sut", kserve_url(server), "--http-engine",
                            "asyncio", "--scenario", "concurrency", "--concurrency", "200", "--duration-s", "1"],
-                          preexec_fn=limit, capture_output=True, text=True, timeout=60, env=_env())
+                          preexec_fn=limit, capture_output=True, text=True, timeout=60, env=clean_env())
     assert proc.returncode == 2 and "ulimit -n" in proc.stderr and "200 connections" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
@@ -370,7 +371,7 @@ def test_connections_within_the_open_file_limit_run(tmp_path, serve):
     proc = subprocess.run([sys.executable, "-m", "loadgen", "run", "--json", "--sut", kserve_url(server),
                            "--http-engine", "asyncio", "--scenario", "concurrency", "--concurrency", "8",
                            "--duration-s", "1"], preexec_fn=limit, capture_output=True, text=True, timeout=60,
-                          env=_env())
+                          env=clean_env())
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["counts"]["completed"] > 0 and doc["counts"]["failed"] == 0, doc["errors"]

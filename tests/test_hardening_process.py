@@ -14,34 +14,17 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Optional
 
 import pytest
+from tests.helpers import clean_env, run_cli, write
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv", "report.html"}
-
-
-def clean_env(**extra: str) -> dict:
-    """The environment without any LOADGEN_* variable of the caller's, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: object, timeout: float = 90, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadgen", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=clean_env(), **kwargs)
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def one_line_error(stderr: str) -> str:

@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -26,15 +25,11 @@ from loadgen.scenarios import SCENARIOS
 from loadgen.stats.hdrlog import HistogramLogError, read_log
 
 from tests.servers.scripted_proc import start_scripted
+from tests.helpers import run_cli
 
 TIMEOUT_S = 60
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def run_cli(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    return subprocess.run([sys.executable, "-m", "loadgen", *map(str, args)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=env, cwd=cwd)
 
 
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -26,7 +26,7 @@ import loadgen
 from loadgen.net.options import REDACTED, Redactor, parse_header
 from loadgen.net.targets import parse_target, redact_url, url_secrets
 from loadgen.net.template_http import load_template
-from tests.test_hardening_net import GOOD, _send, kserve, kserve_url
+from tests.helpers import GOOD, kserve, kserve_url, _send
 
 TOKEN = "Hq4Lm8Rv2Xt6Jw9Z"  # distinctive: no three characters of it in a row occur in loadgen's text
 KEY = "Pb3Ny7Dc5Gk1Vs8F"

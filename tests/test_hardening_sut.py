@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -24,27 +22,10 @@ import pytest
 from loadgen.engine import EngineSettings
 from loadgen.engine.engine import Engine
 from loadgen.sut.forms import Batch
+from tests.helpers import assert_counts_add_up, run_cli, write
 
 KIND = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def run_cli(*args: object, timeout: float = 60) -> subprocess.CompletedProcess:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADGEN_")}
-    return subprocess.run([sys.executable, "-m", "loadgen", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def assert_counts_add_up(c: dict) -> None:
-    assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"], c
-    assert c.get("outstanding", 0) == 0, c
 
 
 # A SUT in each Python form that raises `EXC` on every third query it receives (the first

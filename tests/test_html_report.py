@@ -31,7 +31,7 @@ from loadgen.results.html import HTML_FILE, render_html, render_sweep_html, scri
 from loadgen.results.html_data import PALETTE, drawn_intervals, error_charts, metric_charts, time_charts
 from tests.servers.procs import require_servers
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import clean_env, run_cli, write
+from tests.helpers import clean_env, run_cli, write
 
 pytestmark = pytest.mark.integration
 

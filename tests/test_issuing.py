@@ -17,7 +17,7 @@ import pytest
 from loadgen.engine import EngineSettings, run
 from loadgen.sut import FixedDelaySUT
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 
 def _records(path):

@@ -25,7 +25,7 @@ from loadgen.telemetry import FakeBackend, FakeDevice, GpuSampler
 from loadgen.telemetry.live import LiveMetrics, label_names, target_qps_at
 from tests.servers.procs import free_port, http_get
 from tests.servers.prometheus import Prometheus, running_prometheus, wait_until
-from tests.test_cli_run import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 Labels = Tuple[Tuple[str, str], ...]
 Scrape = Dict[str, Dict[Labels, float]]

@@ -15,7 +15,7 @@ from scipy import stats
 from loadgen.llm import LlmOptions, build_workload, parse_dist
 from loadgen.llm.tokenizer import load_tokenizer
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 FOLLOW_TAG = 1 << 62
 TOKENS = 6

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 from tests.test_net_servers import _kill_mid_run
 
 NATIVE = ("--http-engine", "native")

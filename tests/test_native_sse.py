@@ -21,7 +21,7 @@ from loadgen.net.native_http import NativeOpenAISUT
 from loadgen.net.openai_stream import TokenStream
 from loadgen.net.options import NetOptions
 from tests.servers.scripted_proc import start_scripted
-from tests.test_hardening_net import _send, _Server
+from tests.helpers import _send, _Server
 from tests.test_net_servers import run_doc
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -400,7 +400,7 @@ def test_no_response_check_completes_streams_without_done():
 @pytest.mark.integration
 @pytest.mark.parametrize("args, says", [(("--turns", "2"), "multi-turn"), (("--no-stream",), "--no-stream")])
 def test_what_stays_on_asyncio_is_refused_by_native(tmp_path, args, says):
-    from tests.test_cli_run import run_cli
+    from tests.helpers import run_cli
 
     with start_scripted(tmp_path) as srv:
         proc = run_cli("run", "--sut", f"openai+{srv.url}/v1/chat/completions", "--model", "m", *NATIVE,

@@ -23,7 +23,7 @@ from loadgen.sut.forms import classify_sut
 from loadgen import _core
 from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.servers.procs import native_grpc_or_skip
-from tests.test_cli_run import run_json
+from tests.helpers import run_json
 
 #: The native client, the asyncio client and the callback client on each of its call
 #: paths: grpcio's core binding (the default where its probe passes) and .future().

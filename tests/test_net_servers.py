@@ -20,7 +20,7 @@ from tests.servers.mlserver import find_mlserver, start_mlserver
 from tests.servers.procs import ServerUnavailable, native_grpc_or_skip, require_servers, wait_for_count
 from tests.servers.scripted_proc import start_scripted
 from tests.servers.triton import find_triton, start_triton
-from tests.test_cli_run import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 pytestmark = pytest.mark.integration
 

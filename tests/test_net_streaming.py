@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import clean_env
+from tests.helpers import clean_env
 from tests.test_net_servers import run_doc
 
 pytestmark = pytest.mark.integration

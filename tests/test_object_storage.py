@@ -17,7 +17,7 @@ import pytest
 
 from loadgen.storage import MARKER, TRIES_ENV, RemoteOutput, StorageError
 from tests.servers.s3 import running_s3
-from tests.test_cli_run import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 RUN = ["--sut", "null", "--target-qps", "1000", "--duration-s", "0.3", "--no-html"]
 SWEEP = ["--scenario", "concurrency", "--duration-s", "0.2", "--max-issue-delay-ms", "100", "--no-html"]

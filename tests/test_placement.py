@@ -241,7 +241,7 @@ def test_loadgen_env_prints_the_topology_and_the_plan(capsys):
 # ------------------------------------------------------------------- in a run
 
 def _run_doc(tmp_path, *args):
-    from tests.test_cli_run import run_json
+    from tests.helpers import run_json
 
     return run_json(*args, cwd=tmp_path, timeout=120)[1]
 

@@ -28,7 +28,7 @@ from loadgen.engine.records import FIELDS, check_record_path, record_format, spo
 from loadgen.results.schema import check_result
 from loadgen.sut.forms import Batch
 from loadgen.sut.spec import load_sut
-from tests.test_cli_run import clean_env, run_cli, run_json, write
+from tests.helpers import clean_env, run_cli, run_json, write
 
 pd = pytest.importorskip("pandas")
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.servers.llamacpp import LlamaCppServer, running_llamacpp
 from tests.servers.tiny_llama_gguf import WORDS
-from tests.test_cli_run import run_cli
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ from loadgen.sweep.run import eta_s
 from loadgen.sweep.settings import SweepSettings, split_table, sweep_settings
 from tests.servers.mlserver import running_mlserver
 from tests.servers.procs import free_port
-from tests.test_cli_run import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 # Short points; the generator-overload rule relaxed, as the machine is small and shared.
 DEMO = ["--scenario", "concurrency", "--duration-s", "0.2", "--max-issue-delay-ms", "100"]

@@ -26,8 +26,8 @@ from loadgen.results.html import render_html
 from loadgen.results.render import render_summary
 from loadgen.results.schema import check_result
 from tests.servers.grpc_scripted import ScriptedGrpc
-from tests.test_cli_run import run_cli
-from tests.test_hardening_net import GOOD, METADATA, _send, kserve_url
+from tests.helpers import run_cli
+from tests.helpers import GOOD, kserve_url, METADATA, _send
 from tests.test_net_servers import _targets, run_doc, triton  # noqa: F401 - triton: the real server's fixture
 
 

@@ -20,7 +20,7 @@ from loadgen.scenarios import get_scenario
 from loadgen.scenarios.diagnosis import OVERLOAD_PREFIX, add_diagnosis, diagnose, judge_lateness
 from loadgen.stats.histogram import Histogram
 from tests.servers.scripted_proc import start_scripted
-from tests.test_cli_run import run_cli, run_json, write
+from tests.helpers import run_cli, run_json, write
 
 MS = 1_000_000
 
