@@ -16,7 +16,7 @@
 #
 # Seed corpora are tests/fuzz/corpus/<target>/ (read only); what the fuzzer adds goes
 # to build/fuzz/<target>/corpus/ and is reused by the next run. A crash found becomes a
-# regression test in tests/test_fuzz_regressions.py (plain pytest, no atheris).
+# regression test in tests/unit/test_fuzz_regressions.py (plain pytest, no atheris).
 #
 # PYTHON (default: python) must import a built loadgen; atheris is installed with pip
 # when missing. CLANGXX (default: clang++) builds the libFuzzer targets. Exit 2 when the

@@ -7,7 +7,7 @@
 #   bash scripts/sanitize.sh tsan   TSan build; the completion-path stress tests (and the
 #                                   native clients' OpenAI streams and gRPC calls)
 #   ... asan -- -k codec            arguments after "--" go to pytest (a subset)
-#   SANITIZE_TESTS="tests/test_codec.py tests/test_histogram.py" ... asan
+#   SANITIZE_TESTS="tests/unit/test_codec.py tests/unit/test_histogram.py" ... asan
 #                                   these test files instead of the mode's list
 #
 # The sanitized build goes to build/sanitize-<mode>/ (never in place: the normal build in
@@ -37,27 +37,27 @@ case "$mode" in
     # On 2 cores the build takes about 1 min, the CI subset's tests about 45 s.
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O0"
     runtime="$("$CXX" -print-file-name=libasan.so)"
-    tests=(tests/test_histogram.py tests/test_codec.py tests/test_engine.py tests/test_recorder.py
-           tests/test_mlperf_runtime.py tests/test_records.py::test_every_sut_form_gets_one_row_per_query
-           tests/test_native_sse.py::test_native_scanner_agrees_with_token_stream
-           tests/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
-           tests/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
-           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api
-           tests/test_native_grpc.py)
+    tests=(tests/unit/test_histogram.py tests/unit/test_codec.py tests/unit/test_engine.py tests/unit/test_recorder.py
+           tests/integration/test_mlperf_runtime.py tests/integration/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/integration/test_native_sse.py::test_native_scanner_agrees_with_token_stream
+           tests/integration/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
+           tests/integration/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
+           tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
+           tests/integration/test_native_grpc.py)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
     runtime="$("$CXX" -print-file-name=libtsan.so)"
-    tests=(tests/test_sanitizers.py
-           tests/test_engine.py::test_stop_from_another_thread_ends_a_long_run_with_counts_adding_up
-           tests/test_engine.py::test_closed_loop_never_exceeds_concurrency_in_flight
-           tests/test_engine.py::test_async_sut_many_concurrent_coroutines
-           tests/test_engine.py::test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time
-           tests/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
-           tests/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
-           tests/test_records.py::test_every_sut_form_gets_one_row_per_query
-           tests/test_native_sse.py::test_in_process_native_streams_through_the_python_api
-           tests/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread)
+    tests=(tests/unit/test_sanitizers.py
+           tests/unit/test_engine.py::test_stop_from_another_thread_ends_a_long_run_with_counts_adding_up
+           tests/unit/test_engine.py::test_closed_loop_never_exceeds_concurrency_in_flight
+           tests/unit/test_engine.py::test_async_sut_many_concurrent_coroutines
+           tests/unit/test_engine.py::test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time
+           tests/integration/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
+           tests/integration/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
+           tests/integration/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
+           tests/integration/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread)
     ;;
   *)
     echo "usage: $0 asan|tsan [-- pytest arguments]" >&2

@@ -1,5 +1,9 @@
 """Shared test setup.
 
+tests/unit holds the fast tests (no subprocess, no server, no network); every test under
+tests/integration starts processes or servers and is marked ``integration`` here, by its
+path, so ``pytest tests/unit`` and ``pytest -m "not integration"`` both run the fast set.
+
 Tests never run in the repository root. They start the CLI as `python -m loadgen`, and
 Python puts the working directory first on sys.path: from the repository root, a
 subprocess would import the source folder (which has no built extension after a plain
@@ -8,8 +12,17 @@ module- and session-scoped fixtures; each test then gets its own.
 """
 
 import os
+from pathlib import Path
 
 import pytest
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if INTEGRATION in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,7 +42,7 @@ def _isolated_cwd(tmp_path, monkeypatch):
 def serve():
     """``serve(route)`` starts a small HTTP/1.1 server thread on 127.0.0.1 whose
     ``route(method, path, head, sock)`` answers each request (see
-    ``tests/test_hardening_net.py``); every one started is stopped after the test."""
+    ``tests/integration/test_hardening_net.py``); every one started is stopped after the test."""
     from tests.helpers import _Server
 
     servers = []

@@ -4,7 +4,7 @@ Each takes the fuzzer's bytes and returns normally when the parser behaved: it p
 the input, or refused it with the error it documents (``EXPECTED``). Anything else
 escaping -- an IndexError, UnicodeDecodeError, RecursionError, OverflowError, a broken
 invariant (AssertionError) -- is a crash. Nothing here needs atheris: `fuzz_run.py`
-drives these under the fuzzer, and tests/test_fuzz_regressions.py replays the seed
+drives these under the fuzzer, and tests/unit/test_fuzz_regressions.py replays the seed
 corpora and every crash found so far with plain pytest.
 """
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs llama-cpp-python's OpenAI-compatible server into a virtual environment of its
 # own, and writes the tiny random model it serves, for the real-server LLM test
-# (tests/servers/llamacpp.py, tests/test_servers_llamacpp.py).
+# (tests/servers/llamacpp.py, tests/integration/test_servers_llamacpp.py).
 #
 #   tests/servers/install_llamacpp.sh DEST     e.g. tests/servers/install_llamacpp.sh .servers/llamacpp
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the Prometheus server of the distribution (Debian's `prometheus` package) for
-# the live-metrics test (tests/test_live_metrics.py), without installing it on the
+# the live-metrics test (tests/integration/test_live_metrics.py), without installing it on the
 # system: `apt-get download` in a temporary folder, then `dpkg-deb -x` into DEST.
 #
 #   tests/servers/install_prometheus.sh DEST     e.g. tests/servers/install_prometheus.sh .servers/prometheus

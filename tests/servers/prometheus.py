@@ -1,4 +1,4 @@
-"""A real Prometheus server for the live-metrics test (tests/test_live_metrics.py):
+"""A real Prometheus server for the live-metrics test (tests/integration/test_live_metrics.py):
 Debian's ``prometheus`` package, unpacked by tests/servers/install_prometheus.sh into
 ``<repo>/.servers/prometheus`` (not installed on the system).
 

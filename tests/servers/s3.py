@@ -1,4 +1,4 @@
-"""A real S3 API for the object-storage tests (tests/test_object_storage.py): moto's
+"""A real S3 API for the object-storage tests (tests/integration/test_object_storage.py): moto's
 server (``pip install 'moto[server]'``, in the ``test`` extra) started on 127.0.0.1 on a
 free port, and stopped by its PID afterwards.
 

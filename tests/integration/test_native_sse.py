@@ -22,7 +22,7 @@ from loadgen.net.openai_stream import TokenStream
 from loadgen.net.options import NetOptions
 from tests.servers.scripted_proc import start_scripted
 from tests.helpers import _send, _Server
-from tests.test_net_servers import run_doc
+from tests.integration.test_net_servers import run_doc
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -219,7 +219,7 @@ def test_native_scanner_agrees_on_any_bytes(data, cuts):
     _agree(_split(data, cuts), 1 << 20)
 
 
-SEEDS = sorted((pathlib.Path(__file__).resolve().parent / "fuzz" / "corpus" / "sse_scanner").iterdir())
+SEEDS = sorted((pathlib.Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "sse_scanner").iterdir())
 
 
 @pytest.mark.parametrize("path", SEEDS, ids=[p.name for p in SEEDS])

@@ -19,7 +19,7 @@ import pytest
 
 from tests.servers.scripted_proc import start_scripted
 from tests.helpers import clean_env
-from tests.test_net_servers import run_doc
+from tests.integration.test_net_servers import run_doc
 
 pytestmark = pytest.mark.integration
 

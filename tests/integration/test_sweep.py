@@ -36,7 +36,7 @@ from tests.helpers import clean_env, run_cli
 # Short points; the generator-overload rule relaxed, as the machine is small and shared.
 DEMO = ["--scenario", "concurrency", "--duration-s", "0.2", "--max-issue-delay-ms", "100"]
 GRID = ["--vary", "concurrency=1,2,4", "--vary", "label.config=a,b"]
-SCRIPTED = Path(__file__).resolve().parent / "servers" / "scripted.py"
+SCRIPTED = Path(__file__).resolve().parents[1] / "servers" / "scripted.py"
 
 
 # ------------------------------------------------------------------- grid (unit)

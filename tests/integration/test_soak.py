@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-SOAK_PY = Path(__file__).resolve().parent.parent / "bench" / "soak.py"
+SOAK_PY = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
 
 @pytest.fixture(scope="module")

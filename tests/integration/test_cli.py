@@ -109,7 +109,7 @@ def test_version_flag():
 
 def test_example_script_round_trips_its_log(tmp_path):
     import pathlib
-    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "latency_histogram.py"
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "latency_histogram.py"
     out = tmp_path / "ex.hlog"
     proc = subprocess.run(
         [sys.executable, str(example), "--output", str(out), "--intervals", "2", "--qps", "10000"],

@@ -28,7 +28,7 @@ from loadgen.results.schema import check_result
 from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.helpers import run_cli
 from tests.helpers import GOOD, kserve_url, METADATA, _send
-from tests.test_net_servers import _targets, run_doc, triton  # noqa: F401 - triton: the real server's fixture
+from tests.integration.test_net_servers import _targets, run_doc, triton  # noqa: F401 - triton: the real server's fixture
 
 
 def _entry(version: str, served: int, *, name: str = "m", batch: int = 2) -> dict:

@@ -27,7 +27,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from tests.helpers import _send, _Server
-from tests.test_hardening_secrets import cli, cli_env
+from tests.integration.test_hardening_secrets import cli, cli_env
 
 SECRET = "Vx7Kq2Mz9Rb4Nw6T"  # no three characters of it in a row occur in loadgen's own text
 METADATA = {"name": "m", "versions": ["1"], "platform": "test",

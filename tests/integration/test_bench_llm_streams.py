@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-BENCH_PY = Path(__file__).resolve().parent.parent / "bench" / "bench_llm_streams.py"
+BENCH_PY = Path(__file__).resolve().parents[2] / "bench" / "bench_llm_streams.py"
 MS = 1_000_000
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import loadgen
 
-REPO = Path(__file__).resolve().parent.parent  # the source tree, whether or not loadgen is installed from it
+REPO = Path(__file__).resolve().parents[2]  # the source tree, whether or not loadgen is installed from it
 HEAVY = ("numpy", "loadgen._core", "loadgen.engine", "loadgen.options", "loadgen.results", "asyncio")
 # What a one-request run needs none of: numpy (the native extension imports it where a record
 # dtype or an array is used), asyncio (the loop SUTs' driver and the asyncio HTTP client),

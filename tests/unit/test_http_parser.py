@@ -18,7 +18,7 @@ from loadgen import _core
 from loadgen.net import http1
 
 LIMIT = 64 * 1024  # http1.py's bound on the head, a chunk-size line and the trailers
-CORPUS = pathlib.Path(__file__).resolve().parent / "fuzz" / "corpus"
+CORPUS = pathlib.Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

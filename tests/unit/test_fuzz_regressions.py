@@ -16,7 +16,7 @@ from loadgen.engine.trace import load_trace
 from loadgen.options import OptionError, resolve
 from loadgen.stats.hdrlog import HistogramLogError, read_log
 
-FUZZ_DIR = pathlib.Path(__file__).resolve().parent / "fuzz"
+FUZZ_DIR = pathlib.Path(__file__).resolve().parents[1] / "fuzz"
 CORPUS = FUZZ_DIR / "corpus"
 
 

@@ -2,7 +2,7 @@
 scripted server: counts equal the server's own, responses judged by the same check as
 the asyncio client (with the verdict cache in front), waiting queries when connections
 are fewer than queries in flight, several I/O threads, a server that dies mid-run, and
-the targets it refuses. The HTTP tests of tests/test_net_servers.py run on both clients."""
+the targets it refuses. The HTTP tests of tests/integration/test_net_servers.py run on both clients."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.servers.scripted_proc import start_scripted
 from tests.helpers import run_cli
-from tests.test_net_servers import _kill_mid_run
+from tests.integration.test_net_servers import _kill_mid_run
 
 NATIVE = ("--http-engine", "native")
 RELAXED = ("--interval-s", "0.5", "--max-issue-delay-ms", "50")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 # Modules and peer clients the benchmarks run or import: no options of their own.
 PEERS = {"aiohttp_client.py", "mlperf_peer.py", "peak_sut.py", "triton_peers.py"}
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in PEERS)

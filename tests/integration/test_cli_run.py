@@ -624,7 +624,7 @@ def test_output_to_an_unwritable_place_is_exit_2_before_the_run(tmp_path):
                    "--duration-s", "0.1", "--quiet", "--output", blocker / "sub")
     assert proc.returncode == 2
     assert "--output: cannot write" in proc.stderr and "Traceback" not in proc.stderr
-    # Found before the run (tests/test_hardening_cli.py has more): nothing ran, so there
+    # Found before the run (tests/integration/test_hardening_cli.py has more): nothing ran, so there
     # is no result to print instead.
     assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
 

@@ -55,7 +55,7 @@ def _load_harnesses():
     name = "mlperf_harnesses"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("mlperf_harnesses.py"))
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "mlperf_harnesses.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

@@ -40,7 +40,7 @@ import yaml  # PyYAML, a dependency of kubernetes-validate
 from kubernetes_validate.utils import all_versions
 from packaging.version import Version
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
 ARGO_TEMPLATE = os.path.join(DEPLOY, "argo", "sweep-workflowtemplate.yaml")

@@ -292,7 +292,7 @@ def test_the_example_server_runs_loadgen_behind_an_endpoint(embedded_server):
 
 
 def test_a_sut_keyboard_interrupt_stops_a_run_from_another_thread_and_not_the_main_thread():
-    from tests.test_hardening_sut import _interrupting_function
+    from tests.integration.test_hardening_sut import _interrupting_function
 
     out = {}
 

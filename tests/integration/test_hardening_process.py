@@ -23,7 +23,7 @@ from tests.helpers import clean_env, run_cli, write
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv", "report.html"}
 
 

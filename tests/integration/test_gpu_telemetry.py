@@ -31,7 +31,7 @@ from loadgen.telemetry import (
 )
 from loadgen.telemetry.streams import BinnedSeries, CounterSeries, StreamStats
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIB = 1 << 30
 UA = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
 UB = "GPU-bbbbbbbb-1111-2222-3333-444444444444"

@@ -30,7 +30,7 @@ from loadgen.results.schema import SchemaError, check_result
 from tests.helpers import run_cli_peak
 from tests.servers.scripted_proc import start_scripted
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 #: The child's address space: room for Python, numpy and the extension, not for a file
 #: read whole (the sparse file below is 1.5 GB).

@@ -1430,7 +1430,7 @@ def test_example_harness_runs_on_both_modules(tmp_path):
     import subprocess
     import sys
 
-    example = Path(__file__).resolve().parent.parent / "examples" / "mlperf_harness.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "mlperf_harness.py"
     for module in ("loadgen.mlperf", "mlperf_loadgen"):
         out = subprocess.run(
             [sys.executable, str(example), "--module", module, "--scenario", "Offline",

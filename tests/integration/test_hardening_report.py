@@ -28,7 +28,7 @@ from tests.servers.scripted_proc import start_scripted
 from tests.helpers import run_cli
 
 TIMEOUT_S = 60
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 

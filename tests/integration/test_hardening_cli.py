@@ -397,5 +397,5 @@ def test_a_misspelled_environment_variable_warns_with_did_you_mean():
 
 
 def test_the_limits_are_stated_in_the_readme():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "### Limits" in readme and "1e8 s" in readme
