@@ -126,6 +126,17 @@ def test_every_relative_link_resolves():
     assert not bad, "\n".join(bad)
 
 
+TREE_PATH = re.compile(r"(?<![\w/.-])(?:tests|scripts|bench|examples|deploy|csrc|bindings|loadgen)/"
+                       r"[\w/.-]*\.(?:py|sh|md|cc|h|yaml|json|proto|toml)\b")
+
+
+def test_every_file_of_the_tree_the_pages_name_exists():
+    missing = [f"{page.name}: {path}" for page in pages()
+               for path in sorted(set(TREE_PATH.findall(page.read_text(encoding="utf-8"))))
+               if not (ROOT / path).exists()]
+    assert not missing, "\n".join(missing)
+
+
 def test_the_link_check_finds_a_broken_link(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# A page\n\n[ok](#a-page) [gone](missing.md) [no heading](#nowhere) "
