@@ -26,7 +26,8 @@ from loadgen.results import load_result
 from loadgen.results.merge import merge_results
 from loadgen.sweep.files import read_manifest, read_records
 from tests.helpers import clean_env, run_cli
-from tests.integration.test_merge import named, worker_doc, write_workers
+from tests.integration.test_merge import write_workers
+from tests.unit.test_merge import named, worker_doc
 
 INFER = 'scripted_requests_total{endpoint="infer"}'
 
