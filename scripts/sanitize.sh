@@ -38,10 +38,11 @@ case "$mode" in
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O0"
     runtime="$("$CXX" -print-file-name=libasan.so)"
     tests=(tests/unit/test_histogram.py tests/unit/test_codec.py tests/unit/test_engine.py tests/unit/test_recorder.py
-           tests/integration/test_mlperf_runtime.py tests/integration/test_records.py::test_every_sut_form_gets_one_row_per_query
-           tests/integration/test_native_sse.py::test_native_scanner_agrees_with_token_stream
-           tests/integration/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
-           tests/integration/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
+           tests/unit/test_mlperf_runtime.py tests/integration/test_mlperf_runtime.py
+           tests/unit/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/unit/test_native_sse.py::test_native_scanner_agrees_with_token_stream
+           tests/unit/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
+           tests/unit/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
            tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
            tests/integration/test_native_grpc.py)
     ;;
@@ -53,9 +54,9 @@ case "$mode" in
            tests/unit/test_engine.py::test_closed_loop_never_exceeds_concurrency_in_flight
            tests/unit/test_engine.py::test_async_sut_many_concurrent_coroutines
            tests/unit/test_engine.py::test_fixed_delay_sut_with_timeouts_still_completes_the_rest_on_time
-           tests/integration/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
-           tests/integration/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
-           tests/integration/test_records.py::test_every_sut_form_gets_one_row_per_query
+           tests/unit/test_mlperf_runtime.py::test_multistream_samples_completed_by_different_threads
+           tests/unit/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
+           tests/unit/test_records.py::test_every_sut_form_gets_one_row_per_query
            tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
            tests/integration/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread)
     ;;

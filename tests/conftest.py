@@ -42,7 +42,7 @@ def _isolated_cwd(tmp_path, monkeypatch):
 def serve():
     """``serve(route)`` starts a small HTTP/1.1 server thread on 127.0.0.1 whose
     ``route(method, path, head, sock)`` answers each request (see
-    ``tests/integration/test_hardening_net.py``); every one started is stopped after the test."""
+    ``tests/helpers.py``); every one started is stopped after the test."""
     from tests.helpers import _Server
 
     servers = []

@@ -4,7 +4,7 @@ fail their query instead of wrapping the run's totals; completions of queries al
 resolved or never issued are counted apart and make the run invalid; a server that
 streams blank lines forever loses its connection at the query's timeout.
 
-The servers are threads in this process on 127.0.0.1 (tests/integration/test_hardening_net.py's
+The servers are threads in this process on 127.0.0.1 (tests/helpers.py's
 ``_Server``); loadgen runs as a subprocess bounded in time, or in process for the
 Python API.
 """

@@ -5,7 +5,7 @@ one line, and keeping credentials from redirects to another origin; the asyncio 
 status lines, its streamed token counts and SSE events, and its connections under a low
 open-file limit.
 
-The servers are threads in this process on 127.0.0.1 (see ``tests/integration/test_hardening_net.py``);
+The servers are threads in this process on 127.0.0.1 (see ``tests/helpers.py``);
 loadgen runs as a subprocess, bounded in time.
 """
 
@@ -30,7 +30,7 @@ from loadgen.net.metrics import MetricsScraper
 from loadgen.net.openai_stream import MAX_TOKEN_COUNT, TokenStream, WholeResponse
 from loadgen.net.options import NetOptions
 from tests.helpers import clean_env, GOOD, kserve, kserve_url, run_cli_peak, _send
-from tests.integration.test_hardening_net import MIB, SECRET, _openai_sut
+from tests.unit.test_hardening_net import MIB, SECRET, _openai_sut
 
 PAGE = b"# TYPE requests_total counter\nrequests_total 1\n"
 LOAD = ("--scenario", "constant", "--target-qps", "20", "--duration-s", "0.5", "--max-issue-delay-ms", "100",

@@ -3,7 +3,7 @@ template's headers, secret-named URL query values (``?api_key=``), malformed
 ``--header`` values, live ``/metrics`` labels; and request templates whose fields are
 malformed (``check``) or would inject headers or a second request (CR/LF, spaces).
 
-The servers are threads in this process on 127.0.0.1 (see ``tests/integration/test_hardening_net.py``);
+The servers are threads in this process on 127.0.0.1 (see ``tests/helpers.py``);
 loadgen runs as a subprocess, bounded in time.
 """
 

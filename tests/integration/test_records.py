@@ -3,12 +3,10 @@ resolved, whatever resolved it and whichever SUT form ran it, with times that ag
 the result's histograms; Parquet with pyarrow; bad paths refused before the run; a file
 complete after Ctrl-C and a write failure reported without losing result.json.
 
-Runs are short (0.3-1.2 s); every subprocess is bounded by a timeout.
-"""
+The tests that start processes; the in-process ones are in tests/unit/test_records.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -16,21 +14,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from loadgen import _core
-from loadgen.engine import Engine, EngineSettings
-from loadgen.engine import records as records_module
-from loadgen.engine.records import FIELDS, check_record_path, record_format, spool_path
+from loadgen.engine.records import FIELDS
 from loadgen.results.schema import check_result
-from loadgen.sut.forms import Batch
-from loadgen.sut.spec import load_sut
 from tests.helpers import clean_env, run_cli, run_json, write
-
-pd = pytest.importorskip("pandas")
+from tests.unit.test_records import read_jsonl, read_records
 
 # An async SUT that fails every 10th query and takes too long on another of every 10
 # (a 40 ms timeout), completing the rest in ~1 ms.
@@ -47,6 +39,7 @@ async def f(sample_index):
     await asyncio.sleep(0.3 if k == 7 else 0.001)
 """
 
+
 MARKER_SRC = """
 import os, time
 
@@ -58,31 +51,6 @@ def f(sample_index):
         open(MARK, "w").close()
     time.sleep(0.0005)
 """
-
-
-def read_jsonl(path: Path) -> "pd.DataFrame":
-    text = path.read_text()
-    assert text.endswith("\n")  # complete lines only
-    return pd.read_json(path, lines=True, dtype=False)
-
-
-def read_records(path: Path) -> "pd.DataFrame":
-    """A records file as a DataFrame; a Parquet one must have left no spool behind."""
-    if path.suffix == ".parquet":
-        assert not Path(spool_path(str(path))).exists(), "the spool was left behind"
-        return pd.read_parquet(path)
-    return read_jsonl(path)
-
-
-def thread_names() -> set:
-    """The names of this process's threads now (one that ends meanwhile is left out)."""
-    names = set()
-    for comm in Path("/proc/self/task").glob("*/comm"):
-        try:
-            names.add(comm.read_text().strip())
-        except FileNotFoundError:  # the thread ended between the listing and the read
-            pass
-    return names
 
 
 def hdr_percentile(values: np.ndarray, pct: float) -> int:
@@ -162,14 +130,6 @@ def test_parquet_records_load_in_pandas(tmp_path):
     assert df["error"].isna().all() and df["input_tokens"].isna().all()
 
 
-def test_parquet_without_pyarrow_is_refused_naming_the_fix(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pyarrow", None)
-    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(ValueError, match=r"pip install pyarrow.*\.jsonl"):
-        record_format("out.parquet")
-    assert record_format("out.jsonl") == "jsonl"
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("where, fragment", [("missing/requests.jsonl", "does not exist"),
                                              (".", "is a folder")], ids=["missing-folder", "a-folder"])
@@ -179,12 +139,6 @@ def test_a_path_that_cannot_be_written_is_exit_2_before_the_run(tmp_path, where,
     assert proc.returncode == 2, proc.stderr
     assert "--record-requests" in proc.stderr and fragment in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing ran
-
-
-def test_check_record_path_accepts_a_writable_folder(tmp_path):
-    check_record_path(str(tmp_path / "r.jsonl"))
-    with pytest.raises(ValueError, match="does not exist"):
-        check_record_path(str(tmp_path / "no" / "r.jsonl"))
 
 
 @pytest.mark.integration
@@ -252,100 +206,6 @@ def test_a_failed_conversion_is_exit_1_naming_the_spool_and_the_result_is_kept(t
     assert str(spool) in doc["requests"]["error"] and doc["requests"]["records"] == 0
     kept = np.fromfile(spool, dtype=_core.record_dtype)
     assert len(kept) == doc["counts"]["issued"] > 0
-
-
-def _parquet_engine(tmp_path: Path, qps: float = 20000) -> Engine:
-    settings = EngineSettings(mode="constant", target_qps=qps, duration_s=0.2,
-                              record_requests=str(tmp_path / "r.parquet"))
-    return Engine(settings, load_sut("null"))
-
-
-def test_a_failed_conversion_keeps_the_spool_and_says_where(tmp_path):
-    pytest.importorskip("pyarrow")
-    with _parquet_engine(tmp_path) as engine:
-        engine.start()
-        (tmp_path / "r.parquet").mkdir()  # where the Parquet file should go: it cannot be written
-        engine.wait()
-        result = engine.result()
-        section = engine.requests_section(0.0)
-    spool = tmp_path / "r.parquet.spool"
-    assert str(spool) in section["error"] and "converting the records" in section["error"], section
-    assert section["records"] == 0 and section["convert_s"] >= 0
-    kept = np.fromfile(spool, dtype=_core.record_dtype)
-    assert len(kept) == result.counts["issued"] > 0
-    assert sorted(kept["query"]) == list(range(1, len(kept) + 1))
-    assert (kept["status"] == 0).all()
-
-
-def test_an_interrupted_conversion_keeps_the_spool_and_the_result(tmp_path, monkeypatch):
-    pytest.importorskip("pyarrow")
-    real = records_module.records_table
-    calls = []
-
-    def interrupted_on_the_third_row_group(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # as a second Ctrl-C during the conversion does
-        return real(*args)
-
-    monkeypatch.setattr(records_module, "ROW_GROUP_RECORDS", 500)
-    monkeypatch.setattr(records_module, "records_table", interrupted_on_the_third_row_group)
-    with _parquet_engine(tmp_path) as engine:
-        result = engine.run()  # returns: the measured result is not lost
-        section = engine.requests_section(0.0)
-    assert result.counts["issued"] > 1000 and len(calls) == 3
-    assert "interrupted" in section["error"] and str(tmp_path / "r.parquet.spool") in section["error"]
-    assert not (tmp_path / "r.parquet").exists()  # the partial file (no footer) is removed
-    assert len(np.fromfile(tmp_path / "r.parquet.spool", dtype=_core.record_dtype)) == result.counts["issued"]
-
-
-def test_parquet_row_groups_cover_every_record_once(tmp_path, monkeypatch):
-    pytest.importorskip("pyarrow")
-    import pyarrow.parquet as pq
-
-    monkeypatch.setattr(records_module, "ROW_GROUP_RECORDS", 1000)
-    with _parquet_engine(tmp_path) as engine:
-        result = engine.run()
-        section = engine.requests_section(0.0)
-    meta = pq.ParquetFile(tmp_path / "r.parquet").metadata
-    issued = result.counts["issued"]
-    assert meta.num_rows == issued == section["records"] and "error" not in section
-    assert meta.num_row_groups == math.ceil(issued / 1000)
-    df = read_records(tmp_path / "r.parquet")
-    assert sorted(df["query"]) == list(range(1, issued + 1))
-
-
-class _Batched:
-    """A batched SUT completing each batch at once."""
-
-    def issue(self, batch: Batch) -> None:
-        batch.complete()
-
-
-async def _async_sut(sample_index: int) -> None:
-    await asyncio.sleep(0)
-
-
-@pytest.mark.parametrize("sut", ["null", "sleep:200", "demo", "function", "async", "batched"])
-def test_every_sut_form_gets_one_row_per_query(tmp_path, sut):
-    made = {"function": lambda i: None, "async": _async_sut, "batched": _Batched()}.get(sut) or load_sut(sut)
-    rec = tmp_path / "r.jsonl"
-    settings = EngineSettings(mode="constant", target_qps=2000, duration_s=0.3, record_requests=str(rec),
-                              samples_per_query=2, sample_count=100, sample_order="sequential", record_worker_index=3)
-    with Engine(settings, made) as engine:
-        engine.start()
-        names = set()
-        while not engine.wait(0.05):
-            names |= thread_names()
-        result = engine.result()
-        section = engine.requests_section(0.0)
-    df = read_jsonl(rec)
-    assert len(df) == result.counts["issued"] == section["records"] > 0
-    assert (df["status"] == "ok").sum() == result.counts["completed"]
-    assert (df["samples"] == 2).all() and (df["worker_index"] == 3).all()
-    # Sequential samples, two per query: query k carries samples 2(k-1) and 2(k-1)+1.
-    assert (df["sample_index"] == (2 * (df["query"] - 1)) % 100).all()
-    assert "lg-records" in names
 
 
 @pytest.mark.integration

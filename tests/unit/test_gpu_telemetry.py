@@ -4,6 +4,8 @@ logic and its no-GPU exit.
 
 Most tests drive the sampler by hand over the scripted FakeBackend with a FakeClock:
 ``tick()`` is what the thread does every sample_ms, so every figure is known exactly.
+
+The tests that start processes or servers are in tests/integration/test_gpu_telemetry.py.
 """
 
 import json

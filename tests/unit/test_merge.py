@@ -9,6 +9,8 @@ are hand-made from such results, in the layout ``loadgen sweep`` writes.
 
 The integration test runs three workers as CLI processes, as an Indexed Job would, each
 in a network namespace of its own, against a real MLServer over REST; see its docstring.
+
+The tests that start processes or servers are in tests/integration/test_merge.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Decisions are checked against a plain reimplementation of MLPerf's rules on the 
 latencies (sorted vectors, scipy's incomplete beta); the files against what the real
 ``mlperf_loadgen`` module writes for the same settings, run briefly in a subprocess with
 an SUT that completes every sample at once.
+
+The tests that start processes or servers are in tests/integration/test_mlperf_report.py.
 """
 
 from __future__ import annotations

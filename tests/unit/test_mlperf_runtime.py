@@ -16,6 +16,8 @@ the test's own directory. Sections:
 
 ``mlperf_loadgen`` (PyPI ``mlcommons-loadgen``) is only needed by the first section;
 without it those tests skip.
+
+The tests that start processes or servers are in tests/integration/test_mlperf_runtime.py.
 """
 
 from __future__ import annotations

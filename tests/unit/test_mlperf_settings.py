@@ -9,6 +9,8 @@ worked out by hand from the normalisation rules.
 mlperf_loadgen loads its built-in configuration only on the first conf_type=1 call in
 a process, so in-process comparisons call it with conf_type 0 and 2 only; the
 conf_type=1 behaviour is compared in a fresh subprocess.
+
+The tests that start processes or servers are in tests/integration/test_mlperf_settings.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The network clients' parts, without a server: HTTP/1.1 response parsing, Server-Sent
-Events, KServe v2 JSON and gRPC tensors, templates, targets, redaction, Prometheus text."""
+Events, KServe v2 JSON and gRPC tensors, templates, targets, redaction, Prometheus text.
+
+The tests that start processes or servers are in tests/integration/test_net_units.py."""
 
 import json
 

@@ -1,6 +1,8 @@
 """loadgen.placement (topology from sysfs, /proc and cgroups; the --pin auto plan; pinning)
 and loadgen.telemetry.host (per-role CPU, RSS, machine busy/steal), on fixture trees and
-on this machine's real files."""
+on this machine's real files.
+
+The tests that start processes or servers are in tests/integration/test_placement.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Warm-up (--warmup-s, EngineSettings.warmup_s): queries scheduled in the first warmup_s
 are issued at the schedule but not recorded; they are counted apart, and every bound,
-duration, histogram and the time series start at the end of the warm-up."""
+duration, histogram and the time series start at the end of the warm-up.
+
+The tests that start processes or servers are in tests/integration/test_warmup.py."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ the common start, and the ``"worker"`` section of its result.
 
 Runs are short (0.2-0.5 s) against the native null and demo SUTs; the few CLI runs are
 subprocesses bounded by a timeout.
+
+The tests that start processes or servers are in tests/integration/test_workers.py.
 """
 
 from __future__ import annotations

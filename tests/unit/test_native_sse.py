@@ -1,0 +1,279 @@
+"""Server-Sent Events of OpenAI streams read natively (csrc/sse.cc, loadgen._core.SseScanner)
+against the asyncio client's TokenStream (loadgen/net/openai_stream.py): a differential
+property test on generated streams split at random, then the native client end to end
+against the scripted server (tests/servers/scripted.py), whose record is the truth.
+
+The tests that start processes or servers are in tests/integration/test_native_sse.py."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from loadgen import _core
+from loadgen.net.http1 import ResponseTooLarge
+from loadgen.net.native_http import NativeOpenAISUT
+from loadgen.net.openai_stream import TokenStream
+from loadgen.net.options import NetOptions
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@dataclass
+class Outcome:
+    chunks: int = 0
+    usage_tokens: int = -1
+    done: bool = False
+    finished: bool = False
+    first_ns: int = 0
+    gaps: List[int] = field(default_factory=list)
+    error: Optional[str] = None
+    held: bytes = b""
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.first: List[int] = []
+
+    def first_token(self, qid: int, t: int) -> None:
+        self.first.append(t)
+
+
+class _Sut:
+    """What TokenStream asks of its OpenAISUT while events arrive."""
+
+    def __init__(self, max_event_bytes: int) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.sink = _Sink()
+        self.redactor = NetOptions().redactor()
+
+
+def _native_words(max_event_bytes: int) -> NativeOpenAISUT:
+    """A NativeOpenAISUT with only what stream_verdict() reads: the core's problems worded."""
+    out = NativeOpenAISUT.__new__(NativeOpenAISUT)
+    out.inner = _Sut(max_event_bytes)
+    return out
+
+
+def python_outcome(pieces: List[bytes], limit: int) -> Outcome:
+    sut = _Sut(limit)
+    ts = TokenStream(sut, 1, 0)
+    t = 0
+    for t, piece in enumerate(pieces, 1):
+        try:
+            ts.on_data(None, piece, t * 1000)
+        except ResponseTooLarge as e:
+            return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, str(e))
+    held = ts.buf
+    if ts.buf.strip():
+        ts._event(ts.buf, (t + 1) * 1000)
+    assert sut.sink.first == ([ts.first_ns] if ts.first_ns else [])
+    return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, ts.error, held)
+
+
+def native_outcome(pieces: List[bytes], limit: int) -> Outcome:
+    s = _core.SseScanner(limit)
+    s.start()
+    words = _native_words(limit)
+    t = 0
+    for t, piece in enumerate(pieces, 1):
+        if not s.feed(piece, t * 1000):
+            _, message = words.stream_verdict(7, 200, str(s.held_over).encode())
+            return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, message)
+    held = s.held
+    s.finish((t + 1) * 1000)
+    error = words.stream_verdict(s.problem, 200, s.problem_data)[1] if s.problem else None
+    return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, error, held)
+
+
+# ---------------------------------------------------------------- generated streams
+
+_text = st.sampled_from(["", "a", " hi", "\u00e9t\u00e9", '"', "\\", "\n", "{}", "\ud83d\ude00", "data: x"])
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), _text,
+                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1e-400, 5e-324]))
+_json = st.recursive(_scalar, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.dictionaries(st.sampled_from(["text", "content", "delta", "choices", "finish_reason", "usage",
+                                     "completion_tokens", "error", "x"]), inner, max_size=4)), max_leaves=12)
+_tokens = st.one_of(st.integers(-3, 40), st.booleans(), st.none(), st.just(2.0), st.just("7"),
+                    st.just(2**31 - 1), st.just(2**31), st.just(2**63 - 1), st.just(-2**63), st.just(2**64))
+
+
+@st.composite
+def _choice(draw):
+    chat = draw(st.booleans())
+    c = {"index": 0}
+    text = draw(st.one_of(_text, st.none(), st.integers(0, 2), st.lists(st.integers(), max_size=1)))
+    if chat:
+        c["delta"] = draw(st.one_of(st.just({"content": text}), st.just({}), st.just({"role": "assistant"}),
+                                    st.none(), st.just(text)))
+        if draw(st.booleans()):
+            c["text"] = text
+    else:
+        c["text"] = text
+    c["finish_reason"] = draw(st.one_of(st.none(), st.sampled_from(["stop", "length", "", 0, 1, [], [0]])))
+    return c
+
+
+@st.composite
+def _payload(draw) -> str:
+    kind = draw(st.sampled_from(["token", "token", "token", "usage", "error", "done", "json", "garbage",
+                                 "dup", "escaped", "deep"]))
+    dumps = draw(st.sampled_from([
+        lambda o: json.dumps(o, separators=(",", ":")), json.dumps,
+        lambda o: json.dumps(o, ensure_ascii=False), lambda o: json.dumps(o, indent=1)]))
+    if kind == "token":
+        return dumps({"id": "x", "object": "chunk", "choices": draw(st.lists(_choice(), max_size=3))})
+    if kind == "usage":
+        return dumps({"choices": draw(st.lists(_choice(), max_size=1)),
+                      "usage": draw(st.one_of(st.just(None), st.builds(lambda n: {"completion_tokens": n}, _tokens)))})
+    if kind == "error":
+        return dumps({"error": draw(_json)})
+    if kind == "done":
+        return "[DONE]"
+    if kind == "json":
+        return dumps(draw(_json))
+    if kind == "dup":
+        n, m = draw(_tokens), draw(_tokens)
+        return f'{{"usage":{{"completion_tokens":{json.dumps(n)}}},"choices":[{{"text":"a"}}],"usage":' \
+               f'{{"completion_tokens":{json.dumps(m)},"completion_tokens":null}},"choices":{draw(st.sampled_from(["[]", "{}", "null", chr(34) + "s" + chr(34)]))}}}'
+    if kind == "escaped":
+        key = draw(st.sampled_from(["\\u0065rror", "t\\u0065xt", "\\u0063hoices", "usag\\u0065", "text\\u0000"]))
+        return '{"choices":[{"%s":"x"}],"%s":1}' % (key, key)
+    if kind == "deep":
+        d = draw(st.integers(1, 60))
+        return '{"choices":[{"text":' + "[" * d + "1" + "]" * d + "}]}"
+    return draw(st.sampled_from(["{", "{}x", "nul", "[1,]", '{"a":01}', "{'a':1}", '"\x01"', "NaN", "-Infinity",
+                                 "1.", "1e", '{"text":"a"} {}', "\ufeff{}", '{"text":"\\x"}', "\xff{}",
+                                 '{"choices":[{"text":1e-400,"finish_reason":2.5e-324}]}',
+                                 '{"choices":[{"text":0.000e99,"finish_reason":1E400}],"usage":[]}',
+                                 '{"choices":[{"delta":{"content":-0},"finish_reason":-0.0}]}',
+                                 '{"usage":{"completion_tokens":-0},"choices":[{"text":NaN}]}',
+                                 '{"choices":[{"text":-Infinity}],"usage":{"completion_tokens":1.0}}',
+                                 ' {"choices" : [ { "text" : "a" } ] } ', '{"choices":[{"text":"\\ud800"}]}']))
+
+
+@st.composite
+def _event(draw) -> bytes:
+    payload = draw(_payload()).encode("utf-8", "surrogatepass")
+    form = draw(st.sampled_from(["data: ", "data: ", "data:", "data:\t", "multi", "comment", "noise"]))
+    if form == "multi":
+        cut = draw(st.integers(0, len(payload)))
+        body = b"data: " + payload[:cut] + draw(st.sampled_from([b"\n", b"\r\n"])) + b"data:" + payload[cut:]
+    elif form == "comment":
+        body = b": ping\nevent: x\r\ndata: " + payload
+    elif form == "noise":
+        body = draw(st.binary(max_size=12))
+    else:
+        body = form.encode() + payload
+    return body + draw(st.sampled_from([b"\n\n", b"\n\n", b"\r\n\r\n", b"\n", b"\r\n", b"\n\n\n"]))
+
+
+@st.composite
+def streams(draw) -> bytes:
+    return b"".join(draw(st.lists(_event(), max_size=8))) + draw(st.sampled_from([b"", b"data: [DONE]", b" \r\n"]))
+
+
+def _split(data: bytes, cuts: List[int]) -> List[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    pieces, prev = [], 0
+    for p in points + [len(data)]:
+        pieces.append(data[prev:p])
+        prev = p
+    return pieces
+
+
+def _agree(pieces: List[bytes], limit: int) -> None:
+    try:
+        want = python_outcome(pieces, limit)
+    except TypeError:  # a truthy "choices" that is a number: Python fails there (see csrc/sse.h)
+        assume(False)
+        return
+    got = native_outcome(pieces, limit)
+    assert got == want, pieces
+
+
+@settings(max_examples=800, **SETTINGS)
+@given(data=streams(), cuts=st.lists(st.integers(0, 600), max_size=8))
+def test_native_scanner_agrees_with_token_stream(data, cuts):
+    _agree(_split(data, cuts), 1 << 20)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(data=streams(), cuts=st.lists(st.integers(0, 300), max_size=6), limit=st.integers(1, 120))
+def test_native_scanner_agrees_on_events_over_the_limit(data, cuts, limit):
+    _agree(_split(data, cuts), limit)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(data=st.binary(max_size=160), cuts=st.lists(st.integers(0, 160), max_size=6))
+def test_native_scanner_agrees_on_any_bytes(data, cuts):
+    _agree(_split(data, cuts), 1 << 20)
+
+
+SEEDS = sorted((pathlib.Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "sse_scanner").iterdir())
+
+
+@pytest.mark.parametrize("path", SEEDS, ids=[p.name for p in SEEDS])
+def test_the_fuzzers_seeds_agree_with_token_stream(path):
+    data = path.read_bytes()[2:]  # the fuzzer's split seed and bound come first
+    _agree([data[:7], data[7:]], 1 << 20)
+    _agree([data], 300)
+
+
+@pytest.mark.parametrize("pieces, says", [
+    ([b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"text":"b"}]}\n\ndata: [DONE]\n\n'], None),
+    ([b'data: {"usage":{"completion_tokens":true}}\n\n'], None),
+    ([b"data: {not json}x\n\n"], "an event is not JSON: '{not json}x'"),
+    ([b"data: [1, 2]\n\n"], "an event is not a JSON object: '[1, 2]'"),
+    ([b'data: {"error": {"message": "boom", "code": 1.0}}\n\n'],
+     'the server sent an error event: {"message": "boom", "code": 1.0}'),
+])
+def test_each_rule_worded_as_the_asyncio_client(pieces, says):
+    got = native_outcome(pieces, 1 << 20)
+    assert got == python_outcome(pieces, 1 << 20) and got.error == says
+
+
+def test_bool_completion_tokens_are_no_count_as_in_python():
+    s = _core.SseScanner()
+    s.start()
+    s.feed(b'data: {"usage":{"completion_tokens":false},"choices":[]}\n\n', 5)
+    assert s.usage_tokens == -1 and s.chunks == 0 and s.problem == 0
+
+
+@pytest.mark.parametrize("count", [2**63, 2**63 - 1, 2**64 + 5, 10**30, 2**31, -1, -(2**63)])
+def test_a_completion_tokens_out_of_range_fails_the_stream_and_its_tokens_still_count(count):
+    # 2**63 or more was clamped and summed into the run's tokens, which wrapped negative.
+    pieces = [b'data: {"choices":[{"text":"a"}]}\n\n',
+              b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % count]
+    got = native_outcome(pieces, 1 << 20)
+    assert got == python_outcome(pieces, 1 << 20)
+    assert got.usage_tokens == -1 and got.chunks == 1
+    assert got.error == f"usage.completion_tokens {count} is out of range (0 to {2**31 - 1})"
+
+
+def test_a_truthy_number_of_choices_counts_no_choice():
+    # Python raises TypeError iterating it; the native scanner counts none (csrc/sse.h).
+    s = _core.SseScanner()
+    s.start()
+    s.feed(b'data: {"choices":5,"usage":{"completion_tokens":3}}\n\n', 5)
+    assert s.chunks == 0 and s.usage_tokens == 3 and s.problem == 0
+
+
+def test_scan_costs_well_under_a_microsecond_per_event():
+    stream = b"".join(b'data: {"id":"c","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n'
+                      for _ in range(32)) + b'data: {"choices":[],"usage":{"completion_tokens":32}}\n\ndata: [DONE]\n\n'
+    assert 0 < _core.time_sse_scan_ns(stream, pieces=34, iterations=200) < 5000
+    with pytest.raises(ValueError):
+        _core.time_sse_scan_ns(b"data: x", iterations=10)
+
+
+# ---------------------------------------------------------------- end to end
+
+
