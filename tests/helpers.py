@@ -24,6 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
 RELAXED = ["--max-issue-delay-ms", "100"]
+HIGHEST = 3_600_000_000_000  # hdrh's reference histogram range for log reading
 
 
 # ---------------------------------------------------------------------------- the CLI
@@ -64,6 +65,22 @@ def write(path: Path, text: str) -> Path:
     """Writes ``text`` (dedented) to ``path``; returns ``path``."""
     path.write_text(textwrap.dedent(text))
     return path
+
+
+def read_hdrh_log(path: Path) -> list:
+    """The interval histograms of an HdrHistogram log, as the reference ``hdrh`` reads them."""
+    hdrh_histogram = pytest.importorskip("hdrh.histogram")
+    hdrh_log = pytest.importorskip("hdrh.log")
+    reader = hdrh_log.HistogramLogReader(str(path), hdrh_histogram.HdrHistogram(1, HIGHEST, 3))
+    out = []
+    try:
+        while True:
+            h = reader.get_next_interval_histogram()
+            if h is None:
+                return out
+            out.append(h)
+    finally:
+        reader.close()
 
 
 def run_cli_peak(tmp_path: Path, *args: object, timeout: float = 60, cwd: Optional[Path] = None,

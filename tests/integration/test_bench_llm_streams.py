@@ -4,7 +4,6 @@ loadgen alone against the scripted server (a few seconds)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_modules import load_bench
 
 pytestmark = pytest.mark.integration
 
@@ -21,10 +22,7 @@ MS = 1_000_000
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("loadgen_bench_llm_streams", BENCH_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_llm_streams")
 
 
 def record(recv_ms: int, writes_ms: list[float], tokens: int = 10, k: int = 4, first: int = 1) -> dict:

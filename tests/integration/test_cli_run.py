@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import loadgen
-from tests.helpers import RELAXED, assert_counts_add_up, clean_env, run_cli, run_json, write
+from tests.helpers import RELAXED, read_hdrh_log, assert_counts_add_up, clean_env, run_cli, run_json, write
 
 pytestmark = pytest.mark.integration
 
@@ -42,24 +42,10 @@ TIMESERIES_KEYS = {"t_s", "length_s", "issued", "completed", "qps", "p50_ns", "p
                    "failed", "timed_out", "errors", "outstanding", "issue_delay_p50_ns", "issue_delay_p99_ns",
                    "issue_delay_max_ns", "ttft_p50_ns", "ttft_p99_ns", "tokens", "latency_hdr"}
 OUTPUT_FILES = {"result.json", "summary.txt", "latency.hlog", "results.csv", "report.html"}
-HIGHEST = 3_600_000_000_000  # hdrh's reference histogram range for log reading
 
 # ------------------------------------------------------------------------- helpers
 
 
-def read_hdrh_log(path):
-    hdrh_histogram = pytest.importorskip("hdrh.histogram")
-    hdrh_log = pytest.importorskip("hdrh.log")
-    reader = hdrh_log.HistogramLogReader(str(path), hdrh_histogram.HdrHistogram(1, HIGHEST, 3))
-    out = []
-    try:
-        while True:
-            h = reader.get_next_interval_histogram()
-            if h is None:
-                return out
-            out.append(h)
-    finally:
-        reader.close()
 
 
 # ----------------------------------------------------------------- SUT source files

@@ -7,13 +7,14 @@ bench/RESULTS.md; this runs the same code.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_modules import load_bench
 
 pytestmark = pytest.mark.integration
 
@@ -22,10 +23,7 @@ SOAK_PY = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
 @pytest.fixture(scope="module")
 def soak():
-    spec = importlib.util.spec_from_file_location("loadgen_bench_soak", SOAK_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("soak")
 
 
 def test_fifty_runs_against_servers_leave_fds_threads_and_rss_flat(tmp_path):

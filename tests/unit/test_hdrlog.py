@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import pathlib
 
 import numpy as np
 import pytest
@@ -17,13 +16,13 @@ from loadgen import (
     LogEntry,
     read_log,
 )
+from tests.helpers import HIGHEST, read_hdrh_log
 
 hdrh_histogram = pytest.importorskip("hdrh.histogram")
 hdrh_log = pytest.importorskip("hdrh.log")
 HdrHistogram = hdrh_histogram.HdrHistogram
 
 BASE = 1_700_000_000.25  # exactly representable with 3 decimals
-HIGHEST = 3_600_000_000_000
 PERCENTILES = [50.0, 90.0, 99.0, 99.9, 100.0]
 
 
@@ -203,24 +202,13 @@ def test_reader_opened_from_a_path_closes_its_file(tmp_path):
 # ------------------------------------------------------------ hdrh interop
 
 
-def read_with_hdrh(path: pathlib.Path) -> list:
-    reader = hdrh_log.HistogramLogReader(str(path), HdrHistogram(1, HIGHEST, 3))
-    out = []
-    try:
-        while True:
-            h = reader.get_next_interval_histogram()
-            if h is None:
-                return out
-            out.append(h)
-    finally:
-        reader.close()
 
 
 def test_hdrh_reader_reads_every_interval_of_our_log(tmp_path):
     path = tmp_path / "ours.hlog"
     with open(path, "w", encoding="utf-8") as f:
         histograms = write_sample_log(f)
-    theirs = read_with_hdrh(path)
+    theirs = read_hdrh_log(path)
     assert len(theirs) == len(INTERVALS)
     for got, (h, values), (start, _, tag, _) in zip(theirs, histograms, INTERVALS):
         oracle = hdrh_from(values)
