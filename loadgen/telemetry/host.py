@@ -248,7 +248,9 @@ class HostSampler:
         """The ``host`` section: per-interval figures, totals per role (CPU seconds and
         ``run_queue_wait_ms``, where the kernel keeps schedstats), peak RSS, and ``saturated``: intervals in which the dispatcher's event loop was
         busier than :data:`SATURATED_FRACTION` (judged only when ``event_loop``: a
-        dispatcher that runs a synchronous SUT is busy with the SUT's own work)."""
+        dispatcher that runs a synchronous SUT is busy with the SUT's own work). Busy is
+        the thread's CPU (``cpu``) plus its wait on a run queue (``run_queue``): a loop
+        that always has work is saturated whether it gets a whole CPU or shares one."""
         ivs = self.intervals(origin_ns)
         cpu_s: Dict[str, float] = {}
         for iv in ivs:
@@ -262,9 +264,13 @@ class HostSampler:
         saturated = []
         if event_loop:
             for iv in ivs:
-                busy = iv["busiest_thread"].get("dispatcher", 0.0)
+                # Busy is running or ready to run: on a shared node a loop that always has
+                # work gets only part of a CPU, and waits on a run queue for the rest.
+                ran = float(iv["busiest_thread"].get("dispatcher", 0.0))
+                ready = float((iv.get("run_queue_wait_ms") or {}).get("dispatcher", 0.0)) / 1e3 / float(iv["length_s"])
+                busy = round(ran + ready, 4)
                 if float(iv["length_s"]) >= MIN_JUDGED_S and busy > SATURATED_FRACTION:
-                    saturated.append({"t_s": iv["t_s"], "busy": busy})
+                    saturated.append({"t_s": iv["t_s"], "busy": busy, "cpu": ran, "run_queue": round(ready, 4)})
         out: Dict[str, Any] = {
             "interval_s": self.interval_s,
             "cpu_s": {r: round(v, 3) for r, v in sorted(cpu_s.items())},

@@ -171,8 +171,31 @@ def test_host_intervals_split_cpu_by_role_from_proc_files(tmp_path):
     assert iv["machine_busy"] == pytest.approx(0.5) and iv["machine_steal"] == pytest.approx(0.1)
     assert iv["rss_bytes"] == 250 * os.sysconf("SC_PAGE_SIZE")
     judged = sampler.report(event_loop=True)
-    assert judged["saturated"] == [{"t_s": 0.0, "busy": pytest.approx(0.95, abs=0.01)}]
+    assert judged["saturated"] == [{"t_s": 0.0, "busy": pytest.approx(0.95, abs=0.01),
+                                    "cpu": pytest.approx(0.95, abs=0.01), "run_queue": 0.0}]
     assert sampler.report(event_loop=False)["saturated"] == []
+
+
+def test_an_event_loop_sharing_its_cpu_is_saturated_by_its_run_queue_wait(tmp_path):
+    # On a busy node the loop ran half the time and waited for a CPU 45% of it: it always
+    # had work, so it is saturated; with 10% of waiting it had room.
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def judge(wait_ns):
+        root = tmp_path / str(wait_ns)
+        _fake_proc(root, {12: ("loop", 0)}, (1000, 800, 0))
+        _write(root, "/self/task/12/schedstat", "0 0 0")
+        sampler = HostSampler(1.0, dispatcher_tid=lambda: 12, proc=str(root))
+        sampler.snapshot()
+        _fake_proc(root, {12: ("loop", hz // 2)}, (2000, 1300, 0))
+        _write(root, "/self/task/12/schedstat", f"500000000 {wait_ns} 100")
+        sampler.snapshot()
+        sampler._snaps[1].t_ns = sampler._snaps[0].t_ns + 1_000_000_000
+        return sampler.report(event_loop=True)["saturated"]
+
+    assert judge(450_000_000) == [{"t_s": 0.0, "busy": pytest.approx(0.95), "cpu": pytest.approx(0.5),
+                                   "run_queue": pytest.approx(0.45)}]
+    assert judge(100_000_000) == []
 
 
 def test_host_sampler_on_this_process_sees_a_busy_named_thread():
