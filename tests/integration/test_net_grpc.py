@@ -250,4 +250,9 @@ def test_runs_in_one_process_leave_threads_and_fds_where_they_were(grpc_engine):
         for i in range(10):
             res, _ = _run(srv, grpc_engine, **loads[i % 2])
             assert res.counts["failed"] == 0
-        assert settled(base) == base
+        # Python threads and descriptors exactly as before. grpcio's core threads may be one
+        # or two more for a while: its timer manager starts another timer thread when its
+        # timers fall behind on a busy host (9 then 10 was seen in a full suite), and retires
+        # it later. A leak would show once per run: ten runs, ten more.
+        after = settled(base)
+        assert (after[0], after[2]) == (base[0], base[2]) and base[1] <= after[1] <= base[1] + 2, (base, after)
