@@ -17,12 +17,11 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-import loadgen
 from loadgen import _core
 from loadgen.telemetry.host import ROLES
 
-PACKAGE = pathlib.Path(loadgen.__file__).resolve().parent
-REPO = PACKAGE.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]  # the source tree (csrc/ too), installed or not
+PACKAGE = REPO / "loadgen"
 
 # Private names of the standard library and third-party packages that loadgen cannot do
 # without. Each is someone else's, used where no public way exists.
