@@ -74,7 +74,14 @@ def _is_module(dotted: str, name: str, root: pathlib.Path) -> bool:
     """Whether ``dotted.name`` is a module file of the package (a package's own private
     module, like the extension ``loadgen._core``, is part of its layout, not a name)."""
     folder = root.joinpath(*dotted.split(".")[1:])
-    return (folder / f"{name}.py").exists() or any(folder.glob(f"{name}.*.so")) or (folder / name).is_dir()
+    # the stub counts too: a clean checkout has ``_core.pyi`` but builds the extension
+    # into the installed copy, not beside the sources
+    return (
+        (folder / f"{name}.py").exists()
+        or (folder / f"{name}.pyi").exists()
+        or any(folder.glob(f"{name}.*.so"))
+        or (folder / name).is_dir()
+    )
 
 
 def private_uses(source: str, filename: str, root: pathlib.Path = PACKAGE) -> List[str]:
