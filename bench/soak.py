@@ -25,7 +25,7 @@ Two soaks, each a pass/fail with the figures:
     it after the last run, and RSS grew by less than ``--max-rss-growth-mb`` (16 MiB).
 
 ``--json PATH`` writes every figure. Exit status: 0 passed, 1 a soak failed.
-tests/test_soak.py runs the server soak with 50 short runs.
+tests/integration/test_soak.py runs the server soak with 50 short runs.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List,
 from loadgen.units import NS_PER
 
 # What the commands need is imported where it is used, so that the command line's
-# --version and --help import none of it (tests/test_startup.py).
+# --version and --help import none of it (tests/integration/test_startup.py).
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 

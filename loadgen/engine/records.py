@@ -20,7 +20,7 @@ from loadgen import _core
 
 __all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "spool_path"]
 
-#: The columns of a record, in file order (the README's "Per-request records" explains each).
+#: The columns of a record, in file order (docs/results.md, "Per-request records", explains each).
 FIELDS = ("query", "scheduled_ns", "issued_ns", "completed_ns", "first_token_ns", "latency_ns", "status", "error",
           "sample_index", "samples", "input_tokens", "output_tokens", "worker_index", "warmup")
 #: RecordStatus values, by number.

@@ -12,7 +12,7 @@ random one), plus ``point`` in a sweep.
 The runner attaches each run (:meth:`LiveMetrics.attach`) before its first query and
 freezes its final values when it ends (:meth:`LiveMetrics.finish`); they are served
 until the next run is attached or the server is closed (after ``--metrics-linger-s``).
-The README's "Live metrics" section lists every metric.
+docs/results.md, "Live metrics", lists every metric.
 """
 
 from __future__ import annotations
