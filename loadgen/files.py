@@ -20,7 +20,7 @@ import stat
 from typing import IO, Any, Optional, Union
 
 __all__ = ["CERT_LIMIT_BYTES", "CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "PAYLOAD_LIMIT_BYTES",
-           "RESULT_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
+           "RESULT_LIMIT_BYTES", "SWEEP_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
            "TOKENIZER_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "FileTooLargeError", "InputFileError", "open_bounded",
            "read_bytes", "read_text", "size_text"]
 
@@ -28,6 +28,9 @@ MIB = 1 << 20
 #: A result document (``report``, ``merge``, ``compare``), and the results.csv a run
 #: appends to.
 RESULT_LIMIT_BYTES = 64 * MIB
+#: A sweep folder's sweep.json or sweep.jsonl (``report``, ``compare``, ``merge``, a
+#: resumed ``sweep``): a line of up to a result document per point, thousands of points.
+SWEEP_LIMIT_BYTES = 1024 * MIB
 #: A config file (``--config``, ``--points``, ``TestSettings.FromConfig``'s mlperf.conf
 #: and user.conf).
 CONFIG_LIMIT_BYTES = 64 * MIB

@@ -19,6 +19,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
+from loadgen.files import SWEEP_LIMIT_BYTES, read_text
 from loadgen.results.cost import cost_figures
 from loadgen.results.files import RESULT_FILE, atomic_write
 from loadgen.results.render import flatten
@@ -51,12 +52,7 @@ def is_sweep_folder(path: PathLike) -> bool:
 
 
 def _read_json_text(path: str) -> str:
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (byte {e.start})") from None
+    return read_text(path, what="sweep folder", limit_bytes=SWEEP_LIMIT_BYTES)
 
 
 def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
@@ -65,8 +61,9 @@ def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
     path = os.path.join(os.fspath(directory), MANIFEST_FILE)
     if not os.path.exists(path):
         return None
+    text = _read_json_text(path)  # InputFileError (a ValueError) names the file and what is wrong
     try:
-        manifest = json.loads(_read_json_text(path))
+        manifest = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise ValueError(f"{path} is not a sweep manifest: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -166,9 +167,7 @@ NOT_USER_FILES = {
     ("loadgen/net/tensors.py", "loaded = np.load(f, allow_pickle=False)"),  # f: a stream from open_bounded
 }
 # Reads of files a user names that do not go through loadgen.files yet.
-NOT_YET_BOUNDED = {
-    ("loadgen/sweep/files.py", 'with open(path, "rb") as f:'),  # a sweep folder's sweep.json(l)
-}
+NOT_YET_BOUNDED: Set[Tuple[str, str]] = set()
 #: Calls that read a file: open() for reading, and these methods and functions.
 _READ_METHODS = {"read_text", "read_bytes", "from_file"}
 _READ_FUNCTIONS = {("np", "load"), ("np", "fromfile"), ("np", "loadtxt"), ("numpy", "load"), ("tomllib", "load"),
@@ -395,3 +394,31 @@ def test_payload_and_ca_files_are_read_bounded(sparse, reader):
             continue
         message = str(info.value)
         assert "\n" not in message and message.startswith(flag) and path in message and "MiB" in message
+
+
+@pytest.fixture(scope="module")
+def sweep_folder(tmp_path_factory) -> Path:
+    """A real sweep folder of two short null-SUT points."""
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "sweep", "--sut", "null", "--duration-s", "0.2",
+                           "--vary", "target-qps=100,200", "--output", str(out), "--no-html", "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("command, name", [
+    ("report_html", "sweep.jsonl"), ("compare", "sweep.jsonl"), ("resume", "sweep.jsonl"), ("resume", "sweep.json")])
+def test_a_sweep_folder_with_a_huge_manifest_or_record_file_is_refused_with_bounded_memory(
+        tmp_path, sparse, sweep_folder, command, name):
+    folder = tmp_path / "sweep"
+    shutil.copytree(sweep_folder, folder)
+    (folder / name).unlink()
+    (folder / name).symlink_to(sparse)
+    args = {"report_html": ["report", "--html", tmp_path / "r.html", folder],
+            "compare": ["compare", sweep_folder, folder],
+            "resume": ["sweep", "--sut", "null", "--duration-s", "0.2", "--vary", "target-qps=100,200",
+                       "--output", folder, "--no-html", "--quiet"]}[command]
+    rc, _, err, rss_kib = run_cli_limited(tmp_path, *args)
+    assert_usage_error(rc, err, "sweep folder", str(folder / name), "over the 1 GiB limit")
+    assert 0 < rss_kib < RSS_BOUND_KIB, f"peak RSS {rss_kib} KiB"
