@@ -139,6 +139,15 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, "private names used across modules (make them public, with a docstring):\n" + "\n".join(found)
 
 
+def _imported(node: ast.AST, module: str) -> List[str]:
+    """The dotted names an ``import`` brings in, or a ``from module import ...`` (its
+    module as given, resolved by the caller where relative): the module and each name."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    return [module] + [f"{module}.{a.name}" for a in node.names]
+
+
 #: grpcio's private API: its private modules (``grpc._channel``, ``grpc._cython``), its
 #: core binding (``cygrpc``), a channel's call state and completion thread.
 GRPC_PRIVATE = re.compile(r"\bgrpc\._|_cython|cygrpc|_call_state|_run_channel_spin_thread")
@@ -150,10 +159,8 @@ def grpc_private_uses(source: str, filename: str) -> List[str]:
     found = []
     for n in ast.walk(ast.parse(source, filename=filename)):
         names: List[str] = []
-        if isinstance(n, ast.Import):
-            names = [a.name for a in n.names]
-        elif isinstance(n, ast.ImportFrom):
-            names = [n.module or ""] + [f"{n.module}.{a.name}" for a in n.names]
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            names = _imported(n, getattr(n, "module", None) or "")
         elif isinstance(n, ast.Attribute):
             names = [ast.unparse(n)]
         elif isinstance(n, ast.Name):
@@ -203,10 +210,9 @@ def net_imports(source: str, filename: str) -> List[str]:
     for n in ast.walk(ast.parse(source, filename=filename)):
         names: List[str] = []
         if isinstance(n, ast.Import):
-            names = [a.name for a in n.names]
+            names = _imported(n, "")
         elif isinstance(n, ast.ImportFrom):
-            module = _loadgen_module(n, filename) or ""
-            names = [module] + [f"{module}.{a.name}" for a in n.names]
+            names = _imported(n, _loadgen_module(n, filename) or "")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"loadgen\.net(\.\w+)*", n.value):
             names = [n.value]
         if any(x == "loadgen.net" or x.startswith("loadgen.net.") for x in names):
