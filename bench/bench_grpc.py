@@ -1,11 +1,11 @@
 """Client CPU per 1000 gRPC requests against Triton in steady state: loadgen's gRPC
-clients (native, the default: HTTP/2 in the core; callback and asyncio on grpcio) and
+clients (native, the default: HTTP/2 in the core; grpcio, on grpcio's public API) and
 Triton's perf_analyzer when it is installed, in the same sitting.
 
 Triton (tests/servers/triton.py, model add_one: Python backend, FP32 [1, 16]) is started
 here with all its threads pinned to --server-cpu; each client runs as a child process
 pinned to --client-cpu. A loadgen client runs ``loadgen run --sut grpc://...`` with
-``--grpc-engine`` native, callback or asyncio. Loads: closed loop at each --conc and
+``--grpc-engine`` native or grpcio. Loads: closed loop at each --conc and
 Poisson at each --rate (no in-flight cap unless --max-in-flight, as perf_analyzer has
 none); perf_analyzer gets ``--concurrency-range C`` or ``--request-rate-range R
 --request-distribution poisson --async`` (without --async its sending threads each wait
@@ -108,13 +108,12 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--max-in-flight", type=int, default=0,
                     help="loadgen's in-flight cap in the Poisson runs (default 0: none, as perf_analyzer has none)")
-    ap.add_argument("--tools", default="", help="comma-separated subset of loadgen (native), loadgen-callback, loadgen-asyncio, perf_analyzer")
+    ap.add_argument("--tools", default="", help="comma-separated subset of loadgen (native), loadgen-grpcio, perf_analyzer")
     ap.add_argument("--json-out", help="write every run's record here")
     a = ap.parse_args(argv)
     from tests.servers.triton import start_triton
 
-    tools = ["loadgen", "loadgen-callback", "loadgen-asyncio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER)
-                                                                   else [])
+    tools = ["loadgen", "loadgen-grpcio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER) else [])
     if a.tools:
         tools = [t for t in tools if t in a.tools.split(",")]
     loads = [f"c{c}" for c in a.conc] + [f"p{r}" for r in a.rate]

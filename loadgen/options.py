@@ -427,8 +427,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
                "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (default: native where it can)", "ENGINE"),
     OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default 1)", "N"),
-    OptionSpec("grpc_engine", _choice("auto", "native", "callback", "asyncio"), "gRPC: the client: native (HTTP/2 in "
-               "the core; plain grpc://), callback or asyncio (grpcio), or auto (default: native where it can)", "ENGINE"),
+    OptionSpec("grpc_engine", _choice("auto", "native", "grpcio", "callback", "asyncio"), "gRPC: the client: native "
+               "(HTTP/2 in the core; plain grpc://), grpcio (grpcio's public API; TLS too), or auto (default: native "
+               "where it can, else grpcio); callback and asyncio mean grpcio", "ENGINE"),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
                "typed contents"),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),

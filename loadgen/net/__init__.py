@@ -4,6 +4,7 @@ same scenarios, schedules and measurement rule as in-process SUTs."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Union
 
 from loadgen import defaults
@@ -161,30 +162,38 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
     return sut
 
 
+#: ``grpc_engine`` values that now mean "grpcio" (once two clients on grpcio).
+GRPC_ENGINE_ALIASES = ("callback", "asyncio")
+_alias_noted = False
+
+
 def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> Any:
     """The KServe gRPC client ``net.grpc_engine`` asks for, prepared: native (the core's
-    HTTP/2 client; auto where this build has it and the target is plain grpc://),
-    callback (grpcio's synchronous channel; auto elsewhere) or asyncio."""
-    if net.grpc_engine not in ("auto", "native", "callback", "asyncio"):
-        raise ValueError(f"grpc_engine must be 'auto', 'native', 'callback' or 'asyncio', got {net.grpc_engine!r}")
+    HTTP/2 client; auto where this build has it and the target is plain grpc://) or
+    grpcio (grpcio's public API; auto elsewhere: TLS, or a build without the native
+    client). "callback" and "asyncio" mean grpcio, with a note on stderr (once a process)."""
+    global _alias_noted
+    engine = net.grpc_engine
+    if engine not in ("auto", "native", "grpcio", *GRPC_ENGINE_ALIASES):
+        raise ValueError(f"grpc_engine must be 'auto', 'native' or 'grpcio' ('callback' and 'asyncio' mean 'grpcio'), "
+                         f"got {engine!r}")
+    if engine in GRPC_ENGINE_ALIASES:
+        if not _alias_noted:
+            print(f"note: --grpc-engine {engine} now means grpcio (the one gRPC client on grpcio)", file=sys.stderr,
+                  flush=True)
+            _alias_noted = True
+        engine = "grpcio"
+    from loadgen.net.kserve_grpc import KServeGrpcSUT
     from loadgen.net.native_grpc import NativeGrpcSUT, native_grpc_refusal
 
     refused = native_grpc_refusal(target)
-    if net.grpc_engine == "native" and refused:  # said before the server is asked anything
-        raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine callback (or auto)")
-    native = net.grpc_engine == "native" or (net.grpc_engine == "auto" and refused is None)
-    if net.grpc_engine == "asyncio" or native:
-        from loadgen.net.kserve_grpc import KServeGrpcSUT
-
-        sut: Any = KServeGrpcSUT(target, net, pool_size)
-    else:
-        from loadgen.net.grpc_callback import KServeGrpcCallbackSUT
-
-        sut = KServeGrpcCallbackSUT(target, net, pool_size)
+    if engine == "native" and refused:  # said before the server is asked anything
+        raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine grpcio (or auto)")
+    native = engine == "native" or (engine == "auto" and refused is None)
+    sut = KServeGrpcSUT(target, net, pool_size)
     sut.prepare()
     if not native:
         return sut
     # The engine sets no cap: nor does the client, short of a backlog this deep.
     calls = max(sut.in_flight, defaults.OPEN_LOOP_GRPC_CALLS) if uncapped else sut.in_flight
     return NativeGrpcSUT(sut, net.io_threads, max_calls=calls)
-

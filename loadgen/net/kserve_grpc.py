@@ -1,7 +1,7 @@
 """KServe v2 over gRPC: the codec (ModelInfer requests built from samples, in raw or
 typed contents; responses decoded from either form; the protocol's RPC paths) and
-:class:`KServeGrpcSUT`, the client on grpcio's asyncio API (the callback client of
-:mod:`loadgen.net.grpc_callback` shares its preparation).
+:class:`KServeGrpcSUT`, the client on grpcio's public API (``grpc_engine`` "grpcio"),
+whose preparation the native client (:mod:`loadgen.net.native_grpc`) shares.
 
 Messages are from ``kserve_v2.proto`` (generated into :mod:`loadgen.net.kserve_v2_pb2`).
 grpcio itself is imported only when a client is made (``pip install 'loadgen[grpc]'``),
@@ -11,12 +11,14 @@ by :func:`import_grpc`.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import struct
 import sys
+import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from loadgen.net.options import NetOptions
 from loadgen.net.payloads import payload_kind, read_jsonl
 from loadgen.net.targets import Target, host_port
 from loadgen.net.tensors import InputSpec, datatype_of, numpy_dtype
+from loadgen.sut.forms import CallbackSUT
 from loadgen.units import ns_to_s
 
 __all__ = ["KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "import_grpc", "infer_request",
@@ -202,12 +205,21 @@ def import_grpc():
     return grpc
 
 
-class KServeGrpcSUT(KServeInputs, NetworkSUT):
-    """KServe v2 gRPC ``ModelInfer`` on grpcio's asyncio API; requests are serialized
-    before the run and sent as bytes."""
+class KServeGrpcSUT(CallbackSUT, KServeInputs, NetworkSUT):
+    """KServe v2 gRPC ``ModelInfer`` on grpcio's public API, with no event loop: each call
+    is started with ``.future()`` on a synchronous channel from the thread that hands out
+    the query, and its done-callback, on the channel's completion thread, stamps the
+    response and completes the query in the engine (see :class:`loadgen.sut.CallbackSUT`);
+    in a closed loop that callback also starts the next call, so one thread wakes per
+    call. Requests are serialized before the run and sent as bytes.
+
+    Calls in flight are capped at ``pool_size`` (the concurrency, the in-flight cap, or
+    64 for an uncapped open loop); queries over the cap wait in order and start as calls
+    end.
+    """
 
     protocol = "kserve_v2_grpc"
-    grpc_engine = "asyncio"
+    grpc_engine = "grpcio"
 
     def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
         # One HTTP/2 channel carries many concurrent calls; more channels only help at
@@ -222,13 +234,19 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
         self.channels: list = []
         self.calls: list = []
-        self.in_flight = max(1, pool_size)  # calls in flight at most: one per worker
-        self._queue: collections.deque = collections.deque()
-        self._idle: list = []
-        self.tasks: set = set()
+        self.in_flight = max(1, pool_size)  # calls in flight at most
         self._decode = pb.ModelInferResponse.FromString
         self._check = check_response
         self._deadline_exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
+        self._rpc_error = grpc.RpcError
+        self._cancelled_error = grpc.FutureCancelledError
+        self._lock = threading.Lock()
+        self._running = 0  # calls started and not yet ended
+        self._next_call = 0
+        self._closed = False
+        self._waiting: collections.deque = collections.deque()
+        self._n_requests = 0
+        self._holds: List[Tuple[Any, threading.Event]] = []  # (call, its release) per channel
 
     def _credentials(self):
         import grpc
@@ -275,6 +293,7 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
     def report(self):
         out = super().report()
         out["grpc_engine"] = self.grpc_engine
+        out["grpc_calls"] = "future"  # how the calls are made: .future() and its done-callback
         out["grpc_experiments"] = _grpc_experiments
         return out
 
@@ -337,50 +356,117 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
         self.payload_bytes = [len(r) for r in self.requests]
         self.payload_source = source + f" ({self.net.grpc_contents} contents)"
 
-    async def open_on_loop(self, loop, sink) -> None:
-        import grpc
-
-        self.loop, self.sink = loop, sink
-        creds = self._credentials()
-        target = host_port(self.target)
+    def open(self, sink: Any) -> None:
+        """Opens the channels, each connected by one ServerReady call and holding its
+        completion thread, before the run."""
+        self.sink = sink
         options = self.run_options()
-        for _ in range(self.connections):
-            ch = (grpc.aio.secure_channel(target, creds, options=options) if creds
-                  else grpc.aio.insecure_channel(target, options=options))
-            self.channels.append(ch)
-            self.calls.append(ch.unary_unary(RPC["ModelInfer"]))
-        self._rpc_error = grpc.aio.AioRpcError
-        for i in range(self.in_flight):
-            self.tasks.add(loop.create_task(self._worker(self.calls[i % len(self.calls)])))
+        try:
+            for _ in range(self.connections):
+                ch = self.sync_channel(options)
+                self.channels.append(ch)
+                try:  # connects now rather than in the first measured call; a failure shows in the run
+                    ch.unary_unary(RPC["ServerReady"])(b"", timeout=min(5.0, self.net.ready_timeout_s),
+                                                       metadata=self.metadata_md)
+                except self._rpc_error:
+                    pass
+                self.calls.append(ch.unary_unary(RPC["ModelInfer"]))
+                self._holds.append(self._hold(ch))
+        except BaseException:
+            self.close()
+            raise
+        self._n_requests = len(self.requests)
 
-    async def close_on_loop(self) -> None:
-        for t in list(self.tasks):
-            t.cancel()
+    def _hold(self, channel: Any) -> Tuple[Any, threading.Event]:
+        """Keeps the channel's completion thread for the run. grpcio starts that thread
+        when a channel's first call starts and ends it when its last call ends, so an
+        open loop whose calls all end between two arrivals would start a thread per call
+        (and wait for it on the issuing thread). The hold is a call that stays in
+        progress: a client-streaming ServerReady whose request stream sends nothing until
+        released (the server waits for the request: a unary method reads one message).
+        :meth:`close` cancels it. Should a server or proxy end it early, the run goes on
+        as grpcio manages the thread by itself."""
+        release = threading.Event()
+
+        def nothing():  # the request stream: no message, ended when released
+            release.wait()
+            return
+            yield
+
+        call = channel.stream_unary(RPC["ServerReady"]).future(nothing(), metadata=self.metadata_md)
+        return call, release
+
+    def close(self) -> None:
+        """Ends the holds and closes the channels; the calls they still carry end
+        unreported (the engine has resolved their queries)."""
+        self._closed = True
+        for call, release in self._holds:
+            call.cancel()
+            release.set()  # the request stream's thread ends
+        self._holds.clear()
         for ch in self.channels:
-            await ch.close(None)
+            ch.close()
 
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
-        self._queue.append((query_id, self.requests[sample_index % len(self.requests)], scheduled_ns))
-        if self._idle:
-            waiter = self._idle.pop()
-            if not waiter.done():
-                waiter.set_result(None)
+        data = self.requests[sample_index % self._n_requests]
+        with self._lock:
+            if self._running >= self.in_flight:
+                self._waiting.append((query_id, data, scheduled_ns))
+                return
+            self._running += 1
+        self._start(query_id, data, scheduled_ns)
 
-    async def _worker(self, call) -> None:
-        # Long-lived workers instead of a task per call: in a closed loop the worker that
-        # completes a query finds the next one queued by that completion and goes on with
-        # no task, future or wake-up in between.
-        queue, idle, one, loop = self._queue, self._idle, self._one, self.loop
-        if loop is None:  # workers start in open_on_loop, which sets the loop first
-            raise RuntimeError("gRPC worker started before open_on_loop")
-        while True:
-            if not queue:
-                waiter = loop.create_future()
-                idle.append(waiter)
-                await waiter
-                continue
-            qid, data, scheduled_ns = queue.popleft()
-            await one(call, qid, data, scheduled_ns)
+    def _start(self, qid: int, data: bytes, scheduled_ns: int) -> None:
+        i = self._next_call % len(self.calls)
+        self._next_call += 1
+        try:
+            future = self.calls[i].future(data, timeout=self.call_timeout_s(scheduled_ns), metadata=self.metadata_md)
+        except BaseException:
+            self._ended()
+            raise
+        future.add_done_callback(functools.partial(self._done, qid))
+
+    def _ended(self) -> None:
+        # One call ended: the oldest waiting query, if any, takes its place.
+        with self._lock:
+            if not self._waiting:
+                self._running -= 1
+                return
+            qid, data, scheduled_ns = self._waiting.popleft()
+        try:
+            self._start(qid, data, scheduled_ns)
+        except BaseException as e:  # fails that query only
+            self.fail_query(qid, type(e).__name__, str(e))
+
+    def _done(self, qid: int, future: Any) -> None:
+        # On grpcio's completion thread, which logs and drops what a callback raises: an
+        # error here fails the query instead of leaving it to the timeout.
+        t = _monotonic_ns()
+        if self._closed:
+            return
+        try:
+            self._ended()
+            self._resolve(qid, future, t)
+        except Exception as e:
+            self.fail_query(qid, type(e).__name__, f"the response handling raised: {e}")
+
+    def _resolve(self, qid: int, future: Any, t: int) -> None:
+        try:
+            raw = future.result()
+        except self._rpc_error as e:
+            failure = self.failure_of(e.code(), e.details())
+            if failure is None:  # a deadline the timeout set: the engine counts it as timed out
+                self.sink.timed_out(qid)
+            else:
+                self.fail_query(qid, *failure)
+            return
+        except self._cancelled_error:
+            self.fail_query(qid, "grpc_CANCELLED", "the call was cancelled")
+            return
+        if raw is None:  # grpcio's result for a call that ended OK with no message
+            self.fail_query(qid, "invalid_response", "the call ended OK without a response message")
+            return
+        self.answered(qid, raw, t)
 
     def check_pb(self, raw: bytes) -> Optional[str]:
         """The problem with a serialized ModelInferResponse, or None when it is good."""
@@ -404,13 +490,3 @@ class KServeGrpcSUT(KServeInputs, NetworkSUT):
                 self.fail_query(qid, "invalid_response", problem)
                 return
         self.sink.complete(qid, t_ns)
-
-    async def _one(self, call, qid: int, data: bytes, scheduled_ns: int) -> None:
-        try:
-            raw = await call(data, timeout=self.call_timeout_s(scheduled_ns), metadata=self.metadata_md)
-        except self._rpc_error as e:
-            failure = self.failure_of(e.code(), e.details())
-            if failure is not None:  # else a deadline the timeout set: the engine counts it as timed out
-                self.fail_query(qid, *failure)
-            return
-        self.answered(qid, raw, _monotonic_ns())

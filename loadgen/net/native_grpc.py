@@ -91,6 +91,7 @@ class NativeGrpcSUT(NativeHttpSUT):
         out = super().report()
         del out["http_engine"]
         out["grpc_engine"] = "native"
+        del out["grpc_calls"]  # grpcio's, which makes no call here
         out["grpc_experiments"] = None  # grpcio makes no call
         out["nghttp2"] = _core.grpc_client_nghttp2_version()
         return out

@@ -137,9 +137,10 @@ class NetOptions:
             a request whose response is larger fails as ``response_too_large``.
         http_engine: "native", "asyncio" or "auto" (see ``--http-engine``).
         io_threads: the native HTTP client's epoll threads.
-        grpc_engine: the gRPC client: "callback" (grpcio's synchronous channel, calls
-            completed on its own thread, no event loop), "asyncio" (grpcio's asyncio
-            API), or "auto" (callback).
+        grpc_engine: the gRPC client: "native" (HTTP/2 in the core; plain grpc://),
+            "grpcio" (grpcio's public API: synchronous channels, calls completed on
+            their completion threads, no event loop; TLS too), or "auto" (native where
+            it runs the target, else grpcio). "callback" and "asyncio" mean "grpcio".
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
             defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and ``seed``).
     """

@@ -2,7 +2,7 @@
 gives (tests/servers/h2_scripted.py, HTTP/2 scripted with the ``h2`` package): every
 third ModelInfer call answered with a non-200 HTTP status, no grpc-status, a trailers-only
 status, a reset stream, a compressed, truncated, doubled or missing message, a GOAWAY or
-a dropped connection. The native client and grpcio's callback client give the same
+a dropped connection. The native client and the grpcio client give the same
 counts and error classes on the same script, where grpcio's answer is sound; where it is
 not (a truncated message it calls missing, two messages it waits on until the timeout,
 calls it sends on a connection the server said GOAWAY on), the native client's own answer
@@ -46,15 +46,15 @@ def test_the_native_client_classes_failures_as_grpcio_does(mode):
     native_grpc_or_skip()
     got = {}
     concurrency = 1 if mode in ONE_AT_A_TIME else 2
-    for engine in ("native", "callback"):
+    for engine in ("native", "grpcio"):
         res, report, _ = _run(mode, engine, concurrency=concurrency)
         assert report["grpc_engine"] == engine
         got[engine] = (res.counts["completed"], res.counts["failed"], res.counts["timed_out"], dict(res.errors))
     completed, failed, timed_out, errors = got["native"]
     if mode in ONE_AT_A_TIME:  # grpcio also sends the next call on the dropped connection, and fails it
-        assert set(got["callback"][3]) == set(errors)
+        assert set(got["grpcio"][3]) == set(errors)
     else:
-        assert got["native"] == got["callback"]
+        assert got["native"] == got["grpcio"]
     if SAME[mode] is None:
         assert (completed, failed, errors) == (30, 0, {})
     else:

@@ -1,10 +1,9 @@
 """The KServe v2 gRPC clients against a scripted gRPC server in this process
 (tests/servers/grpc_scripted.py): the native client (the core's HTTP/2, the default where
-the build has it), the callback client and the asyncio one give the same counts, error
-classes, timeouts and checks; the CLI runs the client it picks and says so. Every run is
-bounded in count and time."""
+the build has it) and the grpcio client (grpcio's public API) give the same counts, error
+classes, timeouts and checks; the CLI runs the client it picks and says so, and takes the
+old names of the grpcio client with a note. Every run is bounded in count and time."""
 
-import dataclasses
 import gc
 import os
 import shutil
@@ -25,11 +24,8 @@ from tests.servers.grpc_scripted import ScriptedGrpc
 from tests.servers.procs import native_grpc_or_skip
 from tests.helpers import run_json
 
-#: The native client, the asyncio client and the callback client on each of its call
-#: paths: grpcio's core binding (the default where its probe passes) and .future().
-ENGINES = ("native", "callback", "callback-future", "asyncio")
-#: The clients on grpcio (TLS, and where the build has no native client).
-GRPCIO_ENGINES = ENGINES[1:]
+#: The native client and the client on grpcio (TLS, and where the build has no native client).
+ENGINES = ("native", "grpcio")
 
 
 def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=None, ca_file=None, **load):
@@ -37,23 +33,18 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
                      ca_file=ca_file, **({"max_response_bytes": max_response_bytes} if max_response_bytes else {}))
     settings = EngineSettings(timeout_ms=timeout_ms, interval_s=0, grace_s=2.0, **load)
     pool = load.get("concurrency", 1) if load.get("mode") == "closed" else (load.get("max_in_flight") or 64)
-    engine, _, calls = grpc_engine.partition("-")
-    if engine == "native":
+    if grpc_engine == "native":
         native_grpc_or_skip()
-    net = dataclasses.replace(net, grpc_engine=engine)
     sut = open_target(srv.url(), net, pool_size=pool,
                       uncapped=load.get("mode") != "closed" and not load.get("max_in_flight"))
-    assert sut.report()["grpc_engine"] == engine
-    assert classify_sut(sut) == {"callback": "callback", "native": "native_http"}.get(engine, "loop")
-    if calls == "future":
-        sut.core_calls = False
+    assert sut.report()["grpc_engine"] == grpc_engine
+    assert classify_sut(sut) == {"grpcio": "callback", "native": "native_http"}[grpc_engine]
     res = Engine(settings, sut).run()
     c = res.counts
     assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"]
     assert c["unknown_completions"] == 0
     report = sut.report()
-    if engine == "callback":
-        assert report["grpc_calls"] == (calls or "core")
+    assert report.get("grpc_calls") == ("future" if grpc_engine == "grpcio" else None)
     return res, report
 
 
@@ -112,7 +103,7 @@ def test_open_loop_keeps_its_rate_and_its_in_flight_cap(grpc_engine):
     assert res.counts["failed"] == 0 and res.counts["completed"] >= 30
 
 
-@pytest.mark.parametrize("grpc_engine", ["native", "callback"])
+@pytest.mark.parametrize("grpc_engine", ENGINES)
 def test_an_uncapped_open_loop_sends_past_64_calls_on_the_native_client(grpc_engine):
     # 0.5 s per call at 300 queries per second: about 150 calls at the server at once. The
     # native client's streams keep up (no call waits in the client); grpcio's clients keep
@@ -137,10 +128,10 @@ def test_the_cli_leaves_an_uncapped_open_loop_uncapped_on_the_native_client():
     assert doc["counts"]["completed"] == doc["counts"]["issued"] == 240
 
 
-@pytest.mark.parametrize("flag", [None, "callback"])
+@pytest.mark.parametrize("flag", [None, "grpcio", "callback", "asyncio"])
 def test_the_cli_runs_the_client_it_picks_and_sends_the_headers(flag):
     with ScriptedGrpc() as srv:
-        _, doc = run_json("--sut", srv.url(), "--scenario", "concurrency", "--concurrency", "2", "--query-count",
+        proc, doc = run_json("--sut", srv.url(), "--scenario", "concurrency", "--concurrency", "2", "--query-count",
                           "50", "--header", "X-Tenant: a", "--interval-s", "0", "--max-issue-delay-ms", "50",
                           *(["--grpc-engine", flag] if flag else []), timeout=60)
         assert srv.last_metadata.get("x-tenant") == "a"
@@ -149,21 +140,24 @@ def test_the_cli_runs_the_client_it_picks_and_sends_the_headers(flag):
         assert net["grpc_engine"] == "native" and net["grpc_experiments"] is None
         assert net["native"]["responses"] == 50 and net["nghttp2"]
     else:  # asked for, or auto where the build has no native client
-        assert net["grpc_engine"] == "callback"
+        assert net["grpc_engine"] == "grpcio" and net["grpc_calls"] == "future"
         assert net["grpc_experiments"] == "-event_engine_client"
     assert doc["counts"]["completed"] == 50 == net["responses_checked"]
+    # The old names of the grpcio client run it, and say so in one line.
+    notes = [line for line in proc.stderr.splitlines() if "now means grpcio" in line]
+    assert notes == ([f"note: --grpc-engine {flag} now means grpcio (the one gRPC client on grpcio)"]
+                     if flag in ("callback", "asyncio") else []), proc.stderr
 
 
 def test_an_unknown_grpc_engine_is_refused():
-    with pytest.raises(ValueError, match="grpc_engine must be"):
+    with pytest.raises(ValueError, match="grpc_engine must be 'auto', 'native' or 'grpcio'"):
         open_target("grpc://127.0.0.1:9/m", NetOptions(grpc_engine="uv"), pool_size=1)
 
 
-@pytest.mark.parametrize("grpc_engine", ["callback", "callback-future"])
-def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run(grpc_engine):
+def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run():
     # At 40 queries/s every call ends before the next starts: without its hold grpcio
     # would start (and the issuing thread wait for) a completion thread per call.
-    loop = "_run" if grpc_engine == "callback" else "channel_spin"  # CoreCalls' or grpcio's
+    loop = "channel_spin"  # grpcio's completion loop
     seen, stop = set(), threading.Event()
 
     def watch():
@@ -174,7 +168,7 @@ def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run(grpc_en
     with ScriptedGrpc() as srv:
         watcher.start()
         try:
-            res, _ = _run(srv, grpc_engine, mode="constant", target_qps=40, duration_s=1.0)
+            res, _ = _run(srv, "grpcio", mode="constant", target_qps=40, duration_s=1.0)
         finally:
             stop.set()
             watcher.join(5)
@@ -188,13 +182,12 @@ def test_one_completion_thread_serves_an_open_loop_and_ends_with_the_run(grpc_en
 
 def _threads_in(function):
     """The kernel thread ids (never reused soon, unlike Python's) of the threads running
-    a completion loop: grpcio's (``channel_spin``) or CoreCalls' (``_run`` of
-    grpc_core_calls.py)."""
+    ``function`` (grpcio's completion loop is ``channel_spin``)."""
     found = set()
     for ident, frame in sys._current_frames().items():
         while frame is not None:
             code = frame.f_code
-            if code.co_name == function and (function != "_run" or code.co_filename.endswith("grpc_core_calls.py")):
+            if code.co_name == function:
                 found.add(ident)
                 break
             frame = frame.f_back
@@ -202,22 +195,19 @@ def _threads_in(function):
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-@pytest.mark.parametrize("grpc_engine", GRPCIO_ENGINES)
-def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path, grpc_engine):
+def test_grpcs_verifies_the_server_with_the_given_ca(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=60)
     with ScriptedGrpc(tls=(cert.read_bytes(), key.read_bytes())) as srv:
-        res, _ = _run(srv, grpc_engine, ca_file=str(cert), mode="closed", concurrency=2, query_count=30)
+        res, _ = _run(srv, "grpcio", ca_file=str(cert), mode="closed", concurrency=2, query_count=30)
         assert res.counts["completed"] == 30 == srv.answered
         with pytest.raises(ValueError, match="not ready within"):  # not signed by a CA it knows
-            open_target(srv.url(), NetOptions(grpc_engine=grpc_engine.partition("-")[0], ready_timeout_s=0.5),
-                        pool_size=1)
+            open_target(srv.url(), NetOptions(ready_timeout_s=0.5), pool_size=1)  # auto: grpcio for grpcs://
 
 
-@pytest.mark.parametrize("grpc_engine", ["callback", "callback-future"])
-def test_runs_in_one_process_leave_threads_and_fds_where_they_were(grpc_engine):
+def test_runs_in_one_process_leave_threads_and_fds_where_they_were():
     def counts():  # the scripted server's pool grows its own threads as it likes: not counted
         gc.collect()  # a channel left in a reference cycle holds its thread and sockets until collected
         py = threading.enumerate()
@@ -245,10 +235,10 @@ def test_runs_in_one_process_leave_threads_and_fds_where_they_were(grpc_engine):
     loads = [dict(mode="closed", concurrency=4, query_count=40), dict(mode="constant", target_qps=200, duration_s=0.2)]
     with ScriptedGrpc() as srv:
         for load in loads:  # grpcio's own threads and pollers start with the first runs
-            _run(srv, grpc_engine, **load)
+            _run(srv, "grpcio", **load)
         base = steady()
         for i in range(10):
-            res, _ = _run(srv, grpc_engine, **loads[i % 2])
+            res, _ = _run(srv, "grpcio", **loads[i % 2])
             assert res.counts["failed"] == 0
         # Python threads and descriptors exactly as before. grpcio's core threads may be one
         # or two more for a while: its timer manager starts another timer thread when its

@@ -78,13 +78,13 @@ def engine(request):
 
 def _sut(server, protocol, model="add_one"):
     """``--sut URL`` (and ``--http-engine`` or ``--grpc-engine``) for a protocol: http-native,
-    http-asyncio, grpc (the default client: native) or grpc-callback."""
+    http-asyncio, grpc (the default client: native) or grpc-grpcio."""
     name, _, engine_name = protocol.partition("-")
     return ("--sut", _targets(server, model)[name], *((f"--{name}-engine", engine_name) if engine_name else ()))
 
 
 #: The gRPC client auto picks: native where the build has it.
-_AUTO_GRPC = "native" if _core.grpc_client_available() else "callback"
+_AUTO_GRPC = "native" if _core.grpc_client_available() else "grpcio"
 
 
 def _targets(server, model="add_one"):
@@ -93,7 +93,7 @@ def _targets(server, model="add_one"):
 
 # --------------------------------------------------------------- real servers: counts
 
-@pytest.mark.parametrize("protocol", ["http-native", "http-asyncio", "grpc", "grpc-callback"])
+@pytest.mark.parametrize("protocol", ["http-native", "http-asyncio", "grpc", "grpc-grpcio"])
 @pytest.mark.parametrize("load", [["--scenario", "concurrency", "--concurrency", "4", "--query-count", "300"],
                                   ["--scenario", "poisson", "--target-qps", "150", "--duration-s", "1.5"]],
                          ids=["closed", "poisson"])
@@ -106,7 +106,7 @@ def test_mlserver_completed_count_equals_the_servers(mlserver, protocol, load):
     net = doc["network"]
     assert net["protocol"] == ("kserve_v2_http" if protocol.startswith("http") else "kserve_v2_grpc")
     assert net.get("http_engine", "asyncio") == ("native" if protocol == "http-native" else "asyncio")
-    assert net.get("grpc_engine") == {"grpc": _AUTO_GRPC, "grpc-callback": "callback"}.get(protocol)
+    assert net.get("grpc_engine") == {"grpc": _AUTO_GRPC, "grpc-grpcio": "grpcio"}.get(protocol)
     assert net["responses_checked"] == c["completed"]
     assert net["model_metadata"]["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
     deltas = doc["server_metrics"]["deltas"]
@@ -115,7 +115,7 @@ def test_mlserver_completed_count_equals_the_servers(mlserver, protocol, load):
     assert doc["server_metrics"]["scrapes"] >= 2 and doc["server_metrics"]["failed_scrapes"] == 0
 
 
-@pytest.mark.parametrize("protocol", ["http-native", "http-asyncio", "grpc", "grpc-callback"])
+@pytest.mark.parametrize("protocol", ["http-native", "http-asyncio", "grpc", "grpc-grpcio"])
 def test_triton_completed_count_equals_the_servers(triton, protocol):
     before = triton.inference_count()
     doc = run_doc(*_sut(triton, protocol), "--scenario", "concurrency", "--concurrency", "8",
@@ -126,10 +126,10 @@ def test_triton_completed_count_equals_the_servers(triton, protocol):
     assert doc["server_metrics"]["deltas"]['nv_inference_request_success{model="add_one",version="1"}'] == 400
     assert doc["network"]["model_metadata"]["platform"] == "python"
     if protocol.startswith("grpc"):  # the CLI's gRPC client: native unless asked otherwise
-        assert doc["network"]["grpc_engine"] == (_AUTO_GRPC if protocol == "grpc" else "callback")
+        assert doc["network"]["grpc_engine"] == (_AUTO_GRPC if protocol == "grpc" else "grpcio")
 
 
-@pytest.mark.parametrize("grpc_engine", ["native", "callback", "asyncio"])
+@pytest.mark.parametrize("grpc_engine", ["native", "grpcio"])
 @pytest.mark.parametrize("settings", [dict(mode="closed", concurrency=8, query_count=300),
                                       dict(mode="poisson", target_qps=300, duration_s=1.0)], ids=["closed", "poisson"])
 def test_triton_counts_equal_the_servers_on_every_grpc_client(triton, grpc_engine, settings):

@@ -324,17 +324,17 @@ def _check_against_the_run(doc: dict) -> dict:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("protocol", ["http", "grpc", "grpc-callback", "grpc-stats-over-http"])
+@pytest.mark.parametrize("protocol", ["http", "grpc", "grpc-grpcio", "grpc-stats-over-http"])
 def test_triton_breakdown_counts_the_runs_requests(triton, protocol):  # noqa: F811 - the imported fixture
     # A grpc:// target's statistics are read over gRPC (ModelStatistics) by themselves;
     # --server-stats-url still sends the reads to Triton's HTTP port instead.
     url = _targets(triton)[protocol.split("-")[0]]
-    extra = {"grpc-callback": ("--grpc-engine", "callback"),
+    extra = {"grpc-grpcio": ("--grpc-engine", "grpcio"),
              "grpc-stats-over-http": ("--server-stats-url", triton.http_url)}.get(protocol, ())
     doc = run_doc("--sut", url, *extra, "--scenario", "concurrency", "--concurrency", "4", "--query-count", "400")
     b = _check_against_the_run(doc)
     assert b["requests"] == doc["counts"]["completed"] == 400
-    over_grpc = protocol in ("grpc", "grpc-callback")
+    over_grpc = protocol in ("grpc", "grpc-grpcio")
     assert b["url"] == (f"grpc://{triton.grpc_target}/inference.GRPCInferenceService/ModelStatistics" if over_grpc
                         else f"{triton.http_url}/v2/models/add_one/stats")
     assert b["window"] == "run" and not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]

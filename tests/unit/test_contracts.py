@@ -1,6 +1,6 @@
 """Rules docs/DESIGN.md states about how loadgen's modules depend on one another, checked
 on the source so that breaking one fails here: no module uses another's private names;
-the engine does not import the network package; the native threads' roles come from the
+the engine does not import the network package; nothing uses grpcio's private API; the native threads' roles come from the
 core's own table of the names they take; loadgen's Python threads have distinct names.
 
 The tests that start processes or servers are in tests/integration/test_contracts.py."""
@@ -29,7 +29,6 @@ FOREIGN_PRIVATE = {
     "_replace", "_asdict", "_fields", "_make",  # namedtuple's public API (urllib.parse results)
     "_getframe",  # sys._getframe: the MLPerf detail log names its caller's file and line
     "_option_string_actions",  # argparse: whether a parser already has a flag
-    "_channel", "_call_state", "_run_channel_spin_thread",  # grpcio's channel internals (net/grpc_*)
 }
 
 
@@ -140,6 +139,70 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, "private names used across modules (make them public, with a docstring):\n" + "\n".join(found)
 
 
+def _imported(node: ast.AST, module: str) -> List[str]:
+    """The dotted names an ``import`` brings in, or a ``from module import ...`` (its
+    module as given, resolved by the caller where relative): the module and each name."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    return [module] + [f"{module}.{a.name}" for a in node.names]
+
+
+#: grpcio's private API: its private modules (``grpc._channel``, ``grpc._cython``), its
+#: core binding (``cygrpc``), a channel's call state and completion thread.
+GRPC_PRIVATE = re.compile(r"\bgrpc\._|_cython|cygrpc|_call_state|_run_channel_spin_thread")
+
+
+def grpc_private_uses(source: str, filename: str) -> List[str]:
+    """Each import, name, attribute or name-like string (``importlib``, ``getattr``) in
+    ``source`` that touches grpcio's private API (:data:`GRPC_PRIVATE`)."""
+    found = []
+    for n in ast.walk(ast.parse(source, filename=filename)):
+        names: List[str] = []
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            names = _imported(n, getattr(n, "module", None) or "")
+        elif isinstance(n, ast.Attribute):
+            names = [ast.unparse(n)]
+        elif isinstance(n, ast.Name):
+            names = [n.id]
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"[\w.]+", n.value):
+            names = [n.value]
+        if any(GRPC_PRIVATE.search(x) for x in names):
+            found.append(f"{filename}:{n.lineno}: {names[-1]}")
+    return sorted(set(found), key=lambda f: int(f.split(":")[1]))
+
+
+def test_the_grpc_private_api_checker_finds_planted_uses_and_passes_public_ones():
+    planted = (
+        "import grpc._channel as impl\n"
+        "from grpc._cython import cygrpc\n"
+        "from grpc import _common\n"
+        "def hold(channel):\n"
+        "    state = channel._call_state\n"
+        "    spin = getattr(impl, '_run_channel_spin_thread')\n"
+        "    binding = importlib.import_module('grpc._cython.cygrpc')\n"
+        "    return grpc._server, getattr(channel, '_call_state', None)\n"
+    )
+    lines = [int(f.split(":")[1]) for f in grpc_private_uses(planted, "loadgen/net/x.py")]
+    assert sorted(set(lines)) == [1, 2, 3, 5, 6, 7, 8], lines
+    public = (
+        "import grpc\n"
+        "def call(target, data):\n"
+        "    with grpc.insecure_channel(target) as ch:\n"
+        "        f = ch.unary_unary('/inference.GRPCInferenceService/ModelInfer').future(data, timeout=1.0)\n"
+        "        f.add_done_callback(print)\n"
+        "    return grpc.aio.insecure_channel, grpc.StatusCode.OK, grpc.RpcError\n"
+    )
+    assert grpc_private_uses(public, "loadgen/net/x.py") == []
+
+
+def test_no_module_uses_grpcios_private_api():
+    found = []
+    for path in _package_files():
+        found += grpc_private_uses(path.read_text(encoding="utf-8"), path.relative_to(REPO).as_posix())
+    assert not found, "grpcio's private API used (use its public API):\n" + "\n".join(found)
+
+
 def net_imports(source: str, filename: str) -> List[str]:
     """Each import of ``loadgen.net`` (or a module under it) in ``source``, at any depth
     (a function-level import counts), and each string naming it (``importlib``)."""
@@ -147,10 +210,9 @@ def net_imports(source: str, filename: str) -> List[str]:
     for n in ast.walk(ast.parse(source, filename=filename)):
         names: List[str] = []
         if isinstance(n, ast.Import):
-            names = [a.name for a in n.names]
+            names = _imported(n, "")
         elif isinstance(n, ast.ImportFrom):
-            module = _loadgen_module(n, filename) or ""
-            names = [module] + [f"{module}.{a.name}" for a in n.names]
+            names = _imported(n, _loadgen_module(n, filename) or "")
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"loadgen\.net(\.\w+)*", n.value):
             names = [n.value]
         if any(x == "loadgen.net" or x.startswith("loadgen.net.") for x in names):
