@@ -138,9 +138,10 @@ class NetOptions:
             a request whose response is larger fails as ``response_too_large``.
         http_engine: "native", "asyncio" or "auto" (see ``--http-engine``).
         io_threads: the native HTTP client's epoll threads.
-        grpc_engine: the gRPC client: "callback" (grpcio's synchronous channel, calls
-            completed on its own thread, no event loop), "asyncio" (grpcio's asyncio
-            API), or "auto" (callback).
+        grpc_engine: the gRPC client: "native" (HTTP/2 in the core), "callback"
+            (grpcio's synchronous channel, calls completed on its own thread, no event
+            loop), "asyncio" (grpcio's asyncio API), or "auto" (native where it can,
+            else callback).
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
             defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and the sample
             seed of ``seed``, :func:`loadgen.defaults.sample_seed_of`, as a CLI run has it).
