@@ -1,21 +1,33 @@
 """The default of every setting, written once.
 
-:class:`loadgen.engine.EngineSettings`, :class:`loadgen.options.RunOptions`, the help text
-of ``loadgen run`` and the scenarios all read their defaults from here, so that a default
-changes in one place. A leaf module (it imports nothing), like :mod:`loadgen.units`, so
-that every stage of the pipeline may use it without reaching back up.
+``loadgen run``'s option table (:data:`loadgen.options.OPTION_SPECS`) names these as its
+defaults, and :class:`loadgen.options.RunOptions`' fields and the help text of ``loadgen
+run`` are made from that table; :class:`loadgen.engine.EngineSettings`,
+:class:`loadgen.net.NetOptions`, :class:`loadgen.llm.LlmOptions` and the scenarios read
+the same names, so that a default changes in one place. A leaf module (it imports
+nothing), like :mod:`loadgen.units`, so that every stage of the pipeline may use it
+without reaching back up.
 """
 
 from __future__ import annotations
 
 # --------------------------------------------------------------------------- the engine
 MODE = "poisson"
+BURSTINESS = 1.0  # the gamma shape of Poisson gaps: 1 is the exponential (Poisson) stream
 CONCURRENCY = 1
 MAX_IN_FLIGHT = 0
 SAMPLES_PER_QUERY = 1
 SAMPLE_COUNT = 1024
 SAMPLE_ORDER = "random"
 SEED = 0
+
+
+def sample_seed_of(seed: int) -> int:
+    """The seed of the sample order (and of an OpenAI run's synthetic prompts) when
+    ``--sample-seed`` is not given: the base seed + 1, so that the two streams differ."""
+    return (seed + 1) % 2**64
+
+
 SPIN_US = 100.0
 NETWORK_SPIN_US = 0.0  # a network target's own jitter is larger than what spinning saves
 GRACE_S = 10.0
@@ -28,6 +40,8 @@ MAX_WORKERS = 1 << 16
 INTERVAL_S = 1.0
 SIGNIFICANT_FIGURES = 3
 BATCH_MAX = 4096
+HIGHEST_LATENCY_NS = 3_600_000_000_000  # 1 h: the top of the latency histograms' range
+MAX_ERROR_MESSAGES = 10  # error messages a run keeps whatever their kinds (and the first of each later kind)
 CONSUMER_SPIN_US = 50.0
 # The scheduler slice the issue thread and a native client's I/O threads ask the kernel
 # for (Linux 6.12+): short enough that they preempt a CPU-bound neighbour when they wake.
@@ -63,9 +77,18 @@ MIN_OFFERED_FRACTION = 0.95  # ... or when it offered less than this share of th
 READY_TIMEOUT_S = 30.0
 OPEN_LOOP_CONNECTIONS = 64  # an uncapped open loop
 OPEN_LOOP_GRPC_CALLS = 4096  # an uncapped open loop on the native gRPC client: calls in flight at most
+CONNECTIONS = 0  # 0: sized from the load (the concurrency, the in-flight cap, or the above)
+HTTP_ENGINE = "auto"  # native where it can, else asyncio
+GRPC_ENGINE = "auto"  # native where it can, else grpcio (its public API)
+IO_THREADS = 1  # a native client's epoll threads
 GRPC_CONTENTS = "raw"
 MAX_TOKENS = 128
 PROMPT_WORDS = 64
+DATASET_MIN_INPUT_TOKENS = 0
+DATASET_MAX_INPUT_TOKENS = 0  # 0: no limit
+SHARED_PREFIX_TOKENS = 0
+PREFIX_GROUPS = 1
+TURNS = 1  # user turns per conversation
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a response body (a stream: each event) past this fails
 MAX_SERVER_SERIES = 5000  # --server-metrics-url: series kept; those past it are counted, not kept
 
@@ -88,6 +111,8 @@ MAX_SHUFFLED_SAMPLE_COUNT = 1 << 27  # sample_order "shuffled" keeps a permutati
 MAX_CPU = 8191  # the largest CPU number Linux supports (NR_CPUS <= 8192)
 MIN_BURSTINESS = 0.01  # --burstiness: the gamma shape of Poisson gaps (1: exponential)
 MAX_BURSTINESS = 1000.0
+MAX_SPIN_US = 1e6  # 1 s: --spin-us and the dispatcher's spin
+MAX_SCHED_SLICE_US = 1e5  # 100 ms: --sched-slice-us
 MAX_SUT_DELAY_US = 3.6e9  # 1 h: a native SUT's service time, the latency histograms' range
 
 # Live metrics (--metrics-port): where the server binds, and how long it lingers after a run.

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from loadgen import defaults as D
 from loadgen.files import CONFIG_LIMIT_BYTES, InputFileError, read_text
 from loadgen.llm.dist import MAX_REQUEST_TOKENS
-from loadgen.units import TIME_UNITS, parse_duration_s
+from loadgen.units import TIME_UNITS, parse_duration_s, s_to_ms
 
 __all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "SWEEP_TABLE", "parse_labels", "parse_stages",
            "parse_duration_s", "read_config_table", "resolve", "unknown_environment"]
@@ -40,7 +40,7 @@ def _range_text(lo: Optional[float], hi: Optional[float], lo_open: bool, unit: s
 
 
 def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False,
-           unit: str = "", zero_or_min: Optional[float] = None) -> Callable[[Any], float]:
+           unit: str = "", zero_or_min: Optional[float] = None) -> Callable[[Any], Any]:
     """A finite number in [lo, hi] ((lo, hi] with ``lo_open``); with ``zero_or_min``, 0
     (none) or at least that. Every message gives the allowed range."""
     allowed = _range_text(lo, hi, lo_open, unit)
@@ -62,6 +62,13 @@ def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool
         if zero_or_min is not None and 0 < x < zero_or_min:
             raise ValueError(f"must be 0 (none) or >= {zero_or_min:g}{u}, got {v!r} (allowed: {allowed})")
         return x
+    return _with_unit(convert, unit)
+
+
+def _with_unit(convert: Callable[[Any], Any], unit: str) -> Callable[[Any], Any]:
+    """``convert`` carrying the unit of its values (``OptionSpec.unit`` reads it), so that
+    an option's unit is written once, where its range is."""
+    setattr(convert, "unit", unit)  # noqa: B010 (an attribute a Callable's type does not declare)
     return convert
 
 
@@ -123,7 +130,7 @@ def _dist_of(**limits: Any) -> Callable[[Any], str]:
 
 
 _dist = _dist_of()
-_think_dist = _dist_of(limit=3_600_000, low=0, unit="ms")
+_think_dist = _with_unit(_dist_of(limit=3_600_000, low=0, unit="ms"), "ms")
 
 
 def _json_object(v: Any) -> str:
@@ -255,11 +262,17 @@ def _pin(v: Any) -> str:
     return s
 
 
+_ramp_up_seconds = _float(0, D.MAX_TIME_S, unit="s")
+
+
 def _ramp_up(v: Any) -> Optional[float]:
     """``--ramp-up-s``: auto (None: the scenario chooses) or a duration in seconds."""
     if isinstance(v, str) and v.strip().lower() == "auto":
         return None
-    return _float(0, D.MAX_TIME_S, unit="s")(v)
+    return float(_ramp_up_seconds(v))
+
+
+_with_unit(_ramp_up, "s")
 
 
 def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
@@ -318,14 +331,50 @@ SCENARIO_NAMES = (
 )
 
 
+#: Where an option's help names its default: replaced by the default, written as
+#: :func:`format_default` writes it.
+DEFAULT_MARK = "{default}"
+
+
+def format_default(value: Any) -> str:
+    """A default as the help text shows it: numbers in their shortest form (``10``,
+    ``0.1``), text as it is."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 @dataclass(frozen=True)
 class OptionSpec:
-    name: str           # attribute name; the flag is --name-with-dashes
+    """One option of ``loadgen run``, declared once: the flag, the ``LOADGEN_*`` variable,
+    the config key, the :class:`RunOptions` field and its default all come from here.
+
+    Attributes:
+        name: the attribute name; the flag is ``--name-with-dashes``.
+        convert: reads and checks a value from any source (its type and range); a number's
+            converter carries its unit (:attr:`unit`).
+        help_text: the help, where :data:`DEFAULT_MARK` stands for the default
+            (:attr:`help` fills it in).
+        metavar: the value's name in the help.
+        repeatable: the flag may be given several times (a list).
+        flag_only: never from the config file or the environment (``--config`` itself).
+        default: the value when the option is not given (the :class:`RunOptions` field's);
+            None: the scenario or the target decides. A list (a repeatable option's) is
+            copied for every RunOptions.
+    """
+
+    name: str
     convert: Callable[[Any], Any]
-    help: str
+    help_text: str
     metavar: Optional[str] = None
-    repeatable: bool = False  # flag may be given several times (a list)
-    flag_only: bool = False   # never from config/env (e.g. --config itself)
+    repeatable: bool = False
+    flag_only: bool = False
+    default: Any = None
+
+    @property
+    def help(self) -> str:
+        """The help text, naming the default where :attr:`help_text` marks it."""
+        return self.help_text.replace(DEFAULT_MARK, format_default(self.default))
 
     @property
     def flag(self) -> str:
@@ -335,22 +384,27 @@ class OptionSpec:
     def env(self) -> str:
         return "LOADGEN_" + self.name.upper()
 
+    @property
+    def unit(self) -> str:
+        """The unit of the option's values ("s", "ms", "us", "queries/s"; "" for none)."""
+        return str(getattr(self.convert, "unit", ""))
 
-_MAX_MS = D.MAX_TIME_S * 1e3
+
+_MAX_MS = s_to_ms(D.MAX_TIME_S)
 
 OPTION_SPECS: Tuple[OptionSpec, ...] = (
-    OptionSpec("scenario", _choice(*SCENARIO_NAMES), f"what to run (default: {D.SCENARIO})", "NAME"),
+    OptionSpec("scenario", _choice(*SCENARIO_NAMES), "what to run (default: {default})", "NAME", default=D.SCENARIO),
     OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
                "null, sleep:<us>, python:MODULE:ATTR (MODULE may be a file path), or a server: "
                "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
                "gRPC), openai+http://HOST:PORT/v1/completions or .../v1/chat/completions (streaming), "
-               f"or any http URL with --request-template (default: {D.SUT})", "SUT"),
+               "or any http URL with --request-template (default: {default})", "SUT", default=D.SUT),
     OptionSpec("target_qps", _float(0, D.MAX_TARGET_QPS, lo_open=True, unit="queries/s"), "arrival rate for server, constant, poisson; expected "
                f"rate for offline (default: {D.TARGET_QPS:g} for server/constant/poisson)", "QPS"),
     OptionSpec("latency_bound_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "latency bound at --latency-percentile; required "
                f"for server (default {D.LATENCY_BOUND_MS:g}), optional elsewhere", "MS"),
     OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
-               f"(default: 90 single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
+               f"(default: {D.SINGLESTREAM_PERCENTILE:g} single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
     OptionSpec("duration_s", _float(D.MIN_DURATION_S, D.MAX_TIME_S, unit="s"), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
                "but offline, ramp and trace); on an MLPerf scenario, its minimum duration (with --min-duration-s, "
                "the longer of the two)", "S"),
@@ -359,106 +413,114 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                f"queries (default {D.MLPERF_MIN_DURATION_S:g}; with --duration-s, the longer of the two)", "S"),
     OptionSpec("min_query_count", _int(0, D.MAX_QUERY_COUNT), f"MLPerf scenarios: keep issuing until this many queries "
                f"(default {D.MLPERF_MIN_QUERY_COUNT})", "N"),
-    OptionSpec("samples_per_query", _int(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: 8 multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
-    OptionSpec("sample_count", _int(1, D.MAX_SAMPLE_COUNT, "a signed 64-bit index"), f"size of the sample set indices are drawn from (default {D.SAMPLE_COUNT})", "N"),
-    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), f"how samples are drawn (default {D.SAMPLE_ORDER})"),
-    OptionSpec("concurrency", _int(1, D.MAX_CONCURRENCY), f"concurrency scenario: queries in flight (default {D.CONCURRENCY})", "N"),
-    OptionSpec("max_in_flight", _int(0, D.MAX_IN_FLIGHT_LIMIT, "the in-flight table's size"), "server/constant/poisson/ramp/trace: cap on outstanding queries (0 = none)", "N"),
+    OptionSpec("samples_per_query", _int(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: {D.MULTISTREAM_SAMPLES_PER_QUERY} multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
+    OptionSpec("sample_count", _int(1, D.MAX_SAMPLE_COUNT, "a signed 64-bit index"), "size of the sample set indices are drawn from (default {default})", "N", default=D.SAMPLE_COUNT),
+    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), "how samples are drawn (default {default})", default=D.SAMPLE_ORDER),
+    OptionSpec("concurrency", _int(1, D.MAX_CONCURRENCY), "concurrency scenario: queries in flight (default {default})", "N", default=D.CONCURRENCY),
+    OptionSpec("max_in_flight", _int(0, D.MAX_IN_FLIGHT_LIMIT, "the in-flight table's size"), "server/constant/poisson/ramp/trace: cap on outstanding queries (0 = none; default {default})", "N", default=D.MAX_IN_FLIGHT),
     OptionSpec("stages", _str, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
     OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
-               f"from the previous stage's (linear) (default {D.RAMP})"),
-    OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing"),
+               "from the previous stage's (linear) (default {default})", default=D.RAMP),
+    OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing", default=False),
     OptionSpec("burstiness", _float(D.MIN_BURSTINESS, D.MAX_BURSTINESS), "poisson, ramp with --poisson-arrivals: "
-               "gamma-distributed gaps of shape B (coefficient of variation 1/sqrt(B)); 1 (default) is Poisson, "
-               "< 1 burstier, > 1 smoother", "B"),
+               "gamma-distributed gaps of shape B (coefficient of variation 1/sqrt(B)); {default} (default) is Poisson, "
+               "< 1 burstier, > 1 smoother", "B", default=D.BURSTINESS),
     OptionSpec("trace", _str, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
-    OptionSpec("trace_unit", _choice(*TIME_UNITS), f"unit of a text trace (default {D.TRACE_UNIT})"),
-    OptionSpec("seed", _int(0, 2**64 - 1), f"base seed; the per-stream seeds default to it (default {D.SEED})", "N"),
+    OptionSpec("trace_unit", _choice(*TIME_UNITS), "unit of a text trace (default {default})", default=D.TRACE_UNIT),
+    OptionSpec("seed", _int(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default {default})", "N", default=D.SEED),
     OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
     OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, 1e6), f"issue thread (open loop on a native client: at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
+    OptionSpec("spin_us", _float(0, D.MAX_SPIN_US, unit="us"), f"issue thread (open loop on a native client: at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
-    OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS"),
-    OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: all (default; honours CUDA_VISIBLE_DEVICES and "
-               "NVIDIA_VISIBLE_DEVICES), none, indexes like 0,1, or UUIDs; the result's 'gpu' section", "all|none|LIST"),
+    OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS", default=[]),
+    OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: {default} (default; honours CUDA_VISIBLE_DEVICES and "
+               "NVIDIA_VISIBLE_DEVICES), none, indexes like 0,1, or UUIDs; the result's 'gpu' section", "all|none|LIST",
+               default=D.GPUS),
     OptionSpec("gpu_sample_ms", _float(10, 60000, unit="ms"), "GPU sampling period "
-               f"(default {D.GPU_SAMPLE_MS:g}; utilization and power also from the driver's own buffer)", "MS"),
+               "(default {default}; utilization and power also from the driver's own buffer)", "MS", default=D.GPU_SAMPLE_MS),
     OptionSpec("pin", _pin, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
                "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT and a native client's "
                "I/O threads; CPUS plans within "
                "those CPUs; the plan goes in the result's 'placement' (see 'loadgen env')", "auto|CPUS"),
     OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
-               "(one busy thread, no hand-off; steadier tails on small machines)"),
+               "(one busy thread, no hand-off; steadier tails on small machines)", default=False),
     OptionSpec("timeout_ms", _float(D.MIN_TIMEOUT_MS, _MAX_MS, unit="ms"), "per-query timeout, measured like latency from the "
                "scheduled time (default: none)", "MS"),
-    OptionSpec("grace_s", _float(0, D.MAX_TIME_S, unit="s"), f"wait this long for outstanding queries at the end (default {D.GRACE_S:g})", "S"),
-    OptionSpec("interval_s", _float(0, D.MAX_TIME_S, unit="s", zero_or_min=D.MIN_INTERVAL_S), f"time-series interval (default {D.INTERVAL_S:g}; 0 = none)", "S"),
-    OptionSpec("significant_figures", _int(1, 5), f"histogram precision in decimal digits (default {D.SIGNIFICANT_FIGURES})", "N"),
-    OptionSpec("max_error_rate", _float(0, 1), f"invalid when (failed + timed out) / issued exceeds this "
-               f"(default {D.MAX_ERROR_RATE:g})", "FRACTION"),
+    OptionSpec("grace_s", _float(0, D.MAX_TIME_S, unit="s"), "wait this long for outstanding queries at the end (default {default})", "S", default=D.GRACE_S),
+    OptionSpec("interval_s", _float(0, D.MAX_TIME_S, unit="s", zero_or_min=D.MIN_INTERVAL_S), "time-series interval (default {default}; 0 = none)", "S", default=D.INTERVAL_S),
+    OptionSpec("significant_figures", _int(1, 5), "histogram precision in decimal digits (default {default})", "N", default=D.SIGNIFICANT_FIGURES),
+    OptionSpec("max_error_rate", _float(0, 1), "invalid when (failed + timed out) / issued exceeds this "
+               "(default {default})", "FRACTION", default=D.MAX_ERROR_RATE),
     OptionSpec("max_issue_delay_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "a p99 issue delay above this is "
                "generator lateness: invalid as generator overload when it is also above --max-lateness-share of the "
-               f"p99 latency or the offered load fell short of the schedule, else a warning (default "
-               f"{D.MAX_ISSUE_DELAY_MS:g})", "MS"),
+               "p99 latency or the offered load fell short of the schedule, else a warning (default "
+               "{default})", "MS", default=D.MAX_ISSUE_DELAY_MS),
     OptionSpec("max_lateness_share", _float(0, 1), "the share of the p99 latency that the p99 issue delay may be "
-               f"before a late generator makes the run invalid (default {D.MAX_LATENESS_SHARE:g})", "FRACTION"),
+               "before a late generator makes the run invalid (default {default})", "FRACTION",
+               default=D.MAX_LATENESS_SHARE),
     OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
-               "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True),
+               "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True, default=[]),
     OptionSpec("payload", _str, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
                "bodies sent as written (default: synthetic tensors from the metadata, seeded by --seed)", "FILE"),
     OptionSpec("request_template", _str, "network: JSON file describing requests to any HTTP JSON API "
                "(method, path, headers, body with {{sample}} placeholders, check)", "FILE"),
     OptionSpec("header", _header_list, "network: extra request header 'Name: value' (repeatable); values of "
                "Authorization, cookies and --secret-header names are redacted from results and logs",
-               "HEADER", repeatable=True),
+               "HEADER", repeatable=True, default=[]),
     OptionSpec("secret_header", _raw_list, "network: a further header name whose value is redacted (repeatable)",
-               "NAME", repeatable=True),
+               "NAME", repeatable=True, default=[]),
     OptionSpec("ca_file", _str, "network: CA bundle to verify the server's TLS certificate", "FILE"),
-    OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate"),
+    OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate", default=False),
     OptionSpec("connections", _int(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
-               f"(default: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open loop)", "N"),
+               f"(default {{default}}: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open "
+               "loop)", "N", default=D.CONNECTIONS),
     OptionSpec("ready_timeout_s", _float(0, D.MAX_TIME_S, unit="s"), "network: wait this long for the server to be ready before the run; "
-               f"exit 2 if it is not (default {D.READY_TIMEOUT_S:g})", "S"),
+               "exit 2 if it is not (default {default})", "S", default=D.READY_TIMEOUT_S),
     OptionSpec("max_response_bytes", _int(1), "network: fail a request whose response body is larger (a "
                "stream's: each event) as response_too_large and close its connection "
-               f"(default {D.MAX_RESPONSE_BYTES}, 64 MiB)", "BYTES"),
+               "(default {default}, 64 MiB)", "BYTES", default=D.MAX_RESPONSE_BYTES),
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
-               "KServe, the output names, datatypes and shapes are checked)"),
+               "KServe, the output names, datatypes and shapes are checked)", default=False),
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
-               "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (default: native where it can)", "ENGINE"),
-    OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default 1)", "N"),
+               "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (native where it can; default {default})",
+               "ENGINE", default=D.HTTP_ENGINE),
+    OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default {default})", "N",
+               default=D.IO_THREADS),
     OptionSpec("grpc_engine", _choice("auto", "native", "grpcio", "callback", "asyncio"), "gRPC: the client: native "
-               "(HTTP/2 in the core; plain grpc://), grpcio (grpcio's public API; TLS too), or auto (default: native "
-               "where it can, else grpcio); callback and asyncio mean grpcio", "ENGINE"),
-    OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: send tensors as raw_input_contents (default) or "
-               "typed contents"),
+               "(HTTP/2 in the core; plain grpc://), grpcio (grpcio's public API; TLS too), or auto (native where it "
+               "can, else grpcio; default {default}); callback and asyncio mean grpcio", "ENGINE", default=D.GRPC_ENGINE),
+    OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
+               "or typed (typed contents) (default {default})", default=D.GRPC_CONTENTS),
     OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
-    OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), f"OpenAI: max_tokens of synthetic requests (default {D.MAX_TOKENS})", "N"),
-    OptionSpec("prompt_words", _int(1), f"OpenAI: words per synthetic prompt (default {D.PROMPT_WORDS})", "N"),
+    OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), "OpenAI: max_tokens of synthetic requests (default {default})", "N", default=D.MAX_TOKENS),
+    OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default {default})", "N", default=D.PROMPT_WORDS),
     OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
                "max_tokens), or ShareGPT JSON (see 'LLM workloads')", "FILE"),
-    OptionSpec("dataset_min_input_tokens", _int(0), "OpenAI: --dataset: skip prompts shorter than N input tokens", "N"),
+    OptionSpec("dataset_min_input_tokens", _int(0), "OpenAI: --dataset: skip prompts shorter than N input tokens "
+               "(default {default})", "N", default=D.DATASET_MIN_INPUT_TOKENS),
     OptionSpec("dataset_max_input_tokens", _int(0), "OpenAI: --dataset: skip prompts longer than N input tokens "
-               "(0 = no limit)", "N"),
+               "(0 = no limit; default {default})", "N", default=D.DATASET_MAX_INPUT_TOKENS),
     OptionSpec("input_tokens", _dist, "OpenAI: synthetic prompt lengths: 512, 128:1024, mean=512,sd=128 or "
                "lognormal:mean=512,sd=128 (default: --prompt-words)", "DIST"),
     OptionSpec("output_tokens", _dist, "OpenAI: max_tokens per request from DIST, like --input-tokens "
                "(default: --max-tokens)", "DIST"),
     OptionSpec("shared_prefix_tokens", _int(0), "OpenAI: synthetic prompts start with a K-token prefix shared "
-               "by their group", "K"),
+               "by their group (default {default})", "K", default=D.SHARED_PREFIX_TOKENS),
     OptionSpec("prefix_groups", _int(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
-               "(default 1)", "G"),
+               "(default {default})", "G", default=D.PREFIX_GROUPS),
     OptionSpec("tokenizer", _str, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
     OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
-               "for exact output lengths"),
+               "for exact output lengths", default=False),
     OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (a ShareGPT dataset: up to N "
                "human turns each), each sent with the history after the previous reply plus --think-time-ms; "
-               "conversations start in the closed loop or at an open loop's arrivals (default 1)", "N"),
+               "conversations start in the closed loop or at an open loop's arrivals (default {default})", "N",
+               default=D.TURNS),
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
-    OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT"),
+    OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT",
+               default=False),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
                "interval) go in the result", "URL"),
@@ -468,155 +530,169 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "own server when it is Triton, over HTTP or gRPC as the --sut is; none: off)", "URL"),
     OptionSpec("metrics_port", _int(0, 65535), "serve live Prometheus metrics on this port during the run "
                "(0: a free port, printed; see 'Live metrics' in the README)", "PORT"),
-    OptionSpec("metrics_addr", _str, f"the address --metrics-port listens on (default {D.METRICS_ADDR}; "
-               "0.0.0.0 for every interface, as in a pod)", "ADDR"),
+    OptionSpec("metrics_addr", _str, "the address --metrics-port listens on (default {default}; "
+               "0.0.0.0 for every interface, as in a pod)", "ADDR", default=D.METRICS_ADDR),
     OptionSpec("metrics_linger_s", _float(0, D.MAX_TIME_S, unit="s"), "keep serving the final metrics this long "
-               f"after the run, for a scraper that comes between two scrapes (default {D.METRICS_LINGER_S:g})", "S"),
+               "after the run, for a scraper that comes between two scrapes (default {default})", "S",
+               default=D.METRICS_LINGER_S),
     OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv); a URL "
                "(s3://bucket/prefix, gs://, az://, ...; needs loadgen[s3]) is written locally, then uploaded with "
                "a _SUCCESS marker last", "DIR|URL"),
     OptionSpec("storage_option", _storage_list, "an fsspec filesystem option for a --output URL, like "
                "endpoint_url=http://127.0.0.1:9000 (repeatable; credentials: the AWS_* environment variables)",
-               "KEY=VALUE", repeatable=True),
+               "KEY=VALUE", repeatable=True, default=[]),
     OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
                "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
-    OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)"),
-    OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there"),
-    OptionSpec("quiet", _bool, "print nothing but errors"),
+    OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)",
+               default=False),
+    OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there", default=False),
+    OptionSpec("quiet", _bool, "print nothing but errors", default=False),
     OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
-               "EXPR", repeatable=True),
+               "EXPR", repeatable=True, default=[]),
     OptionSpec("require", _str_list, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
-               "EXPR", repeatable=True),
+               "EXPR", repeatable=True, default=[]),
     OptionSpec("slo", _slo_list, "a service level objective NAME<=VALUE with NAME ttft, tpot or latency "
                "and a time unit, like ttft<=200ms (repeatable); the result's 'goodput': requests/s meeting every "
-               "one, and the fraction meeting each", "NAME<=VALUE", repeatable=True),
+               "one, and the fraction meeting each", "NAME<=VALUE", repeatable=True, default=[]),
     OptionSpec("label", _label_list, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
-               "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True),
+               "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True, default=[]),
     OptionSpec("price_per_hour", _price, "what the server's hardware costs an hour: PRICE (or PRICE/node) for the "
                "node, PRICE/gpu for each GPU the run samples (NVML, --gpus), PRICE/gpu:N for N GPUs; the result's "
                "'cost': per 1,000 queries and per million tokens, in the price's currency", "PRICE[/node|/gpu[:N]]"),
     OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
                "recording (counted apart, under 'warmup'), for servers that compile or fill caches first "
-               f"(default {D.WARMUP_S:g})", "S"),
+               "(default {default})", "S", default=D.WARMUP_S),
     OptionSpec("ramp_up_s", _ramp_up, "concurrency: start the N streams evenly over this long instead of "
                "all at once, so they are not in phase; the ramp's queries are counted apart, under 'warmup' "
-               f"(default auto: {D.RAMP_UP_S_PER_STREAM * 1000:g} ms a stream, at most {D.RAMP_UP_MAX_S:g} s, "
+               f"(default auto: {s_to_ms(D.RAMP_UP_S_PER_STREAM):g} ms a stream, at most {D.RAMP_UP_MAX_S:g} s, "
                f"from {D.RAMP_UP_MIN_STREAMS} streams; 0 for fewer)", "auto|S"),
-    OptionSpec("sched_slice_us", _float(0, 1e5, unit="us"), "the scheduler slice the issue thread and the native "
+    OptionSpec("sched_slice_us", _float(0, D.MAX_SCHED_SLICE_US, unit="us"), "the scheduler slice the issue thread and the native "
                "clients' I/O threads ask the kernel for (Linux 6.12+, no privilege needed): a short one lets them "
                "preempt busy neighbours when they wake on a shared node; 0 keeps the kernel's default "
-               f"(default {D.SCHED_SLICE_US:g})", "US"),
+               "(default {default})", "US", default=D.SCHED_SLICE_US),
     OptionSpec("workers", _int(1, D.MAX_WORKERS), "scale-out: the number of workers (pods) sharing this load; "
-               "each runs 1/N of the rate or its share of the concurrency (default 1)", "N"),
+               "each runs 1/N of the rate or its share of the concurrency (default {default})", "N", default=D.WORKERS),
     OptionSpec("worker_index", _int(0, D.MAX_WORKERS - 1), "scale-out: this worker's index, 0..N-1 (default: "
                "$JOB_COMPLETION_INDEX, as in a Kubernetes Indexed Job, else 0)", "I"),
     OptionSpec("start_at", _float(0, 1e11, unit="s"), "scale-out: start issuing at this wall-clock time "
                "(seconds since the epoch) so that workers start together", "EPOCH"),
     OptionSpec("start_tolerance_s", _float(0, D.MAX_TIME_S, unit="s"), "scale-out: a worker that starts later than "
-               f"--start-at by more than this is invalid (default {D.START_TOLERANCE_S:g})", "S"),
+               "--start-at by more than this is invalid (default {default})", "S", default=D.START_TOLERANCE_S),
     OptionSpec("config", _str, "TOML file of options (keys are the long flag names)", "FILE", flag_only=True),
 )
 
 _SPEC_BY_NAME: Dict[str, OptionSpec] = {s.name: s for s in OPTION_SPECS}
 
 
+def _default(name: str) -> Any:
+    """The default of :class:`RunOptions`' field ``name``: its option's, from
+    :data:`OPTION_SPECS` (a list is copied for each instance)."""
+    default = _SPEC_BY_NAME[name].default
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default))
+    return default
+
+
 @dataclass
 class RunOptions:
-    """Every option of ``loadgen run``; None means "the scenario's default"."""
+    """Every option of ``loadgen run``; None means "the scenario's default".
 
-    scenario: str = D.SCENARIO
-    sut: str = D.SUT
-    target_qps: Optional[float] = None
-    latency_bound_ms: Optional[float] = None
-    latency_percentile: Optional[float] = None
-    duration_s: Optional[float] = None
-    query_count: Optional[int] = None
-    min_duration_s: Optional[float] = None
-    min_query_count: Optional[int] = None
-    samples_per_query: Optional[int] = None
-    sample_count: int = D.SAMPLE_COUNT
-    sample_order: str = D.SAMPLE_ORDER
-    concurrency: int = D.CONCURRENCY
-    max_in_flight: int = D.MAX_IN_FLIGHT
-    stages: Optional[str] = None
-    ramp: str = D.RAMP
-    poisson_arrivals: bool = False
-    burstiness: float = 1.0
-    trace: Optional[str] = None
-    trace_unit: str = D.TRACE_UNIT
-    seed: int = D.SEED
-    schedule_seed: Optional[int] = None
-    sample_seed: Optional[int] = None
-    spin_us: Optional[float] = None
-    pin_cpus: List[int] = field(default_factory=list)
-    pin: Optional[str] = None
-    gpus: str = D.GPUS
-    gpu_sample_ms: float = D.GPU_SAMPLE_MS
-    inline_dispatch: bool = False
-    timeout_ms: Optional[float] = None
-    grace_s: float = D.GRACE_S
-    interval_s: float = D.INTERVAL_S
-    significant_figures: int = D.SIGNIFICANT_FIGURES
-    max_error_rate: float = D.MAX_ERROR_RATE
-    max_issue_delay_ms: float = D.MAX_ISSUE_DELAY_MS
-    max_lateness_share: float = D.MAX_LATENESS_SHARE
-    input: List[str] = field(default_factory=list)
-    payload: Optional[str] = None
-    request_template: Optional[str] = None
-    header: List[str] = field(default_factory=list)
-    secret_header: List[str] = field(default_factory=list)
-    ca_file: Optional[str] = None
-    insecure: bool = False
-    connections: int = 0
-    ready_timeout_s: float = D.READY_TIMEOUT_S
-    max_response_bytes: int = D.MAX_RESPONSE_BYTES
-    no_response_check: bool = False
-    grpc_contents: str = D.GRPC_CONTENTS
-    http_engine: str = "auto"
-    io_threads: int = 1
-    grpc_engine: str = "auto"
-    model: Optional[str] = None
-    max_tokens: int = D.MAX_TOKENS
-    prompt_words: int = D.PROMPT_WORDS
-    dataset: Optional[str] = None
-    dataset_min_input_tokens: int = 0
-    dataset_max_input_tokens: int = 0
-    input_tokens: Optional[str] = None
-    output_tokens: Optional[str] = None
-    shared_prefix_tokens: int = 0
-    prefix_groups: int = 1
-    tokenizer: Optional[str] = None
-    ignore_eos: bool = False
-    turns: int = 1
-    think_time_ms: Optional[str] = None
-    extra_body: Optional[str] = None
-    no_stream: bool = False
-    server_metrics_url: Optional[str] = None
-    server_stats_url: Optional[str] = None
-    metrics_port: Optional[int] = None
-    metrics_addr: str = D.METRICS_ADDR
-    metrics_linger_s: float = D.METRICS_LINGER_S
-    output: Optional[str] = None
-    storage_option: List[str] = field(default_factory=list)
-    record_requests: Optional[str] = None
-    no_html: bool = False
-    json: bool = False
-    quiet: bool = False
-    fail_if: List[str] = field(default_factory=list)
-    require: List[str] = field(default_factory=list)
-    slo: List[str] = field(default_factory=list)
-    label: List[str] = field(default_factory=list)
-    price_per_hour: Optional[str] = None
-    warmup_s: float = D.WARMUP_S
-    ramp_up_s: Optional[float] = None
-    sched_slice_us: float = D.SCHED_SLICE_US
-    workers: int = D.WORKERS
-    worker_index: Optional[int] = None
-    start_at: Optional[float] = None
-    start_tolerance_s: float = D.START_TOLERANCE_S
-    config: Optional[str] = None
+    Each field's default is its option's (:data:`OPTION_SPECS`), written there once.
+    """
+
+    scenario: str = _default("scenario")
+    sut: str = _default("sut")
+    target_qps: Optional[float] = _default("target_qps")
+    latency_bound_ms: Optional[float] = _default("latency_bound_ms")
+    latency_percentile: Optional[float] = _default("latency_percentile")
+    duration_s: Optional[float] = _default("duration_s")
+    query_count: Optional[int] = _default("query_count")
+    min_duration_s: Optional[float] = _default("min_duration_s")
+    min_query_count: Optional[int] = _default("min_query_count")
+    samples_per_query: Optional[int] = _default("samples_per_query")
+    sample_count: int = _default("sample_count")
+    sample_order: str = _default("sample_order")
+    concurrency: int = _default("concurrency")
+    max_in_flight: int = _default("max_in_flight")
+    stages: Optional[str] = _default("stages")
+    ramp: str = _default("ramp")
+    poisson_arrivals: bool = _default("poisson_arrivals")
+    burstiness: float = _default("burstiness")
+    trace: Optional[str] = _default("trace")
+    trace_unit: str = _default("trace_unit")
+    seed: int = _default("seed")
+    schedule_seed: Optional[int] = _default("schedule_seed")
+    sample_seed: Optional[int] = _default("sample_seed")
+    spin_us: Optional[float] = _default("spin_us")
+    pin_cpus: List[int] = _default("pin_cpus")
+    pin: Optional[str] = _default("pin")
+    gpus: str = _default("gpus")
+    gpu_sample_ms: float = _default("gpu_sample_ms")
+    inline_dispatch: bool = _default("inline_dispatch")
+    timeout_ms: Optional[float] = _default("timeout_ms")
+    grace_s: float = _default("grace_s")
+    interval_s: float = _default("interval_s")
+    significant_figures: int = _default("significant_figures")
+    max_error_rate: float = _default("max_error_rate")
+    max_issue_delay_ms: float = _default("max_issue_delay_ms")
+    max_lateness_share: float = _default("max_lateness_share")
+    input: List[str] = _default("input")
+    payload: Optional[str] = _default("payload")
+    request_template: Optional[str] = _default("request_template")
+    header: List[str] = _default("header")
+    secret_header: List[str] = _default("secret_header")
+    ca_file: Optional[str] = _default("ca_file")
+    insecure: bool = _default("insecure")
+    connections: int = _default("connections")
+    ready_timeout_s: float = _default("ready_timeout_s")
+    max_response_bytes: int = _default("max_response_bytes")
+    no_response_check: bool = _default("no_response_check")
+    grpc_contents: str = _default("grpc_contents")
+    http_engine: str = _default("http_engine")
+    io_threads: int = _default("io_threads")
+    grpc_engine: str = _default("grpc_engine")
+    model: Optional[str] = _default("model")
+    max_tokens: int = _default("max_tokens")
+    prompt_words: int = _default("prompt_words")
+    dataset: Optional[str] = _default("dataset")
+    dataset_min_input_tokens: int = _default("dataset_min_input_tokens")
+    dataset_max_input_tokens: int = _default("dataset_max_input_tokens")
+    input_tokens: Optional[str] = _default("input_tokens")
+    output_tokens: Optional[str] = _default("output_tokens")
+    shared_prefix_tokens: int = _default("shared_prefix_tokens")
+    prefix_groups: int = _default("prefix_groups")
+    tokenizer: Optional[str] = _default("tokenizer")
+    ignore_eos: bool = _default("ignore_eos")
+    turns: int = _default("turns")
+    think_time_ms: Optional[str] = _default("think_time_ms")
+    extra_body: Optional[str] = _default("extra_body")
+    no_stream: bool = _default("no_stream")
+    server_metrics_url: Optional[str] = _default("server_metrics_url")
+    server_stats_url: Optional[str] = _default("server_stats_url")
+    metrics_port: Optional[int] = _default("metrics_port")
+    metrics_addr: str = _default("metrics_addr")
+    metrics_linger_s: float = _default("metrics_linger_s")
+    output: Optional[str] = _default("output")
+    storage_option: List[str] = _default("storage_option")
+    record_requests: Optional[str] = _default("record_requests")
+    no_html: bool = _default("no_html")
+    json: bool = _default("json")
+    quiet: bool = _default("quiet")
+    fail_if: List[str] = _default("fail_if")
+    require: List[str] = _default("require")
+    slo: List[str] = _default("slo")
+    label: List[str] = _default("label")
+    price_per_hour: Optional[str] = _default("price_per_hour")
+    warmup_s: float = _default("warmup_s")
+    ramp_up_s: Optional[float] = _default("ramp_up_s")
+    sched_slice_us: float = _default("sched_slice_us")
+    workers: int = _default("workers")
+    worker_index: Optional[int] = _default("worker_index")
+    start_at: Optional[float] = _default("start_at")
+    start_tolerance_s: float = _default("start_tolerance_s")
+    config: Optional[str] = _default("config")
 
     @property
     def unmeasured_s(self) -> float:

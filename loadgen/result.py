@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from loadgen.engine.engine import Engine, RunResult
 from loadgen.engine.settings import EngineSettings
+from loadgen.units import ns_to_s
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -231,9 +232,9 @@ def _given(options: RunOptions) -> Dict[str, Any]:
 def run_engine(settings: EngineSettings, sut: Any) -> Result:
     """One engine run: :meth:`loadgen.Engine.run`, as a :class:`Result`."""
     engine = Engine(settings, sut)
-    clock_offset_s = time.time() - time.monotonic_ns() / 1e9  # the wall clock minus the engine's
+    clock_offset_s = time.time() - ns_to_s(time.monotonic_ns())  # the wall clock minus the engine's
     measured = engine.run()
-    started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else time.time()
+    started = clock_offset_s + ns_to_s(engine.start_ns) if engine.start_ns else time.time()
     name = getattr(sut, "__qualname__", None) or type(sut).__name__
     return Result.of(measured, _sut_name=name, _started_wall_s=started)
 

@@ -16,6 +16,7 @@ from loadgen.options import RunOptions, parse_labels
 from loadgen.results.cost import add_cost
 from loadgen.results.document import SCHEMA, build_document, histogram_summary, timeseries_point
 from loadgen.scenarios import Scenario, get_scenario
+from loadgen.units import ns_to_s
 from loadgen.sut.spec import is_network_sut, load_sut
 from loadgen.telemetry.run import RunTelemetry, check_gpus, place
 from loadgen.workers import add_worker_section, total_load, wait_until, worker_section
@@ -196,7 +197,7 @@ def _run_benchmark(
     if effective.start_at is not None:
         _wait_for_start(effective.start_at, stop_requested, freeze_gc)
     started_wall = time.time()
-    clock_offset_s = started_wall - time.monotonic_ns() / 1e9  # wall clock minus the engine's clock
+    clock_offset_s = started_wall - ns_to_s(time.monotonic_ns())  # wall clock minus the engine's clock
     if scraper is not None:
         scraper.start()
     # What exists now (modules, the prepared requests) lives through the run: moved out of
@@ -241,7 +242,7 @@ def _run_benchmark(
     if on_measured is not None:
         on_measured(result)
     requests = engine.requests_section(clock_offset_s)
-    started = clock_offset_s + engine.start_ns / 1e9 if engine.start_ns else started_wall
+    started = clock_offset_s + ns_to_s(engine.start_ns) if engine.start_ns else started_wall
     worker = _worker(scenario, options, effective, started)
     try:
         doc = build_document(scenario, effective, result, interrupted=interrupted,

@@ -3,7 +3,9 @@ counts in, reading values like ``10ms`` and writing them for people.
 
 Timestamps and durations inside the engine are integer nanoseconds from one monotonic
 clock; settings carry their unit in their name (``grace_s``, ``timeout_ms``, ``spin_us``).
-Everything that crosses between the two goes through this module.
+Everything that crosses between the two goes through this module, and so does every other
+change of time unit (``tests/unit/test_units.py`` finds factors like ``/ 1e6`` written
+elsewhere).
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ __all__ = [
     "TIME_UNITS",
     "format_ns",
     "ms_to_ns",
+    "ms_to_s",
+    "ns_to_ms",
     "ns_to_s",
+    "ns_to_us",
     "parse_duration_s",
+    "s_to_ms",
     "s_to_ns",
     "to_ns",
     "us_to_ns",
@@ -64,6 +70,26 @@ def us_to_ns(us: Optional[float]) -> int:
 def ns_to_s(ns: float) -> float:
     """Nanoseconds as seconds."""
     return ns / NS_PER["s"]
+
+
+def ns_to_ms(ns: float) -> float:
+    """Nanoseconds as milliseconds."""
+    return ns / NS_PER["ms"]
+
+
+def ns_to_us(ns: float) -> float:
+    """Nanoseconds as microseconds."""
+    return ns / NS_PER["us"]
+
+
+def s_to_ms(seconds: float) -> float:
+    """Seconds as milliseconds (not rounded)."""
+    return seconds * (NS_PER["s"] // NS_PER["ms"])
+
+
+def ms_to_s(ms: float) -> float:
+    """Milliseconds as seconds."""
+    return ms / (NS_PER["s"] // NS_PER["ms"])
 
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|ms|s|m|h)?\s*$")

@@ -21,6 +21,7 @@ from loadgen.options import (
 )
 from loadgen.results import ThresholdError
 from loadgen.results.cost import PICK_BY, pick_cheapest, render_pick
+from loadgen.units import ns_to_ms
 from loadgen.sweep.files import SWEEP_CSV, SWEEP_JSONL, column_name, csv_table, is_sweep_folder, read_records
 from loadgen.sweep.grid import Dimension, SweepError, combine, parse_vary, read_points_file
 from loadgen.sweep.plan import PlannedRun, plan_runs
@@ -176,7 +177,7 @@ class _Reporter:
         self.printer.end()
         sweep = record["sweep"]
         if sweep["status"] == "done":
-            p99 = record.get("latency_ns", {}).get("p99", 0) / 1e6
+            p99 = ns_to_ms(record.get("latency_ns", {}).get("p99", 0))
             verdict = "VALID" if record["valid"] else "INVALID"
             text = f"{verdict}  {record['throughput']['completed_qps']:,.1f} q/s  p99 {p99:.3f} ms"
         else:

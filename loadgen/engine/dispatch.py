@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from loadgen import _core
 from loadgen.engine.settings import EngineSettings
 from loadgen.sut.forms import Batch
-from loadgen.units import us_to_ns
+from loadgen.units import ms_to_s, us_to_ns
 
 if TYPE_CHECKING:  # asyncio is imported where an async or loop SUT runs, numpy where a
     import asyncio  # Python SUT completes queries: start-up costs
@@ -611,7 +611,7 @@ class _CallbackDriver:
 
     def _feed_closed(self) -> None:
         timeout_ms = self.settings.timeout_ms
-        look_s = min(max(timeout_ms / 10, 1.0), 10.0) * 1e-3 if timeout_ms else 0.05
+        look_s = ms_to_s(min(max(timeout_ms / 10, 1.0), 10.0)) if timeout_ms else 0.05
         batch_max = self.settings.batch_max
         while True:
             got = self.core.take_batch(batch_max, 0.0, 0)

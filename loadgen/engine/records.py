@@ -17,6 +17,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from loadgen import _core
+from loadgen.units import ns_to_s
 
 __all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "spool_path"]
 
@@ -200,7 +201,7 @@ def requests_section(core: Any, path: str, parquet: Optional[ParquetConversion],
         "format": "parquet" if parquet is not None else "jsonl",
         "records": int(written),
         "start_ns": int(start_ns),
-        "start_epoch_s": clock_offset_s + start_ns / 1e9 if start_ns else None,
+        "start_epoch_s": clock_offset_s + ns_to_s(start_ns) if start_ns else None,
         "peak_buffered": int(stats["peak_buffered"]),
     }
     if parquet is not None:

@@ -15,6 +15,7 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from loadgen import defaults
 from loadgen.files import size_text
 from loadgen.llm.dataset import Content, Prompt, read_dataset
 from loadgen.llm.dist import parse_dist
@@ -42,24 +43,30 @@ _BYTES_PER_TOKEN = 8.0
 
 @dataclasses.dataclass
 class LlmOptions:
-    """The workload options of an OpenAI-compatible target (README, "LLM workloads")."""
+    """The workload options of an OpenAI-compatible target (README, "LLM workloads").
 
-    max_tokens: int = 128
-    prompt_words: int = 64
-    sample_count: int = 1024
-    seed: int = 1
+    Each field is the ``loadgen run`` option of the same name (``stream`` is not
+    ``--no-stream``), with its default from :mod:`loadgen.defaults`; ``seed`` is the
+    run's sample seed (``--sample-seed``: by default ``--seed`` + 1, so 1 when neither is
+    given), which draws the synthetic prompts.
+    """
+
+    max_tokens: int = defaults.MAX_TOKENS
+    prompt_words: int = defaults.PROMPT_WORDS
+    sample_count: int = defaults.SAMPLE_COUNT
+    seed: int = defaults.sample_seed_of(defaults.SEED)
     dataset: Optional[str] = None
-    dataset_min_input_tokens: int = 0
-    dataset_max_input_tokens: int = 0
+    dataset_min_input_tokens: int = defaults.DATASET_MIN_INPUT_TOKENS
+    dataset_max_input_tokens: int = defaults.DATASET_MAX_INPUT_TOKENS
     input_tokens: Optional[str] = None
     output_tokens: Optional[str] = None
-    shared_prefix_tokens: int = 0
-    prefix_groups: int = 1
+    shared_prefix_tokens: int = defaults.SHARED_PREFIX_TOKENS
+    prefix_groups: int = defaults.PREFIX_GROUPS
     tokenizer: Optional[str] = None
     ignore_eos: bool = False
     extra_body: Optional[str] = None
     stream: bool = True
-    turns: int = 1
+    turns: int = defaults.TURNS
     think_time_ms: Optional[str] = None
 
 

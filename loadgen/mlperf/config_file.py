@@ -28,6 +28,8 @@ import re
 import threading
 from typing import Any
 
+from ..units import NS_PER
+
 from ..files import CONFIG_LIMIT_BYTES, FileTooLargeError, InputFileError, read_bytes
 from ._builtin_conf import MLPERF_CONF
 from .settings import TestMode, TestSettings
@@ -40,7 +42,7 @@ BUILTIN_MLPERF_CONF: str = MLPERF_CONF
 _U64_MASK = (1 << 64) - 1
 _U64_MAX = _U64_MASK
 _I32_MAX = (1 << 31) - 1
-_NS_PER_MS = 1_000_000
+_NS_PER_MS = NS_PER["ms"]
 
 # Process-wide state of FromConfig, as in MLPerf: the built-in configuration
 # is loaded by the first conf_type=1 call only; later ones report an error instead.
@@ -240,8 +242,8 @@ def _apply_counts(c: _Applier) -> None:
     c.unsigned("max_query_count", "max_query_count")
     c.unsigned("performance_sample_count_override", "performance_sample_count_override")
     c.unsigned("accuracy_sample_count_override", "accuracy_sample_count_override")
-    c.double("single_stream_expected_latency_ns", "target_latency", "SingleStream", 1e6)
-    c.double("multi_stream_expected_latency_ns", "target_latency", "MultiStream", 1e6)
+    c.double("single_stream_expected_latency_ns", "target_latency", "SingleStream", _NS_PER_MS)
+    c.double("multi_stream_expected_latency_ns", "target_latency", "MultiStream", _NS_PER_MS)
     c.double("server_target_qps", "target_qps", "Server")
     c.double("offline_expected_qps", "target_qps", "Offline")
     c.flag("print_timestamps", "print_timestamps")

@@ -24,6 +24,8 @@ from typing import IO, Any, Callable
 
 import numpy as np
 
+from ..units import NS_PER
+
 from ..stats.early_stopping import OrderStatistics
 from .detail_items import all_log_items
 from .evaluate import EXITED_EARLY_MESSAGE, LATENCY_PERCENTILES, Evaluation
@@ -84,9 +86,9 @@ def power_date_time(epoch_ns: int) -> str:
     Args:
         epoch_ns: ns since the Unix epoch (``time.time_ns()``).
     """
-    seconds, remainder_ns = divmod(int(epoch_ns), 1_000_000_000)
+    seconds, remainder_ns = divmod(int(epoch_ns), NS_PER["s"])
     stamp = time.strftime("%m-%d-%Y %H:%M:%S", time.gmtime(seconds))
-    return f"{stamp}.{remainder_ns // 1_000_000:03d}"
+    return f"{stamp}.{remainder_ns // NS_PER['ms']:03d}"
 
 
 def current_date_time_iso8601(epoch_s: float | None = None) -> str:
@@ -196,7 +198,7 @@ class DetailLog:
         file_name = os.path.basename(frame.f_code.co_filename)
         line_no = frame.f_lineno
         elapsed = int((self._clock() if time_ns is None else time_ns) - self.origin_ns)
-        whole_ms, fraction_ns = divmod(max(elapsed, 0), 1_000_000)
+        whole_ms, fraction_ns = divmod(max(elapsed, 0), NS_PER["ms"])
         line = (
             f':::MLLOG {{"key": {_json_string(key)}, "value": {_detail_value(value)}, '
             f'"time_ms": {whole_ms}.{fraction_ns:06d}, "namespace": "mlperf::logging", '

@@ -8,6 +8,8 @@ generated query counts agree; :func:`apply_test05` is the compliance TEST05 adju
 from __future__ import annotations
 
 import math
+
+from ..units import NS_PER, ms_to_s
 from dataclasses import dataclass, field
 
 from .number_text import cpp_divide
@@ -16,8 +18,8 @@ from .settings import TestMode, TestScenario, TestSettings, describe, unsigned64
 __all__ = ["EffectiveSettings", "apply_test05", "effective_settings"]
 
 _U64_MASK = (1 << 64) - 1
-_NS_PER_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
+_NS_PER_MS = NS_PER["ms"]
+_NS_PER_S = NS_PER["s"]
 
 # EffectiveSettings fields that take the requested value unchanged.
 _AS_REQUESTED = (
@@ -296,7 +298,7 @@ def _offline_samples_per_query(
 ) -> int:
     """Offline's one query: 10 % more samples than the expected rate needs for the duration."""
     slack = 1.1
-    target_seconds = float(target_duration_ms) / 1000.0
+    target_seconds = ms_to_s(float(target_duration_ms))
     target_sample_count = _double_to_uint64(slack * target_seconds * target_qps)
     if r.performance_issue_unique:
         return performance_sample_count
@@ -309,7 +311,7 @@ def _equal_issue_min_query_count(
     """Equal issue: twice the expected query count, rounded up past a multiple of the
     QSL's performance sample count (a whole multiple still gets one more full round)."""
     slack = 2.0
-    target_seconds = float(target_duration_ms) / 1000.0
+    target_seconds = ms_to_s(float(target_duration_ms))
     expected_queries = _double_to_uint64(slack * target_seconds * target_qps)
     min_query_count = max(min_query_count, expected_queries)
     if qsl_performance == 0:

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..units import ns_to_s
+
 from ..stats.early_stopping import (
     CONFIDENCE,
     OrderStatistics,
@@ -495,7 +497,7 @@ def _check_perf_constraints(ev: Evaluation, eff: Any, views: _Views, scenario: i
 def _compute_rates(ev: Evaluation, eff: Any, fig: RunFigures, scenario: int, use_tokens: bool) -> None:
     n = ev.sample_count
     n_minus_one = size_minus_one(n)
-    mean_s = ev.sample_latency_mean_ns / 1e9
+    mean_s = ns_to_s(ev.sample_latency_mean_ns)
     if scenario == TestScenario.SingleStream:
         ev.qps_with_loadgen_overhead = cpp_divide(n_minus_one, fig.final_query_issued_s)
         ev.qps_without_loadgen_overhead = cpp_divide(1.0, mean_s)

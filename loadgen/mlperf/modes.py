@@ -10,6 +10,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from ..units import NS_PER
+
 from .. import _core
 from ..peak.search import Search, Verdict, relative_finish
 from .effective import EffectiveSettings
@@ -117,8 +119,8 @@ class _PeakSearch:
 
     def __init__(self, test: Session, eff: EffectiveSettings, loaded: list, end: int) -> None:
         self.test, self.eff, self.loaded, self.end = test, eff, loaded, end
-        self.probe_ms = min(int(options.peak_probe_min_duration_ms), int(eff.min_duration_ns) // 1_000_000)
-        probe_ns = max(self.probe_ms, 1) * 1_000_000
+        self.probe_ms = min(int(options.peak_probe_min_duration_ms), int(eff.min_duration_ns) // NS_PER["ms"])
+        probe_ns = max(self.probe_ms, 1) * NS_PER["ms"]
         self.probe = {
             "target_duration_ns": probe_ns,
             "min_duration_ns": probe_ns,

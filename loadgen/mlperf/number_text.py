@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ..units import NS_PER, ms_to_s, ns_to_s
+
 __all__ = ["cpp_divide", "cpp_fixed", "cpp_stream_double", "ms_setting_s", "size_minus_one"]
 
 _U64 = 1 << 64
@@ -62,7 +64,7 @@ def size_minus_one(count: int) -> int:
 def ms_setting_s(duration_ns: int) -> float:
     """A duration setting, in seconds, as MLPerf converts its millisecond settings."""
     duration_ns = int(duration_ns)
-    if duration_ns % 1_000_000 == 0:
-        return (duration_ns // 1_000_000) / 1000.0
-    return duration_ns / 1e9
+    if duration_ns % NS_PER["ms"] == 0:
+        return ms_to_s(duration_ns // NS_PER["ms"])
+    return ns_to_s(duration_ns)
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 from .. import _core
 from ..stats.histogram import Histogram
+from ..units import NS_PER, ms_to_s, ns_to_s, us_to_ns
 from .accuracy_log import AccuracyLog
 from .detail_log import DetailLog, write_detail_results
 from .effective import EffectiveSettings
@@ -279,7 +280,7 @@ def _log_probability(eff: EffectiveSettings) -> float:
     if int(eff.accuracy_log_sampling_target) > 0:
         spq = int(eff.samples_per_query)
         expected = int(
-            float(eff.target_qps) * (int(eff.min_duration_ns) // 1_000_000) / 1000
+            float(eff.target_qps) * ms_to_s(int(eff.min_duration_ns) // NS_PER["ms"])
         )
         minimum = int(eff.min_query_count) * spq
         if int(eff.scenario) != int(TestScenario.Offline):
@@ -321,7 +322,7 @@ def _new_run(eff: EffectiveSettings, loaded: list, distribution_end: int, accura
         schedule_rng_seed=int(eff.schedule_rng_seed),
         coalesce=bool(eff.requested.server_coalesce_queries)
         and scenario == int(TestScenario.Server),
-        spin_ns=int(options.spin_us * 1000),
+        spin_ns=us_to_ns(options.spin_us),
         table_capacity=int(options.table_capacity),
         latency_bounds_ns=bounds.latency,
         ttft_bounds_ns=bounds.ttft,
@@ -376,13 +377,12 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         sample_count=counts["samples_completed"],
         queries_issued=counts["queries_issued"],
         samples_issued=counts["samples_issued"],
-        max_latency_s=counts["max_latency_ns"] / 1e9,
-        final_query_scheduled_s=counts["final_scheduled_offset_ns"] / 1e9,
-        final_query_issued_s=max(counts["final_issued_ns"] - start, 0) / 1e9,
-        final_query_all_samples_done_s=max(
-            (counts["final_done_ns"] or counts["max_completion_ns"]) - start, 0
-        )
-        / 1e9,
+        max_latency_s=ns_to_s(counts["max_latency_ns"]),
+        final_query_scheduled_s=ns_to_s(counts["final_scheduled_offset_ns"]),
+        final_query_issued_s=ns_to_s(max(counts["final_issued_ns"] - start, 0)),
+        final_query_all_samples_done_s=ns_to_s(
+            max((counts["final_done_ns"] or counts["max_completion_ns"]) - start, 0)
+        ),
         issue_delay=Histogram.from_core(run.issue_delay()),
         first_token_latency=Histogram.from_core(run.first_token_latency())
         if use_tokens

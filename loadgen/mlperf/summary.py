@@ -10,6 +10,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..units import NS_PER
+
 from ..stats.early_stopping import OrderStatistics
 from .evaluate import EXITED_EARLY_MESSAGE, LATENCY_PERCENTILES, Evaluation
 from .figures import RunFigures
@@ -42,8 +44,8 @@ def _settings_summary_lines(eff: Any) -> list[str]:
         lines.append(f"tpot_latency (ns): {int(eff.server_tpot_latency)}")
     lines += [
         f"max_async_queries : {int(eff.max_async_queries)}",
-        f"min_duration (ms): {int(eff.min_duration_ns) // 1_000_000}",
-        f"max_duration (ms): {int(eff.max_duration_ns) // 1_000_000}",
+        f"min_duration (ms): {int(eff.min_duration_ns) // NS_PER['ms']}",
+        f"max_duration (ms): {int(eff.max_duration_ns) // NS_PER['ms']}",
         f"min_query_count : {int(eff.min_query_count)}",
         f"max_query_count : {int(eff.max_query_count)}",
         f"qsl_rng_seed : {int(eff.qsl_rng_seed)}",

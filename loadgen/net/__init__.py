@@ -64,7 +64,7 @@ def _llm_options(o: Any):
     the run's sample seed (``--sample-seed``, default ``--seed`` + 1)."""
     from loadgen.llm.workload import LlmOptions
 
-    seed = o.sample_seed if o.sample_seed is not None else (o.seed + 1) % 2**64
+    seed = o.sample_seed if o.sample_seed is not None else defaults.sample_seed_of(o.seed)
     return LlmOptions(
         max_tokens=o.max_tokens, prompt_words=o.prompt_words, sample_count=o.sample_count, seed=seed,
         dataset=o.dataset, dataset_min_input_tokens=o.dataset_min_input_tokens,

@@ -29,6 +29,7 @@ import time
 from typing import Deque, List, Optional
 
 from loadgen import defaults
+from loadgen.units import ns_to_s
 from loadgen.net.blocking_get import MAX_HEAD_BYTES, STATUS_LINE, GetError, GetResponse, blocking_get, same_origin
 
 __all__ = ["GetError", "GetResponse", "HttpPool", "Request", "ResponseTooLarge", "blocking_get",
@@ -360,7 +361,7 @@ class HttpPool:
         queues it. With ``timeout_at_ns`` (monotonic ns), a request not done by then is
         abandoned (its connection closed) and ends in neither callback."""
         if timeout_at_ns:
-            delay = (timeout_at_ns - _monotonic_ns()) / 1e9
+            delay = ns_to_s(timeout_at_ns - _monotonic_ns())
             req.timer = self.loop.call_later(max(delay, 0.0), self._expire, req)
         idle = self._idle
         while idle:

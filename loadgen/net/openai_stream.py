@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from loadgen.defaults import sample_seed_of
 from loadgen.llm.workload import LlmOptions, Workload, build_workload, length_stats
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request, ResponseTooLarge
@@ -343,8 +344,9 @@ class OpenAISUT(HttpSUT):
         n = self.net
         if n.llm is not None:
             return n.llm
+        # Drawn with the sample seed of the base seed, as a CLI run draws them.
         return LlmOptions(max_tokens=n.max_tokens, prompt_words=n.prompt_words, sample_count=n.sample_count,
-                          seed=n.seed)
+                          seed=sample_seed_of(n.seed))
 
     def _bodies(self) -> Tuple[List[dict], str]:
         endpoint = self.target.endpoint

@@ -24,6 +24,7 @@ import numpy as np
 from loadgen.llm.conversation import Conversations, build_conversations
 from loadgen.net.http1 import Request
 from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse
+from loadgen.units import NS_PER
 
 __all__ = ["ConversationSUT", "FOLLOW_TAG"]
 
@@ -88,7 +89,7 @@ class ConversationSUT(OpenAISUT):
     def _think(self) -> int:
         if self._think_at >= len(self._think_ns):
             assert self.conversations is not None
-            self._think_ns = self.conversations.think.draw(self._rng, _THINK_DRAWS) * 1_000_000
+            self._think_ns = self.conversations.think.draw(self._rng, _THINK_DRAWS) * NS_PER["ms"]
             self._think_at = 0
         v = int(self._think_ns[self._think_at])
         self._think_at += 1

@@ -131,7 +131,8 @@ class NetOptions:
         max_tokens: OpenAI ``max_tokens`` of synthetic requests.
         prompt_words: words in each synthetic OpenAI prompt.
         sample_count: samples the run draws indices from.
-        seed: seed of synthetic payloads.
+        seed: the run's base seed (``--seed``): it seeds synthetic tensors; an OpenAI
+            target's prompts are drawn with the sample seed made from it (see ``llm``).
         secret_values: further strings to redact (a password in the URL).
         max_response_bytes: most bytes of a response body (of a stream: of each event);
             a request whose response is larger fails as ``response_too_large``.
@@ -142,7 +143,10 @@ class NetOptions:
             their completion threads, no event loop; TLS too), or "auto" (native where
             it runs the target, else grpcio). "callback" and "asyncio" mean "grpcio".
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
-            defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and ``seed``).
+            defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and the sample
+            seed of ``seed``, :func:`loadgen.defaults.sample_seed_of`, as a CLI run has it).
+
+    Every default is :mod:`loadgen.defaults`', as ``loadgen run``'s options have it.
     """
 
     headers: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
@@ -150,24 +154,24 @@ class NetOptions:
     ca_file: Optional[str] = None
     insecure: bool = False
     timeout_ms: Optional[float] = None
-    connections: int = 0
-    ready_timeout_s: float = 30.0
+    connections: int = defaults.CONNECTIONS
+    ready_timeout_s: float = defaults.READY_TIMEOUT_S
     check_responses: bool = True
     payload: Optional[str] = None
     inputs: Sequence[Any] = ()
     request_template: Optional[str] = None
-    grpc_contents: str = "raw"
+    grpc_contents: str = defaults.GRPC_CONTENTS
     model: Optional[str] = None
-    max_tokens: int = 128
-    prompt_words: int = 64
-    sample_count: int = 1024
-    seed: int = 0
+    max_tokens: int = defaults.MAX_TOKENS
+    prompt_words: int = defaults.PROMPT_WORDS
+    sample_count: int = defaults.SAMPLE_COUNT
+    seed: int = defaults.SEED
     secret_values: Sequence[str] = ()
     max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
     llm: Any = None
-    http_engine: str = "auto"
-    io_threads: int = 1
-    grpc_engine: str = "auto"
+    http_engine: str = defaults.HTTP_ENGINE
+    io_threads: int = defaults.IO_THREADS
+    grpc_engine: str = defaults.GRPC_ENGINE
 
     def redactor(self) -> "Redactor":
         """The redactor of everything a run with these options writes or prints: the

@@ -37,6 +37,7 @@ import types
 import urllib.parse
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
+from loadgen.units import ns_to_s
 from loadgen.net.targets import Target, host_port, host_problem, parse_target, redact_url
 
 __all__ = ["MODEL_STATISTICS", "OFF", "PHASES", "SECTION", "WARNING", "StatsWindow", "TritonGrpcStats", "TritonStats",
@@ -337,7 +338,7 @@ class StatsWindow:
         while not measure_start_ns():
             if self._stop.wait(0.01):
                 return
-        wait_s = (measure_start_ns() - time.monotonic_ns()) / 1e9
+        wait_s = ns_to_s(measure_start_ns() - time.monotonic_ns())
         if wait_s > 0 and self._stop.wait(wait_s):
             return
         self._before = self._read()

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from loadgen.units import ns_to_ms, to_ns
+
 __all__ = ["GENERATOR_CAUSES", "GENERATOR_PREFIXES", "Judgement", "goodput_target", "judge_run", "threshold_failure"]
 
 #: The causes of a document's ``diagnosis`` that are the load generator's, not the SUT's.
@@ -83,7 +85,7 @@ def _server_reason(reason: str) -> bool:
 
 def _number(metric: str, value: float) -> str:
     if metric in _LATENCY_METRICS:
-        return f"{value / 1e6:,.3f} ms"
+        return f"{ns_to_ms(value):,.3f} ms"
     if metric in ("goodput_fraction", "error_rate"):
         return f"{value:.3g}"
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.1f}"
@@ -111,7 +113,7 @@ def _explained_by_lateness(doc: Dict[str, Any], percentile: Optional[float], bou
     delay = (doc.get("issue_delay_ns") or {}).get("p99")
     if latency is None or delay is None:
         return False
-    return latency - float(delay) <= bound_ms * 1e6
+    return latency - float(delay) <= to_ns(bound_ms, "ms")
 
 
 def judge_run(doc: Dict[str, Any], *, goodput_fraction: Optional[float] = None, percentile: Optional[float] = None,

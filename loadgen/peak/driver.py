@@ -31,6 +31,7 @@ from loadgen.peak.search import (
     relative_finish, stable,
 )
 from loadgen.results.files import RESULT_FILE, write_outputs
+from loadgen.units import ns_to_ms
 from loadgen.results.render import format_setting
 
 if TYPE_CHECKING:
@@ -572,7 +573,7 @@ def _next_concurrency(growth: float) -> Callable[[float], Optional[float]]:
 
 def _verdict_line(summary: Dict[str, Any]) -> str:
     latency = summary["latency_ns"]
-    shown = f"p{summary['percentile']:g} {latency / 1e6:.3f} ms" if latency is not None else "no latency"
+    shown = f"p{summary['percentile']:g} {ns_to_ms(latency):.3f} ms" if latency is not None else "no latency"
     outcome = summary.get("outcome", "holds" if summary["holds"] else "fails")
     head = {"holds": "holds", "fails": "does not hold", "plateau": "holds",
             "inconclusive": f"not judged ({summary.get('cause') or 'generator'} failed, not the SUT)"}[outcome]

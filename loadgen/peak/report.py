@@ -12,6 +12,7 @@ from loadgen.peak.criteria import judge_run
 from loadgen.peak.search import Search
 from loadgen.stats.histogram import Histogram
 from loadgen.results.render import format_setting, peak_lines
+from loadgen.units import ns_to_ms
 
 if TYPE_CHECKING:
     from loadgen.peak.driver import PeakSearch, PeakSettings
@@ -136,7 +137,7 @@ def render_peak(doc: Dict[str, Any]) -> str:
     lines = [f"{'#':>3}  {'phase':<8}{head:>12}  {pct + ' ms':>10}  {'errors':>7}  {'done q/s':>11}  "
              f"{'time s':>7}  verdict"]
     for r in peak["runs"]:
-        latency = f"{r['latency_ns'] / 1e6:.3f}" if r["latency_ns"] is not None else "-"
+        latency = f"{ns_to_ms(r['latency_ns']):.3f}" if r["latency_ns"] is not None else "-"
         verdict = _verdict(r, peak["runs"])
         if "stable" in r and not r["stable"]:
             verdict += f" (unstable after {r['windows']} windows)"

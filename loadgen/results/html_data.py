@@ -21,7 +21,7 @@ import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from loadgen.stats.histogram import Histogram
-from loadgen.units import NS_PER
+from loadgen.units import NS_PER, ns_to_ms
 
 __all__ = ["MAX_POINTS", "PALETTE", "PARTIAL_SHARE", "Run", "TIMELINE_NOTE", "drawn_intervals", "error_charts", "gpu_charts", "host_charts", "latency_chart",
            "metric_charts", "rate_chart", "spectrum_charts", "sweep_chart", "time_charts"]
@@ -51,7 +51,6 @@ _SPECTRUM_X = [10 ** (math.log10(2) + i * (5 - math.log10(2)) / 56) for i in ran
 #: Histograms shown as spectra, in this order, and their names (others of a time unit follow).
 _SPECTRA = {"latency_ns": "latency", "service_time_ns": "service time", "issue_delay_ns": "issue delay",
             "ttft_ns": "TTFT", "itl_ns": "ITL", "tpot_ns": "TPOT"}
-_UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 _TIME_GROUP = "time"
 
 
@@ -336,7 +335,7 @@ def _spectrum_keys(runs: Sequence[Run]) -> List[Tuple[str, str]]:
     keys = [(k, n) for k, n in _SPECTRA.items() if any(k in doc for _, doc in runs)]
     for _, doc in runs:
         for key, entry in (doc.get("histograms") or {}).items():
-            if isinstance(entry, dict) and entry.get("unit") in _UNIT_NS and key not in dict(keys):
+            if isinstance(entry, dict) and entry.get("unit") in NS_PER and key not in dict(keys):
                 keys.append((key, key[:-3] if key.endswith("_ns") else key))
     return keys
 
@@ -346,9 +345,9 @@ def _to_ms(doc: Dict[str, Any], key: str) -> float:
     entry = (doc.get("histograms") or {}).get(key) or {"unit": "ns"}
     unit = entry.get("hdr_unit") or entry.get("unit") or "ns"
     scale = float(entry.get("scale", 1)) if entry.get("hdr_unit") else 1.0
-    if unit not in _UNIT_NS:  # a scaled histogram: the recorded values over the scale are in "unit"
-        return _UNIT_NS.get(str(entry.get("unit")), 1.0) / scale / 1e6
-    return _UNIT_NS[unit] / 1e6
+    if unit not in NS_PER:  # a scaled histogram: the recorded values over the scale are in "unit"
+        return ns_to_ms(NS_PER.get(str(entry.get("unit")), 1)) / scale
+    return ns_to_ms(NS_PER[unit])
 
 
 def spectrum_charts(runs: Sequence[Run]) -> List[Spec]:

@@ -10,6 +10,7 @@ from loadgen.results import html_data as charts
 from loadgen.results.cost import cost_text
 from loadgen.results.html_data import Run, Spec
 from loadgen.results.render import BREAKDOWN_PARTS, diagnosis_items
+from loadgen.units import ns_to_ms, ns_to_us
 
 __all__ = ["run_sections", "sweep_sections"]
 
@@ -41,7 +42,7 @@ def _fmt(value: Any) -> str:
 
 
 def _ms(ns: Any) -> str:
-    return f"{ns / 1e6:.4g} ms" if isinstance(ns, (int, float)) and not isinstance(ns, bool) else ""
+    return f"{ns_to_ms(ns):.4g} ms" if isinstance(ns, (int, float)) and not isinstance(ns, bool) else ""
 
 
 def _table(headers: Sequence[Any], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
@@ -254,7 +255,7 @@ def _metrics_html(runs: Sequence[Run], limit: int = 200) -> str:
 
 def _breakdown_html(runs: Sequence[Run]) -> str:
     """The server's own breakdown of its mean request time (``server_breakdown``), a row a run."""
-    rows = [[name, b.get("requests"), b.get("batch_size"), *[b.get(k, 0.0) / 1e3 for k, _ in
+    rows = [[name, b.get("requests"), b.get("batch_size"), *[ns_to_us(b.get(k, 0.0)) for k, _ in
                                                                (("request_ns", ""),) + BREAKDOWN_PARTS]]
             for name, doc in runs for b in [doc.get("server_breakdown")] if isinstance(b, dict)]
     if not rows:

@@ -63,7 +63,7 @@ class Scenario:
         if o.spin_us is None:
             o.spin_us = defaults.NETWORK_SPIN_US if is_network_sut(o.sut) else defaults.SPIN_US
         if o.sample_seed is None:
-            o.sample_seed = (o.seed + 1) % 2**64
+            o.sample_seed = defaults.sample_seed_of(o.seed)
         if o.ramp_up_s is None:
             o.ramp_up_s = self.default_ramp_up_s(o)
         if self.mlperf:

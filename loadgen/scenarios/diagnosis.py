@@ -35,7 +35,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from loadgen import defaults
-from loadgen.units import NS_PER, format_ns, ms_to_ns
+from loadgen.units import NS_PER, format_ns, ms_to_ns, s_to_ms
 
 __all__ = ["CAUSES", "MIN_OFFERED_FRACTION", "OVERLOAD_PREFIX", "WARNING_NAMES", "Lateness", "add_diagnosis",
            "diagnose", "doc_lateness", "end_lateness_ns", "judge_lateness", "lateness_reason"]
@@ -418,7 +418,7 @@ def diagnose(doc: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Dict[str, str]]]
     """
     lat = doc_lateness(doc)
     ev = _figures(doc, lat)
-    ev["run_ms"] = round(_num(doc, "duration_s") * 1e3, 3)
+    ev["run_ms"] = round(s_to_ms(_num(doc, "duration_s")), 3)
     open_loop = _mode(doc) not in ("closed", "offline")
     if not lat.late and _late_anyway(lat, ev):
         lat = dataclasses.replace(lat, late=True)

@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Any, Dict, Optional, Union
 
 from loadgen.stats.histogram import Histogram
+from loadgen.units import ns_to_ms
 
 __all__ = [
     "CONFIDENCE",
@@ -292,7 +293,7 @@ def estimate_early_stopping(
     estimate = latency.at(queries - t)
     return EarlyStoppingResult(
         percentile, queries, min_queries, t, True, estimate,
-        f"early-stopping p{percentile:g} estimate {estimate / 1e6:.3f} ms "
+        f"early-stopping p{percentile:g} estimate {ns_to_ms(estimate):.3f} ms "
         f"(would discard the {t - 1} highest latencies of {queries})",
     )
 

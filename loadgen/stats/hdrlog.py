@@ -27,6 +27,7 @@ from typing import IO, Iterator, List, Optional, Tuple, Union
 
 from loadgen.files import HLOG_LIMIT_BYTES, open_bounded, size_text
 from loadgen.stats.histogram import HdrDecodeError, Histogram
+from loadgen.units import NS_PER
 
 __all__ = [
     "HISTOGRAM_LOG_FORMAT_VERSION",
@@ -124,7 +125,7 @@ class HistogramLogWriter:
         start_s: float,
         interval_s: float,
         tag: Optional[str] = None,
-        max_value_unit_ratio: float = 1e6,
+        max_value_unit_ratio: float = NS_PER["ms"],
     ) -> None:
         """Writes one interval line.
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from loadgen import _core
+from loadgen.units import SECONDS_PER, us_to_ns
 
 if TYPE_CHECKING:  # annotations only: asyncio is imported where a loop runs, numpy where a batch is
     import asyncio
@@ -72,7 +73,7 @@ class FixedDelaySUT:
         Returns:
             A ``_core.NativeSutSettings`` of kind ``fixed_delay`` with ``delay_ns``.
         """
-        return _core.NativeSutSettings(kind=_core.SutKind.fixed_delay, delay_ns=_ns(self.delay_us))
+        return _core.NativeSutSettings(kind=_core.SutKind.fixed_delay, delay_ns=us_to_ns(self.delay_us))
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class DemoSUT:
         """
         return _core.NativeSutSettings(
             kind=_core.SutKind.demo, workers=self.workers, max_batch=self.max_batch,
-            service_ns=_ns(self.service_us), per_item_ns=_ns(self.per_item_us),
+            service_ns=us_to_ns(self.service_us), per_item_ns=us_to_ns(self.per_item_us),
             sigma=float(self.sigma), seed=self.seed,
         )
 
@@ -129,11 +130,9 @@ class DemoSUT:
     def capacity_qps(self) -> float:
         """Queries per second the demo server can sustain at full batches."""
         per_batch_us = self.service_us + self.per_item_us * (self.max_batch - 1)
-        return self.workers * self.max_batch / per_batch_us * 1e6 if per_batch_us > 0 else float("inf")
+        return self.workers * self.max_batch / (per_batch_us * SECONDS_PER["us"]) if per_batch_us > 0 else float("inf")
 
 
-def _ns(us: float) -> int:
-    return int(round(us * 1e3))
 
 
 class QuerySink(Protocol):

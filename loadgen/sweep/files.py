@@ -24,6 +24,7 @@ from loadgen.results.cost import cost_figures
 from loadgen.results.files import RESULT_FILE, atomic_write
 from loadgen.results.render import flatten
 from loadgen.results.schema import SchemaError, check_result
+from loadgen.units import ns_to_ms
 from loadgen.sweep.grid import LABEL_PREFIX
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def _cell(value: Any) -> Any:
 
 def _ms(summary: Any, key: str) -> Any:
     if isinstance(summary, dict) and summary.get("count") and key in summary:
-        return summary[key] / 1e6
+        return ns_to_ms(summary[key])
     return None
 
 

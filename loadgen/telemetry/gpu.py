@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from loadgen.placement import keep_off
+from loadgen.units import ms_to_ns, ns_to_s, s_to_ns
 from loadgen.telemetry.gpu_backend import (
     THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, one_line, reason_bits, reason_name,
 )
@@ -146,8 +147,8 @@ class GpuSampler:
         self.sample_ms = float(sample_ms)
         self.backend: GpuBackend = backend if backend is not None else NvmlBackend()
         self._clock = clock
-        self._drain_ns = int(drain_s * 1e9)
-        self._energy_read_ns = int(ENERGY_READ_S * 1e9)
+        self._drain_ns = s_to_ns(drain_s)
+        self._energy_read_ns = s_to_ns(ENERGY_READ_S)
         self._max_points = max_points
         self._avoid_cpus = frozenset(avoid_cpus)
         self._lock = threading.RLock()
@@ -322,10 +323,10 @@ class GpuSampler:
     def _run(self) -> None:
         keep_off(self._avoid_cpus)
         cpu0, wall0 = time.thread_time(), time.monotonic()
-        period_ns = int(self.sample_ms * 1e6)
+        period_ns = ms_to_ns(self.sample_ms)
         next_ns = time.monotonic_ns() + period_ns
         try:
-            while not self._stop.wait(max(0, next_ns - time.monotonic_ns()) / 1e9):
+            while not self._stop.wait(ns_to_s(max(0, next_ns - time.monotonic_ns()))):
                 if not self._safe_tick() or all(g.lost for g in self._gpus):
                     break
                 next_ns += period_ns
@@ -587,7 +588,7 @@ class GpuSampler:
         for g in self._gpus:
             for u in g.units:
                 if u.lost and (u.slot is not None or u is g.units[0]):
-                    parts.append(f"{u.uuid} lost at +{max(u.lost[0] - self._opened_ns, 0) / 1e9:.1f} s: {u.lost[1]}")
+                    parts.append(f"{u.uuid} lost at +{ns_to_s(max(u.lost[0] - self._opened_ns, 0)):.1f} s: {u.lost[1]}")
         parts.extend(self._failures)
         if parts and gpus_with_energy < len(self._gpus):
             parts.append(f"energy totals cover {gpus_with_energy} of {len(self._gpus)} GPUs")

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any, Callable, List, Protocol, Tuple
 
+from loadgen.units import NS_PER
+
 __all__ = [
     "GpuBackend",
     "GpuError",
@@ -257,7 +259,7 @@ class NvmlBackend:
             ts = int(s.timeStamp)
             if ts <= since:
                 continue
-            out.append((ts * 1000 - offset_ns, _field_value(vtype, s.sampleValue) * scale))
+            out.append((ts * NS_PER["us"] - offset_ns, _field_value(vtype, s.sampleValue) * scale))
             cursor = max(cursor, ts)
         return out, cursor
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from loadgen.units import ms_to_ns, s_to_ns
 from loadgen.telemetry.gpu_backend import GpuError, GpuLost, GpuNotSupported, GpuUnavailable, Handle
 
 __all__ = ["FakeBackend", "FakeClock", "FakeDevice", "FakeMigDevice"]
@@ -36,7 +37,7 @@ class FakeClock:
 
     def advance(self, seconds: float) -> int:
         """Moves the clock forward by ``seconds``; returns the new time."""
-        self.now_ns += int(round(seconds * 1e9))
+        self.now_ns += s_to_ns(seconds)
         return self.now_ns
 
 
@@ -225,9 +226,9 @@ class FakeBackend:
         if not dev.samples_supported:
             raise GpuNotSupported(f"samples({kind}): not supported")
         if kind == "utilization":
-            period, series = int(dev.util_period_ms * 1e6), list(dev.utilization_pct)
+            period, series = ms_to_ns(dev.util_period_ms), list(dev.utilization_pct)
         else:
-            period, series = int(dev.power_period_ms * 1e6), list(dev.power_readings_w or (dev.power_w,))
+            period, series = ms_to_ns(dev.power_period_ms), list(dev.power_readings_w or (dev.power_w,))
         now = self.clock()
         # Sample j is taken at t0 + (j + 1) * period; the buffer keeps the newest 1000.
         first = max((since - self._t0) // period if since else 0, (now - self._t0) // period - 1000, 0)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from loadgen import _core
+from loadgen.units import ms_to_s, ns_to_ms, ns_to_s
 
 __all__ = ["MIN_JUDGED_S", "SATURATED_FRACTION", "HostSampler", "read_machine_cpu", "read_thread_cpu",
            "read_thread_wait"]
@@ -206,10 +207,10 @@ class HostSampler:
         out: List[Dict[str, Any]] = []
         t0 = origin_ns if origin_ns is not None else (self._snaps[0].t_ns if self._snaps else 0)
         for a, b in zip(self._snaps, self._snaps[1:]):
-            length_s = (b.t_ns - a.t_ns) / 1e9
+            length_s = ns_to_s(b.t_ns - a.t_ns)
             if length_s <= 0:
                 continue
-            entry: Dict[str, Any] = {"t_s": (a.t_ns - t0) / 1e9, "length_s": length_s,
+            entry: Dict[str, Any] = {"t_s": ns_to_s(a.t_ns - t0), "length_s": length_s,
                                      **self._cpu(a, b, length_s, dispatcher), "rss_bytes": b.rss}
             waits = self._waits_ms(a, b, dispatcher)
             if waits:
@@ -241,7 +242,7 @@ class HostSampler:
         for tid, ns in b.waits.items():
             name = b.threads.get(tid, ("", 0))[0]
             role = self._role(tid, name, dispatcher)
-            waits[role] = waits.get(role, 0.0) + (ns - a.waits.get(tid, 0)) / 1e6
+            waits[role] = waits.get(role, 0.0) + ns_to_ms(ns - a.waits.get(tid, 0))
         return {r: round(v, 3) for r, v in sorted(waits.items())}
 
     def report(self, event_loop: bool, origin_ns: Optional[int] = None) -> Dict[str, Any]:
@@ -267,7 +268,7 @@ class HostSampler:
                 # Busy is running or ready to run: on a shared node a loop that always has
                 # work gets only part of a CPU, and waits on a run queue for the rest.
                 ran = float(iv["busiest_thread"].get("dispatcher", 0.0))
-                ready = float((iv.get("run_queue_wait_ms") or {}).get("dispatcher", 0.0)) / 1e3 / float(iv["length_s"])
+                ready = ms_to_s(float((iv.get("run_queue_wait_ms") or {}).get("dispatcher", 0.0))) / float(iv["length_s"])
                 busy = round(ran + ready, 4)
                 if float(iv["length_s"]) >= MIN_JUDGED_S and busy > SATURATED_FRACTION:
                     saturated.append({"t_s": iv["t_s"], "busy": busy, "cpu": ran, "run_queue": round(ready, 4)})

@@ -19,6 +19,7 @@ from loadgen.scenarios.diagnosis import add_diagnosis
 from loadgen.telemetry.gpu import GpuSampler
 from loadgen.telemetry.gpu_select import GpuSelection, parse_gpus
 from loadgen.telemetry.host import SATURATED_FRACTION, HostSampler
+from loadgen.units import s_to_ns
 
 __all__ = ["RunTelemetry", "check_gpus", "place"]
 
@@ -168,7 +169,7 @@ class RunTelemetry:
         assert self.engine is not None
         counts, series = doc["counts"], doc["timeseries"]
         start = self.engine.measure_start_ns
-        interval_ns = int(self.interval_s * 1e9)
+        interval_ns = s_to_ns(self.interval_s)
         try:
             gpu = self.gpu.report(completed_queries=int(counts["completed"]),
                                   completed_samples=int(counts.get("samples_completed", counts["completed"])),
