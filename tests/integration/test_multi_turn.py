@@ -97,7 +97,8 @@ def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stre
         assert sorted(r["input_tokens"] for r in records) == sorted(e["prompt_words"] for e in log)
     assert doc["input_length_tokens"]["max"] == max(r["input_tokens"] for r in records if r["status"] == "ok")
     delays = np.array([r["issued_ns"] - r["scheduled_ns"] for r in follow])
-    assert np.median(delays) < 2_000_000
+    # Issued when due, not a think time late (a busy host delays some wake-ups by a few ms).
+    assert np.median(delays) < think_ms * 1_000_000 / 2
     # While a user thinks, no new conversation takes its place: at most 3 sessions at once.
     sessions = {r["sample_index"] for r in follow}
     assert len(sessions) <= conv["started"]
