@@ -1,12 +1,12 @@
 """The documentation: the site builds with ``mkdocs build --strict`` (links, anchors and the
-API reference's docstrings checked), the README's tour runs as written, and every relative
-link of README.md and docs/*.md leads somewhere.
+API reference's docstrings checked), every relative link of README.md and docs/*.md leads
+somewhere, and every shell command they show runs as written.
 
-The tour's ```bash blocks run one after another in one temporary folder (later ones read
-what earlier ones wrote), with ``tests/`` of the source tree beside them for the scripted
-server; each runs in a session of its own, bounded in time, and whatever it left running is
-stopped by that session's id. A block in docs/*.md is run too when the line before it is
-``<!-- run by tests/test_docs.py -->``.
+A page's shell blocks (```bash, ```sh, ```console) run one after another in one temporary
+folder (later ones read what earlier ones wrote), one test per page and the README's tour
+with checks of its own; each runs in a session of its own, bounded in time, and whatever it
+left running is stopped by that session's id. The rules, and the marks a page may put on
+the line before a block, are at "the commands" below.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -27,7 +30,6 @@ from tests.helpers import clean_env
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-RUN_MARK = "<!-- run by tests/test_docs.py -->"
 REPO_URL = re.compile(r"^https://github\.com/loadgen-project/loadgen/(?:blob|tree)/main/([^#?]+)")
 # The generator-overload rule is loadgen judging its own lateness; on a shared 2-core test
 # host that says INVALID for reasons of the host, so the tour's runs get the tests' margin.
@@ -38,15 +40,23 @@ TOUR_ENV = {"LOADGEN_MAX_ISSUE_DELAY_MS": "100"}
 
 def fenced_blocks(text: str) -> List[Tuple[str, str, str]]:
     """(language, body, the line before the fence) of every fenced block, in order."""
+    return [(lang, body, before) for _, lang, body, before in numbered_blocks(text)]
+
+
+def numbered_blocks(text: str) -> List[Tuple[int, str, str, str]]:
+    """(the fence's line number, language, body, the line before the fence) of every
+    fenced block, in order; a block indented in a list item has that indent taken off."""
     blocks, lines, i = [], text.split("\n"), 0
     while i < len(lines):
-        m = re.match(r"^```(\S*)\s*$", lines[i])
+        m = re.match(r"^( *)```(\S*)\s*$", lines[i])
         if m is None:
             i += 1
             continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        indent = m.group(1)
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith(indent + "```"))
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        blocks.append((m.group(1), "\n".join(lines[i + 1:end]) + "\n", before.strip()))
+        body = "\n".join(line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines[i + 1:end])
+        blocks.append((i + 1, m.group(2), body + "\n", before.strip()))
         i = end + 1
     return blocks
 
@@ -146,75 +156,270 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
 
 
 # ------------------------------------------------------------------------ the commands
+#
+# Every shell block of README.md and docs/*.md runs, as written: ```bash and ```sh blocks
+# whole, ```console blocks their "$ " commands (with the lines that continue them; the
+# other lines are output). An untyped block is output or a tree, never commands: one
+# with a line that starts like a command fails the test until it is typed. The line
+# before a block may say how it runs:
+#   <!-- exit: 1 -->                the exit status it ends with (several: "0 or 3")
+#   <!-- not run: WHY -->           it does not run here, and why (the test lists them)
+# A block that is a file, whose first line is a comment with its name ("# instances.toml"),
+# is written to that file before the blocks after it run.
+# A page's blocks run in order in one folder of their own (later blocks read what earlier
+# ones wrote), beside links to the source tree's folders, with `loadgen` (the console
+# script pip installs) and tests/doc_pip.py as `pip` first on the PATH.
 
-def run_block(body: str, cwd: Path, env: Dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    """Runs ``body`` with ``bash -e`` from ``cwd`` in a session of its own; whatever of that
-    session is still running when it ends (a server it started) is stopped."""
-    proc = subprocess.Popen(["bash", "-e", "-c", body], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+SHELL_LANGS = ("bash", "sh", "console")
+NOT_RUN = re.compile(r"^<!-- not run: (\S.*?) -->$")
+EXIT = re.compile(r"^<!-- exit: (\d+(?: or \d+)*)(?:[:;,] \S.*?)? -->$")
+COMMAND_LIKE = re.compile(r"^\s*(?:\$ |(?:python3?|loadgen|pip|bash|sh|docker|kubectl|argo|curl|mkdocs|pytest"
+                          r"|export)\s)")
+FILE_NAME = re.compile(r"^(?:#|//) ([\w.-]+\.(?:toml|json|jsonl|yaml|yml|py|txt))$")
+TREE_LINKS = ("tests", "scripts", "bench", "examples", "deploy", "docs", "mkdocs.yml", "pyproject.toml",
+              "README.md")
+BLOCK_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of a page."""
+
+    page: Path
+    line: int  # the opening fence's
+    lang: str
+    body: str
+    mark: str  # the line before the fence
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(ROOT) if ROOT in self.page.parents else self.page.name
+        return f"{page}:{self.line}"
+
+    @property
+    def is_shell(self) -> bool:
+        return self.lang in SHELL_LANGS
+
+    @property
+    def not_run(self) -> Optional[str]:
+        m = NOT_RUN.match(self.mark)
+        return m.group(1) if m else None
+
+    @property
+    def exit_codes(self) -> Tuple[int, ...]:
+        m = EXIT.match(self.mark)
+        return tuple(int(code) for code in m.group(1).split(" or ")) if m else (0,)
+
+    @property
+    def file(self) -> Optional[str]:
+        """The file a block that is not commands shows, when its first line names it."""
+        m = FILE_NAME.match(self.body.split("\n")[0])
+        return m.group(1) if m and not self.is_shell else None
+
+    def script(self) -> str:
+        return console_commands(self.body) if self.lang == "console" else self.body
+
+
+def console_commands(body: str) -> str:
+    """The commands of a console transcript: each line that starts with "$ ", with the
+    lines after it while the command is unfinished (a trailing backslash, an open quote)."""
+    commands: List[str] = []
+    current: Optional[List[str]] = None
+    for line in body.split("\n"):
+        if current is not None:
+            current.append(line)
+        elif line.startswith("$ "):
+            current = [line[2:]]
+        else:
+            continue
+        if not unfinished("\n".join(current)):
+            commands.append("\n".join(current))
+            current = None
+    assert current is None, f"an unfinished command: {current}"
+    assert commands, f"a console block without a '$ ' command:\n{body}"
+    return "\n".join(commands) + "\n"
+
+
+def unfinished(command: str) -> bool:
+    if command.endswith("\\"):
+        return True
     try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"timed out after {timeout} s:\n{body}\n{out}")
-    finally:
+        shlex.split(command, comments=True)
+    except ValueError:  # no closing quotation
+        return True
+    return False
+
+
+def doc_blocks(page: Path) -> List[Block]:
+    return [Block(page, line, lang, body, before)
+            for line, lang, body, before in numbered_blocks(page.read_text(encoding="utf-8"))]
+
+
+def shell_blocks(page: Path) -> List[Block]:
+    return [b for b in doc_blocks(page) if b.is_shell]
+
+
+def run_block(body: str, cwd: Path, env: Dict[str, str], timeout: float = BLOCK_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs ``body`` with ``bash -e`` from ``cwd`` in a session of its own, to the end of
+    that shell; whatever of the session is still running then (a server it started in the
+    background) is stopped. The output goes through a file: a process left running would
+    hold a pipe open."""
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
+        proc = subprocess.Popen(["bash", "-e", "-c", body], cwd=cwd, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL if proc.returncode is None else signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.seek(0)
+        out = log.read()
+    if timed_out:
+        pytest.fail(f"timed out after {timeout} s:\n{body}\n{out}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
+def page_folder(tmp_path: Path) -> Tuple[Path, Dict[str, str]]:
+    """A folder for one page's commands (links to the source tree's folders beside them),
+    and their environment: `loadgen` and `pip` (tests/doc_pip.py) first on the PATH."""
+    folder, bin_dir = tmp_path / "page", tmp_path / "bin"
+    folder.mkdir(parents=True)
+    bin_dir.mkdir()
+    for name in TREE_LINKS:
+        (folder / name).symlink_to(ROOT / name, target_is_directory=(ROOT / name).is_dir())
+    scripts = {"loadgen": f"#!{sys.executable}\nimport sys\nfrom loadgen.cli import main\nsys.exit(main())\n",
+               "pip": f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tests' / 'doc_pip.py'))} \"$@\"\n"}
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return folder, clean_env(**TOUR_ENV, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def run_page(page: Path, tmp_path: Path) -> Path:
+    """Runs the page's shell blocks that are not marked "not run", in order, in one
+    folder, each to the exit status it declares; returns the folder."""
+    folder, env = page_folder(tmp_path)
+    for block in doc_blocks(page):
+        if block.file:
+            (folder / block.file).write_text(block.body, encoding="utf-8")
+        if not block.is_shell or block.not_run:
+            continue
+        proc = run_block(block.script(), folder, env)
+        assert proc.returncode in block.exit_codes, (
+            f"{block.where}: exit {proc.returncode}, not {' or '.join(map(str, block.exit_codes))}:\n"
+            f"{block.body}\n{proc.stdout}")
+    return folder
+
+
 def readme_bash_blocks() -> List[str]:
-    return [body for lang, body, _ in fenced_blocks(README.read_text(encoding="utf-8")) if lang == "bash"]
+    return [b.body for b in shell_blocks(README)]
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    """A folder with the source tree's tests/ (the scripted server) beside the commands."""
-    (tmp_path / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
-    return tmp_path
+def pages_with_commands() -> List[Path]:
+    return [page for page in sorted(DOCS.glob("*.md"))
+            if any(not b.not_run for b in shell_blocks(page))]
 
+
+@pytest.mark.parametrize("page", pages_with_commands(), ids=lambda p: p.name)
+def test_the_commands_of_the_page_run_as_written(page, tmp_path):
+    run_page(page, tmp_path)
+
+
+def test_no_untyped_block_holds_commands():
+    bad = [f"{b.where}: {line}" for page in pages() for b in doc_blocks(page) if not b.lang
+           for line in b.body.split("\n") if COMMAND_LIKE.match(line)][:20]
+    assert not bad, "commands in untyped blocks (make them ```bash, or ```console with '$ ' prompts):\n" + "\n".join(bad)
+
+
+def test_every_mark_is_one_the_test_reads():
+    bad = [f"{b.where}: {b.mark}" for page in pages() for b in doc_blocks(page)
+           if b.mark.startswith("<!--") and not (b.is_shell and (NOT_RUN.match(b.mark) or EXIT.match(b.mark)))]
+    assert not bad, "\n".join(bad)
+
+
+def not_run_blocks() -> List[Block]:
+    return [b for page in pages() for b in shell_blocks(page) if b.not_run]
+
+
+@pytest.mark.parametrize("block", not_run_blocks(), ids=lambda b: b.where)
+def test_a_block_not_run_says_why(block):
+    """Listed with its reason as a skip; the manifests a kubectl command applies exist (and
+    tests/integration/test_deploy.py validates every one under deploy/)."""
+    for path in re.findall(r"-f (\S+\.ya?ml)", block.body):
+        assert path.startswith("deploy/") and (ROOT / path).is_file(), f"{block.where}: {path}"
+    pytest.skip(f"{block.where}: not run: {block.not_run}")
+
+
+def test_the_console_commands_are_read_with_their_continuations():
+    body = ("$ python -c \"\nprint('a')\"\noutput\n$ loadgen run \\\n    --sut demo\n...\n"
+            "$ echo '# not a comment'  # a comment's quote: don't\n")
+    assert console_commands(body) == ("python -c \"\nprint('a')\"\nloadgen run \\\n    --sut demo\n"
+                                      "echo '# not a comment'  # a comment's quote: don't\n")
+
+
+def test_a_mark_sets_the_exit_status_or_says_why_not(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```bash\ntrue\n```\n<!-- exit: 1 -->\n\n```sh\nfalse\n```\n"
+                    "<!-- exit: 0 or 3: 3 without a GPU -->\n```console\n$ exit 3\n```\n"
+                    "<!-- not run: needs a cluster -->\n```bash\nkubectl get pods\n```\n```\npython x.py\n```\n")
+    blocks = doc_blocks(page)
+    assert [(b.lang, b.exit_codes, b.not_run) for b in blocks] == [
+        ("bash", (0,), None), ("sh", (1,), None), ("console", (0, 3), None),
+        ("bash", (0,), "needs a cluster"), ("", (0,), None)]
+
+
+def test_a_page_runs_in_order_with_the_files_it_shows(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```toml\n# points.toml\npoints = 1\n```\n```bash\ngrep -q 'points = 1' points.toml\n"
+                    "echo made > made.txt\n```\n```console\n$ test \"$(cat made.txt)\" = made\nno output here\n```\n"
+                    "<!-- exit: 1 -->\n```bash\nfalse\n```\n<!-- not run: never -->\n```bash\nexit 9\n```\n")
+    folder = run_page(page, tmp_path)
+    assert (folder / "points.toml").read_text() == "# points.toml\npoints = 1\n"
+    page.write_text("```bash\ntrue\n```\n```bash\nexit 4\n```\n")
+    with pytest.raises(AssertionError, match=r"page.md:4: exit 4, not 0"):
+        run_page(page, tmp_path / "again")
+
+
+def test_the_test_pip_checks_and_installs_nothing(tmp_path):
+    _, env = page_folder(tmp_path)
+    ok = run_block("pip install -e . && pip install '.[test]' numpy", tmp_path, env, timeout=60)
+    assert ok.returncode == 0 and "Requirement already satisfied" in ok.stdout, ok.stdout
+    gone = run_block("pip install 'no-such-package-here==1.0'", tmp_path, env, timeout=60)
+    assert gone.returncode == 1 and "lacks no-such-package-here==1.0 (not installed)" in gone.stdout, gone.stdout
+    assert run_block("pip install '.[no-such-extra]'", tmp_path, env, timeout=60).returncode == 1
+    assert run_block("pip uninstall loadgen", tmp_path, env, timeout=60).returncode == 2
+
+
+# ------------------------------------------------------------------------ the README
 
 def test_the_readme_starts_with_the_two_set_up_commands():
-    first = readme_bash_blocks()[0]
-    assert README.read_text(encoding="utf-8").startswith("# loadgen\n\n```bash\n" + first)
-    assert first == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest\n"
+    first = shell_blocks(README)[0]
+    assert README.read_text(encoding="utf-8").startswith(f"# loadgen\n\n{first.mark}\n\n```bash\n{first.body}")
+    assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest\n"
 
 
-def test_the_first_set_up_command_runs_the_demo_benchmark(workdir):
-    # `pip install -e .` is what made this tree importable; its second half runs as written.
-    proc = run_block("python -m loadgen run", workdir, clean_env(**TOUR_ENV), timeout=180)
+def test_the_first_set_up_command_runs_the_demo_benchmark(tmp_path):
+    # Its pip half runs as the test pip (the environment has it); `pytest` is this suite.
+    folder, env = page_folder(tmp_path)
+    proc = run_block(shell_blocks(README)[0].body.split("\n")[0], folder, env, timeout=180)
     assert proc.returncode in (0, 1), proc.stdout  # 1: INVALID, a verdict like VALID
     assert re.search(r"^(VALID|INVALID)  server on demo: ", proc.stdout, flags=re.MULTILINE), proc.stdout
 
 
-def test_the_readme_tour_runs_as_written(workdir):
-    tour = readme_bash_blocks()[1:]
+def test_the_readme_tour_runs_as_written(tmp_path):
+    tour = [b.body for b in shell_blocks(README) if not b.not_run]
     assert len(tour) >= 4, "the tour: a run, a network target, a sweep, a report"
-    env = clean_env(**TOUR_ENV)
-    for body in tour:
-        proc = run_block(body, workdir, env)
-        assert proc.returncode == 0, f"{body}\n{proc.stdout}"
+    folder = run_page(README, tmp_path)
     for path in ("runs/first/result.json", "runs/first/report.html", "runs/kserve/result.json",
                  "runs/llm/result.json", "runs/sweep/sweep.jsonl", "runs/sweep.html", "runs/servers.html"):
-        assert (workdir / path).is_file(), f"the tour wrote no {path}"
+        assert (folder / path).is_file(), f"the tour wrote no {path}"
     text = README.read_text(encoding="utf-8")
     for needle in ("loadgen.load_sweep", "loadgen report", "--html", "--sut http", "openai+http"):
         assert needle in "".join(tour), f"the tour lost its {needle} command"
     assert "python -m loadgen run --sut demo" in text
-
-
-def marked_doc_blocks() -> List[Tuple[str, str]]:
-    return [(page.name, body) for page in sorted(DOCS.glob("*.md"))
-            for lang, body, before in fenced_blocks(page.read_text(encoding="utf-8"))
-            if lang == "bash" and before == RUN_MARK]
-
-
-def test_the_marked_commands_of_the_docs_run(workdir):
-    blocks = marked_doc_blocks()
-    assert blocks, f"no block in docs/*.md is marked {RUN_MARK}"
-    for page, body in blocks:
-        proc = run_block(body, workdir, clean_env(**TOUR_ENV), timeout=120)
-        assert proc.returncode == 0, f"{page}:\n{body}\n{proc.stdout}"
