@@ -11,6 +11,7 @@ the line before a block, are at "the commands" below.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -26,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from tests.helpers import clean_env
+from tests.servers.scripted_proc import start_scripted
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -164,6 +166,10 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
 # before a block may say how it runs:
 #   <!-- exit: 1 -->                the exit status it ends with (several: "0 or 3")
 #   <!-- not run: WHY -->           it does not run here, and why (the test lists them)
+#   <!-- with: SERVER:PORT ... -->  it runs with the tests' scripted servers standing in for
+#                                   real ones on the ports it names: "scripted" is
+#                                   tests/servers/scripted.py (KServe v2 REST, OpenAI,
+#                                   /metrics), "scripted-grpc" tests/servers/grpc_scripted.py
 # A block that is a file, whose first line is a comment with its name ("# instances.toml"),
 # is written to that file before the blocks after it run.
 # A page's blocks run in order in one folder of their own (later blocks read what earlier
@@ -175,6 +181,7 @@ NOT_RUN = re.compile(r"^<!-- not run: (\S.*?) -->$")
 EXIT = re.compile(r"^<!-- exit: (\d+(?: or \d+)*)(?:[:;,] \S.*?)? -->$")
 COMMAND_LIKE = re.compile(r"^\s*(?:\$ |(?:python3?|loadgen|pip|bash|sh|docker|kubectl|argo|curl|mkdocs|pytest"
                           r"|export)\s)")
+WITH = re.compile(r"^<!-- with: ((?:scripted|scripted-grpc):\d+(?: (?:scripted|scripted-grpc):\d+)*) -->$")
 FILE_NAME = re.compile(r"^(?:#|//) ([\w.-]+\.(?:toml|json|jsonl|yaml|yml|py|txt))$")
 TREE_LINKS = ("tests", "scripts", "bench", "examples", "deploy", "docs", "mkdocs.yml", "pyproject.toml",
               "README.md")
@@ -209,6 +216,11 @@ class Block:
     def exit_codes(self) -> Tuple[int, ...]:
         m = EXIT.match(self.mark)
         return tuple(int(code) for code in m.group(1).split(" or ")) if m else (0,)
+
+    @property
+    def servers(self) -> List[Tuple[str, int]]:
+        m = WITH.match(self.mark)
+        return [(name, int(port)) for name, _, port in (s.partition(":") for s in m.group(1).split())] if m else []
 
     @property
     def file(self) -> Optional[str]:
@@ -310,7 +322,15 @@ def run_page(page: Path, tmp_path: Path) -> Path:
             (folder / block.file).write_text(block.body, encoding="utf-8")
         if not block.is_shell or block.not_run:
             continue
-        proc = run_block(block.script(), folder, env)
+        with contextlib.ExitStack() as servers:
+            for name, port in block.servers:
+                if name == "scripted":
+                    servers.enter_context(start_scripted(tmp_path, "--port", port))
+                else:
+                    from tests.servers.grpc_scripted import ScriptedGrpc  # grpcio: the test extra
+
+                    servers.enter_context(ScriptedGrpc(port=port))
+            proc = run_block(block.script(), folder, env)
         assert proc.returncode in block.exit_codes, (
             f"{block.where}: exit {proc.returncode}, not {' or '.join(map(str, block.exit_codes))}:\n"
             f"{block.body}\n{proc.stdout}")
@@ -339,7 +359,7 @@ def test_no_untyped_block_holds_commands():
 
 def test_every_mark_is_one_the_test_reads():
     bad = [f"{b.where}: {b.mark}" for page in pages() for b in doc_blocks(page)
-           if b.mark.startswith("<!--") and not (b.is_shell and (NOT_RUN.match(b.mark) or EXIT.match(b.mark)))]
+           if b.mark.startswith("<!--") and not (b.is_shell and any(m.match(b.mark) for m in (NOT_RUN, EXIT, WITH)))]
     assert not bad, "\n".join(bad)
 
 
@@ -351,8 +371,9 @@ def not_run_blocks() -> List[Block]:
 def test_a_block_not_run_says_why(block):
     """Listed with its reason as a skip; the manifests a kubectl command applies exist (and
     tests/integration/test_deploy.py validates every one under deploy/)."""
-    for path in re.findall(r"-f (\S+\.ya?ml)", block.body):
-        assert path.startswith("deploy/") and (ROOT / path).is_file(), f"{block.where}: {path}"
+    if "kubectl" in block.body:
+        for path in re.findall(r"(?:-f |\s)(\S+\.ya?ml)\b", block.body):
+            assert path.startswith("deploy/") and list(ROOT.glob(path)), f"{block.where}: no {path}"
     pytest.skip(f"{block.where}: not run: {block.not_run}")
 
 
@@ -381,8 +402,9 @@ def test_a_page_runs_in_order_with_the_files_it_shows(tmp_path):
                     "<!-- exit: 1 -->\n```bash\nfalse\n```\n<!-- not run: never -->\n```bash\nexit 9\n```\n")
     folder = run_page(page, tmp_path)
     assert (folder / "points.toml").read_text() == "# points.toml\npoints = 1\n"
-    page.write_text("```bash\ntrue\n```\n```bash\nexit 4\n```\n")
-    with pytest.raises(AssertionError, match=r"page.md:4: exit 4, not 0"):
+    page.write_text("<!-- with: scripted:0 -->\n```bash\ntrue\n```\n```bash\nexit 4\n```\n")
+    assert doc_blocks(page)[0].servers == [("scripted", 0)]
+    with pytest.raises(AssertionError, match=r"page.md:5: exit 4, not 0"):
         run_page(page, tmp_path / "again")
 
 
@@ -402,6 +424,7 @@ def test_the_readme_starts_with_the_two_set_up_commands():
     first = shell_blocks(README)[0]
     assert README.read_text(encoding="utf-8").startswith(f"# loadgen\n\n{first.mark}\n\n```bash\n{first.body}")
     assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest\n"
+    assert shell_blocks(DOCS / "index.md")[0].body == first.body, "the getting-started page starts with them too"
 
 
 def test_the_first_set_up_command_runs_the_demo_benchmark(tmp_path):

@@ -5,7 +5,7 @@ ModelInfer as its ``script`` says: after ``delay_s``; with status ``code`` on ev
 ``fail_every``-th call (0: never); with bytes that are not a ModelInferResponse
 (``garbage``); or with ``pad_bytes`` more bytes of output. It counts the calls it answered
 the most it had at once (``max_busy``), and keeps the metadata of the last one. With ``tls`` (certificate and key, PEM) it serves
-gRPC over TLS (``grpcs://``).
+gRPC over TLS (``grpcs://``). It listens on ``port`` (0, the default: a free one).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ScriptedGrpc:
 
     def __init__(self, *, delay_s: float = 0.0, code: Optional[grpc.StatusCode] = None, fail_every: int = 0,
                  garbage: bool = False, pad_bytes: int = 0, threads: int = 32,
-                 tls: Optional[Tuple[bytes, bytes]] = None) -> None:
+                 tls: Optional[Tuple[bytes, bytes]] = None, port: int = 0) -> None:
         self.script: Dict[str, Any] = dict(delay_s=delay_s, code=code, fail_every=fail_every, garbage=garbage,
                                            pad_bytes=pad_bytes)
         self.calls = 0  # ModelInfer calls received
@@ -48,9 +48,9 @@ class ScriptedGrpc:
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
         if tls:
             creds = grpc.ssl_server_credentials([(tls[1], tls[0])])
-            self.port = self._server.add_secure_port("127.0.0.1:0", creds)
+            self.port = self._server.add_secure_port(f"127.0.0.1:{port}", creds)
         else:
-            self.port = self._server.add_insecure_port("127.0.0.1:0")
+            self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         self.target = f"127.0.0.1:{self.port}"
         self.scheme = "grpcs" if tls else "grpc"
 
