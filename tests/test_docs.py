@@ -40,11 +40,6 @@ TOUR_ENV = {"LOADGEN_MAX_ISSUE_DELAY_MS": "100"}
 
 # ------------------------------------------------------------------------ markdown
 
-def fenced_blocks(text: str) -> List[Tuple[str, str, str]]:
-    """(language, body, the line before the fence) of every fenced block, in order."""
-    return [(lang, body, before) for _, lang, body, before in numbered_blocks(text)]
-
-
 def numbered_blocks(text: str) -> List[Tuple[int, str, str, str]]:
     """(the fence's line number, language, body, the line before the fence) of every
     fenced block, in order; a block indented in a list item has that indent taken off."""
@@ -335,10 +330,6 @@ def run_page(page: Path, tmp_path: Path) -> Path:
             f"{block.where}: exit {proc.returncode}, not {' or '.join(map(str, block.exit_codes))}:\n"
             f"{block.body}\n{proc.stdout}")
     return folder
-
-
-def readme_bash_blocks() -> List[str]:
-    return [b.body for b in shell_blocks(README)]
 
 
 def pages_with_commands() -> List[Path]:
