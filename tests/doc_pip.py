@@ -1,5 +1,6 @@
-"""``pip`` as tests/test_docs.py puts it on the PATH of the docs' commands: it installs
-nothing, and checks that what a ``pip install ...`` of the docs asks for is already there.
+"""``pip`` as tests/integration/test_docs_commands.py puts it on the PATH of the docs'
+commands: it installs nothing, and checks that what a ``pip install ...`` of the docs asks
+for is already there.
 
 The tests run in an environment made before them (``pip install '.[test]'``); a command
 of the docs such as ``pip install '.[docs]' && mkdocs build --strict`` runs as written
