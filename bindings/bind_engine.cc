@@ -543,6 +543,15 @@ void bind_engine(py::module_& m) {
              d["output_tokens"] = f.output_tokens;
              d["input_tokens_sent"] = f.input_tokens_sent;
              d["checked"] = f.checked;
+             d["ttfrt_ns"] = PyHistogram(std::move(f.stream.ttfrt_ns));
+             d["ttfat_ns"] = PyHistogram(std::move(f.stream.ttfat_ns));
+             d["itl_per_token_ns"] = PyHistogram(std::move(f.stream.itl_per_token_ns));
+             d["reasoning_length_tokens"] = PyHistogram(std::move(f.stream.reasoning_length_tokens));
+             d["reasoning_tokens"] = f.stream.reasoning_tokens;
+             d["reasoning_from_usage"] = f.stream.reasoning_from_usage;
+             d["reasoning_from_chunks"] = f.stream.reasoning_from_chunks;
+             d["split_by_chunks"] = f.stream.split_by_chunks;
+             d["split_by_text"] = f.stream.split_by_text;
              return d;
            },
            "The native client's figures of OpenAI streams (settings.http.sse): histograms and counts "

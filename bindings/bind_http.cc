@@ -114,7 +114,29 @@ void bind_http(py::module_& m) {
                                const std::string& b = s.held();
                                return py::bytes(b.data(), b.size());
                              })
-      .def_property_readonly("held_over", &SseScanner::held_over);
+      .def_property_readonly("held_over", &SseScanner::held_over)
+      .def_property_readonly("reasoning_chunks", &SseScanner::reasoning_chunks)
+      .def_property_readonly("usage_reasoning_tokens", &SseScanner::usage_reasoning_tokens)
+      .def_property_readonly("first_reasoning_ns", &SseScanner::first_reasoning_ns)
+      .def_property_readonly("first_answer_ns", &SseScanner::first_answer_ns)
+      .def_property_readonly("events",
+                             [](const SseScanner& s) {
+                               py::list out;
+                               for (size_t j = 0; j < s.event_ns().size(); ++j) {
+                                 out.append(py::make_tuple(s.event_ns()[j], s.event_tokens()[j],
+                                                           s.event_weights()[j]));
+                               }
+                               return out;
+                             })
+      .def(
+          "token_itl",
+          [](const SseScanner& s, int64_t total_tokens) {
+            py::list out;
+            s.token_itl(total_tokens, [&](int64_t value, int64_t k) { out.append(py::make_tuple(value, k)); });
+            return out;
+          },
+          py::arg("total_tokens"),
+          "The per-token inter-token latency as (value_ns, count) pairs (total_tokens < 0: none given).");
 
   m.def(
       "time_sse_scan_ns",

@@ -127,7 +127,8 @@ SseFigures::SseFigures(int significant_figures)
     : itl_ns(1, kHighestFigure, significant_figures),
       tokens_per_s_milli(1, kHighestFigure, significant_figures),
       input_length_tokens(1, kHighestFigure, significant_figures),
-      output_length_tokens(1, kHighestFigure, significant_figures) {}
+      output_length_tokens(1, kHighestFigure, significant_figures),
+      stream(significant_figures) {}
 
 struct HttpClient::Conn {
   enum State { kClosed, kConnecting, kIdle, kBusy };
@@ -496,6 +497,7 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   } catch (...) {  // out of memory for a new length: the count is lost, the run goes on
   }
   for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
+  f.stream.record(s, c->scheduled);
   const int64_t elapsed = t - c->scheduled;
   if (elapsed > 0 && n > 0) {
     // Python's round(n * 1e12 / elapsed): the same double, rounded half to even.
@@ -730,6 +732,7 @@ SseFigures HttpClient::sse_figures() const {
     out.tokens_from_chunks += f.tokens_from_chunks;
     out.output_tokens += f.output_tokens;
     out.checked += f.checked;
+    out.stream.add(f.stream);
     for (const auto& [n, count] : io->output_lengths) lengths[n] += count;
   }
   out.output_lengths.assign(lengths.begin(), lengths.end());

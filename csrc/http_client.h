@@ -22,6 +22,7 @@
 
 #include "hdr_histogram.h"
 #include "net_client.h"
+#include "sse.h"
 
 namespace loadgen {
 
@@ -86,6 +87,7 @@ struct SseFigures {
   int64_t output_tokens = 0;
   int64_t input_tokens_sent = 0;     ///< input tokens of the requests sent (when known)
   int64_t checked = 0;               ///< streams checked (sse_check) and found good
+  SseStreamFigures stream;           ///< reasoning, per-token inter-token latency (sse.h)
 };
 
 /// Throws std::invalid_argument naming the bad field (http.port, http.connections, ...).

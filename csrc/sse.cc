@@ -11,6 +11,8 @@ namespace loadgen {
 
 namespace {
 
+constexpr int64_t kHighestFigure = 3'600'000'000'000;  // the Python client's histograms' bound
+
 // Python's bytes.lstrip() and bytes.strip() whitespace (\n cannot be in a line).
 bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -39,6 +41,54 @@ bool token_field(const char* p, size_t n) {
     if (field_at(q, end, "\"text\"", 6, true) || field_at(q, end, "\"content\"", 9, true)) return true;
   }
   return false;
+}
+
+bool reasoning_field(const char* p, size_t n) {
+  const char* end = p + n;
+  for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
+       ++q) {
+    if (field_at(q, end, "\"reasoning_content\"", 19, true) || field_at(q, end, "\"reasoning\"", 11, true)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The text weight of an event's data: the raw bytes of each "text", "content",
+// "reasoning_content" and "reasoning" string (a key, \s* : \s* and a quote, then up to
+// the closing quote not escaped, or the data's end), as written; at least 1. The search
+// goes on from each string's end (the regex _TEXT_STRING's findall).
+int64_t text_weight(const char* p, size_t n) {
+  const char* end = p + n;
+  int64_t sum = 0;
+  const char* q = p;
+  while ((q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))))) {
+    size_t m = 0;
+    for (const auto& [key, len] : {std::pair<const char*, size_t>{"\"text\"", 6}, {"\"content\"", 9},
+                                   {"\"reasoning_content\"", 19}, {"\"reasoning\"", 11}}) {
+      if (field_at(q, end, key, len, false)) {
+        m = len;
+        break;
+      }
+    }
+    if (m == 0) {
+      ++q;
+      continue;
+    }
+    q = static_cast<const char*>(std::memchr(q + m, '"', static_cast<size_t>(end - q - m))) + 1;  // the value's quote
+    const char* s = q;
+    while (q < end && *q != '"') {
+      if (*q == '\\') {
+        if (end - q < 2) break;
+        q += 2;
+      } else {
+        ++q;
+      }
+    }
+    sum += q - s;
+    if (q == end) break;
+  }
+  return std::max<int64_t>(sum, 1);
 }
 
 bool finish_field(const char* p, size_t n) {
@@ -363,10 +413,13 @@ SseScanner::SseScanner(int64_t max_event_bytes) : max_event_bytes_(max_event_byt
 void SseScanner::start() noexcept {
   buf_.clear();
   gaps_.clear();
+  event_ns_.clear();
+  event_tokens_.clear();
+  event_weights_.clear();
   problem_data_.clear();
-  chunks_ = 0;
-  usage_tokens_ = -1;
-  first_ns_ = last_ns_ = 0;
+  chunks_ = reasoning_chunks_ = 0;
+  usage_tokens_ = usage_reasoning_tokens_ = -1;
+  first_ns_ = last_ns_ = first_reasoning_ns_ = first_answer_ns_ = 0;
   held_over_ = 0;
   problem_ = SseProblem::kNone;
   done_ = finished_ = false;
@@ -446,16 +499,24 @@ void SseScanner::data(const char* p, size_t n, int64_t t) {
     done_ = true;
     return;
   }
+  const int64_t before = chunks_;
   // A plain token chunk (no usage, no error) is recognised without reading its JSON.
   if (p[0] == '{' && p[n - 1] == '}' && !has(p, n, "\"usage\"", 7) && !has(p, n, "\"error\"", 7)) {
     if (token_field(p, n)) {
-      token(t);
+      token(t, false);
+    } else if (reasoning_field(p, n)) {
+      token(t, true);
     } else if (!finished_ && finish_field(p, n)) {
       finished_ = true;
     }
-    return;
+  } else {
+    json(p, n, t);
   }
-  json(p, n, t);
+  if (chunks_ != before) {
+    event_ns_.push_back(t);
+    event_tokens_.push_back(chunks_ - before);
+    event_weights_.push_back(text_weight(p, n));
+  }
 }
 
 void SseScanner::json(const char* p, size_t n, int64_t t) {
@@ -481,10 +542,20 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
     return;
   }
   if (usage.kind == JVal::kObject) {
-    JVal tokens;
+    JVal tokens, details;
     JsonReader::members(usage, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
       if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
+      else if (JsonReader::key_is(kb, ke, "completion_tokens_details")) details = v;
     });
+    if (details.kind == JVal::kObject) {
+      JVal reasoning;
+      JsonReader::members(details, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+        if (JsonReader::key_is(kb, ke, "reasoning_tokens")) reasoning = v;
+      });
+      int64_t r = 0;
+      bool out_of_range = false;
+      if (JsonReader::token_count(reasoning, &r, &out_of_range)) usage_reasoning_tokens_ = r;
+    }
     int64_t x = 0;
     bool out_of_range = false;
     if (JsonReader::token_count(tokens, &x, &out_of_range)) {
@@ -502,18 +573,31 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
       else if (JsonReader::key_is(kb, ke, "text")) text = v;
       else if (JsonReader::key_is(kb, ke, "finish_reason")) reason = v;
     });
+    JVal reasoning_content, reasoning;
     if (delta.kind == JVal::kObject) {
       text = JVal{};
       JsonReader::members(delta, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
         if (JsonReader::key_is(kb, ke, "content")) text = v;
+        else if (JsonReader::key_is(kb, ke, "reasoning_content")) reasoning_content = v;
+        else if (JsonReader::key_is(kb, ke, "reasoning")) reasoning = v;
       });
     }
-    if (text.truthy) token(t);
+    if (text.truthy) {
+      token(t, false);
+    } else if (reasoning_content.truthy || reasoning.truthy) {
+      token(t, true);
+    }
     if (reason.truthy) finished_ = true;
   });
 }
 
-void SseScanner::token(int64_t t) {
+void SseScanner::token(int64_t t, bool reasoning) {
+  if (reasoning) {
+    if (first_reasoning_ns_ == 0) first_reasoning_ns_ = t;
+    ++reasoning_chunks_;
+  } else if (first_answer_ns_ == 0) {
+    first_answer_ns_ = t;
+  }
   if (first_ns_ == 0) {
     first_ns_ = t;
   } else {
@@ -527,6 +611,38 @@ void SseScanner::fail(SseProblem why, const char* p, size_t n) {
   if (problem_ != SseProblem::kNone) return;  // the first problem is the stream's
   problem_ = why;
   problem_data_.assign(p, n);
+}
+
+SseStreamFigures::SseStreamFigures(int significant_figures)
+    : ttfrt_ns(1, kHighestFigure, significant_figures),
+      ttfat_ns(1, kHighestFigure, significant_figures),
+      itl_per_token_ns(1, kHighestFigure, significant_figures),
+      reasoning_length_tokens(1, kHighestFigure, significant_figures) {}
+
+void SseStreamFigures::record(const SseScanner& s, int64_t scheduled_ns) noexcept {
+  if (s.first_reasoning_ns() != 0) ttfrt_ns.record(std::max<int64_t>(1, s.first_reasoning_ns() - scheduled_ns));
+  if (s.first_answer_ns() != 0) ttfat_ns.record(std::max<int64_t>(1, s.first_answer_ns() - scheduled_ns));
+  const bool usage = s.usage_reasoning_tokens() >= 0;
+  const int64_t r = usage ? s.usage_reasoning_tokens() : s.reasoning_chunks();
+  if (usage || r > 0) {
+    ++(usage ? reasoning_from_usage : reasoning_from_chunks);
+    reasoning_tokens += r;
+    if (r > 0) reasoning_length_tokens.record(r);
+  }
+  ++(s.usage_tokens() >= 0 ? split_by_text : split_by_chunks);
+  s.token_itl(s.usage_tokens(), [this](int64_t value, int64_t k) { itl_per_token_ns.record_n(value, k); });
+}
+
+void SseStreamFigures::add(const SseStreamFigures& o) {
+  ttfrt_ns.add(o.ttfrt_ns);
+  ttfat_ns.add(o.ttfat_ns);
+  itl_per_token_ns.add(o.itl_per_token_ns);
+  reasoning_length_tokens.add(o.reasoning_length_tokens);
+  reasoning_tokens += o.reasoning_tokens;
+  reasoning_from_usage += o.reasoning_from_usage;
+  reasoning_from_chunks += o.reasoning_from_chunks;
+  split_by_chunks += o.split_by_chunks;
+  split_by_text += o.split_by_text;
 }
 
 double time_sse_scan_ns(const char* stream, size_t n, int pieces, int64_t iterations) {

@@ -8,16 +8,25 @@
 // - An event's data: the event less "data: " when it is one line starting "data: {",
 //   else its "data:" lines (after "\r\n" -> "\n"), each less "data:" and its leading
 //   ASCII whitespace, joined with "\n". Empty data is no event; "[DONE]" ends the stream.
-// - Fast path: data "{...}" without "usage" or "error" in quotes is a token when a
-//   non-empty "text" or "content" string is in it, else a finish when a "finish_reason"
-//   string is (no JSON is read).
+// - Fast path: data "{...}" without "usage" or "error" in quotes is an answer token when
+//   a non-empty "text" or "content" string is in it, else a reasoning token when a
+//   non-empty "reasoning_content" or "reasoning" string is, else a finish when a
+//   "finish_reason" string is (no JSON is read).
 // - Else the data is read as JSON, as Python's json.loads reads it (NaN and Infinity
 //   included, duplicate keys: the last wins). Not JSON, not an object, and an "error" key
 //   are the stream's error (the first one is kept; later events still count). An int
 //   usage.completion_tokens in 0..kMaxTokenCount is the stream's usage, one outside it the
-//   stream's error (a bool is no count, as in Python); each choice (an object in the
-//   "choices" list) is a token when delta.content (delta an object), else text, is
-//   truthy in Python's sense, and a finish when its finish_reason is truthy.
+//   stream's error (a bool is no count, as in Python); an int
+//   usage.completion_tokens_details.reasoning_tokens in that range is the stream's
+//   reasoning count (else none, and no error); each choice (an object in the "choices"
+//   list) is an answer token when delta.content (delta an object), else text, is truthy
+//   in Python's sense, else a reasoning token when delta.reasoning_content or
+//   delta.reasoning is truthy, and a finish when its finish_reason is truthy.
+// - A token of either kind is a token of the stream (first_ns(), gaps(), chunks()); the
+//   reasoning ones are counted apart too. Each event that held tokens is kept (its time,
+//   its tokens and its text weight: the raw bytes of every "text", "content",
+//   "reasoning_content" and "reasoning" string in its data, as written, at least 1) for
+//   the per-token inter-token latency (token_itl()).
 //
 // Where it differs from Python, on input no server sends: nesting deeper than
 // kMaxJsonDepth is not JSON (Python's limit depends on its stack); a truthy "choices" that is a number or true (Python raises
@@ -26,10 +35,13 @@
 // Not thread-safe: one scanner per connection. In the steady state it allocates nothing:
 // the held bytes and the gaps keep their capacity from one stream to the next.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "hdr_histogram.h"
 
 namespace loadgen {
 
@@ -75,8 +87,50 @@ class SseScanner {
   bool finished() const noexcept { return finished_; }             ///< a finish_reason came
   int64_t first_ns() const noexcept { return first_ns_; }          ///< 0: no token yet
   int64_t last_ns() const noexcept { return last_ns_; }
-  /// The gaps between consecutive tokens (ns), in order.
+  /// The gaps between consecutive tokens (ns), in order: the gaps between the chunks
+  /// that carried them (0 between two choices of one event).
   const std::vector<int64_t>& gaps() const noexcept { return gaps_; }
+  int64_t reasoning_chunks() const noexcept { return reasoning_chunks_; }  ///< reasoning tokens seen
+  /// usage.completion_tokens_details.reasoning_tokens (-1: the server gave none).
+  int64_t usage_reasoning_tokens() const noexcept { return usage_reasoning_tokens_; }
+  int64_t first_reasoning_ns() const noexcept { return first_reasoning_ns_; }  ///< 0: none yet
+  int64_t first_answer_ns() const noexcept { return first_answer_ns_; }        ///< 0: none yet
+  /// The events that held tokens, in order: when each came, its tokens and its text weight.
+  const std::vector<int64_t>& event_ns() const noexcept { return event_ns_; }
+  const std::vector<int64_t>& event_tokens() const noexcept { return event_tokens_; }
+  const std::vector<int64_t>& event_weights() const noexcept { return event_weights_; }
+  /// The per-token inter-token latency of the stream, given its `total_tokens` (usage's
+  /// count; < 0: none, then each event counts its own tokens). Each event's tokens k: its
+  /// own count when there is no total, else the total spread over the events by their
+  /// text weight (cumulative rounding, so that the k sum to the total; a k may be 0).
+  /// Of the events with k > 0, each after the first contributes (its time - the previous
+  /// one's) / k (rounded, at least 1 ns), k times: f(value_ns, k). Allocates nothing.
+  template <class F>
+  void token_itl(int64_t total_tokens, F&& f) const {
+    const size_t m = event_ns_.size();
+    unsigned __int128 weight = 0;
+    for (const int64_t w : event_weights_) weight += static_cast<uint64_t>(w);
+    unsigned __int128 cum = 0;
+    int64_t given = 0;  // the tokens handed out so far
+    int64_t prev_t = -1;
+    for (size_t j = 0; j < m; ++j) {
+      int64_t k = event_tokens_[j];
+      if (total_tokens >= 0) {
+        cum += static_cast<uint64_t>(event_weights_[j]);
+        // round(total * cum / weight), halves up: the k sum to the total exactly.
+        const unsigned __int128 x = static_cast<unsigned __int128>(total_tokens) * cum * 2 + weight;
+        const int64_t upto = static_cast<int64_t>(x / (weight * 2));
+        k = upto - given;
+        given = upto;
+      }
+      if (k <= 0) continue;
+      if (prev_t >= 0) {
+        const int64_t gap = event_ns_[j] - prev_t;
+        f(std::max<int64_t>(1, (gap + k / 2) / k), k);
+      }
+      prev_t = event_ns_[j];
+    }
+  }
   SseProblem problem() const noexcept { return problem_; }
   const std::string& problem_data() const noexcept { return problem_data_; }
   /// The bytes held with no end of event (a non-200 answer's excerpt comes from them).
@@ -89,22 +143,49 @@ class SseScanner {
   void event(const char* p, size_t n, int64_t t);
   void data(const char* p, size_t n, int64_t t);
   void json(const char* p, size_t n, int64_t t);
-  void token(int64_t t);
+  void token(int64_t t, bool reasoning);
   void fail(SseProblem why, const char* p, size_t n);
 
   int64_t max_event_bytes_;
   std::string buf_;
   std::string joined_;  // a multi-line event's data
   std::vector<int64_t> gaps_;
+  std::vector<int64_t> event_ns_;
+  std::vector<int64_t> event_tokens_;
+  std::vector<int64_t> event_weights_;
   std::string problem_data_;
   int64_t chunks_ = 0;
+  int64_t reasoning_chunks_ = 0;
   int64_t usage_tokens_ = -1;
+  int64_t usage_reasoning_tokens_ = -1;
+  int64_t first_reasoning_ns_ = 0;
+  int64_t first_answer_ns_ = 0;
   int64_t first_ns_ = 0;
   int64_t last_ns_ = 0;
   int64_t held_over_ = 0;
   SseProblem problem_ = SseProblem::kNone;
   bool done_ = false;
   bool finished_ = false;
+};
+
+/// The figures of completed streams that reasoning models and chunks of several tokens
+/// need (what the asyncio client's OpenAISUT keeps beside its inter-token gaps, with the
+/// same meaning). Histogram values are in [1, 3.6e12]. Not thread-safe.
+struct SseStreamFigures {
+  explicit SseStreamFigures(int significant_figures);
+  HdrHistogram ttfrt_ns;                 ///< first reasoning token - scheduled (streams with one)
+  HdrHistogram ttfat_ns;                 ///< first answer token - scheduled (streams with one)
+  HdrHistogram itl_per_token_ns;         ///< the per-token inter-token latency (SseScanner::token_itl)
+  HdrHistogram reasoning_length_tokens;  ///< reasoning tokens of each request that had some
+  int64_t reasoning_tokens = 0;          ///< over all requests
+  int64_t reasoning_from_usage = 0;      ///< requests whose reasoning count is usage's
+  int64_t reasoning_from_chunks = 0;     ///< requests whose reasoning count is their chunks' (> 0)
+  int64_t split_by_chunks = 0;           ///< requests whose tokens per event are counted (no usage)
+  int64_t split_by_text = 0;             ///< requests whose usage count is spread by text weight
+
+  /// Records a good stream `s` (its counts read from it), scheduled at `scheduled_ns`.
+  void record(const SseScanner& s, int64_t scheduled_ns) noexcept;
+  void add(const SseStreamFigures& other);
 };
 
 /// Scans `stream` (one whole body) `iterations` times on one scanner, fed in `pieces`

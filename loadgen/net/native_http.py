@@ -35,6 +35,11 @@ _TAKE_MAX = 256
 _NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_LARGE, _BAD_TOKEN_COUNT = range(1, 9)
 
 
+# The core's stream histograms and the OpenAISUT attributes that hold them.
+_STREAM_HISTOGRAMS = (("ttfrt_ns", "ttfrt"), ("ttfat_ns", "ttfat"), ("itl_per_token_ns", "itl_per_token"),
+                      ("reasoning_length_tokens", "reasoning_length_hist"))
+
+
 def _bad_token_count_text(digits: bytes) -> str:
     """The message of a stream whose ``usage.completion_tokens`` (``digits``, an integer's
     text) is outside 0 to ``_core.MAX_TOKEN_COUNT``, as the asyncio client words it."""
@@ -284,14 +289,20 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.input_lengths = Histogram.from_core(f["input_length_tokens"])
         inner.output_length_hist = Histogram.from_core(f["output_length_tokens"])
         inner.output_lengths = Counter(dict(f["output_lengths"]))
-        for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked"):
+        for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked",
+                    "reasoning_tokens", "reasoning_from_usage", "reasoning_from_chunks", "split_by_chunks",
+                    "split_by_text"):
             setattr(inner, key, f[key])
+        for key, attr in _STREAM_HISTOGRAMS:
+            setattr(inner, attr, Histogram.from_core(f[key]))
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
-        """The inter-token gaps so far (live metrics); any thread."""
-        f = self.core.http_sse_figures() if self.core is not None else {}
-        itl = Histogram.from_core(f["itl_ns"]) if f else self.inner.itl
-        return {"itl_ns": NamedHistogram(itl, "ns")}
+        """The token histograms in ns so far (live metrics); any thread."""
+        if self.core is None:
+            return self.inner.live_histograms()
+        f = self.core.http_sse_figures()
+        return {key: NamedHistogram(Histogram.from_core(f[key]), "ns")
+                for key in ("itl_ns", "itl_per_token_ns", "ttfrt_ns", "ttfat_ns")}
 
     def histograms(self) -> Dict[str, NamedHistogram]:
         self._figures()

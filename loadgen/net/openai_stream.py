@@ -1,7 +1,14 @@
 """OpenAI-compatible streaming: ``/v1/completions`` or ``/v1/chat/completions`` with
 ``"stream": true``, Server-Sent Events parsed as they arrive. Time to first token and time
-per output token go to the engine; each inter-token gap and the output tokens per second
-of each request are this client's own histograms."""
+per output token go to the engine; each gap between token chunks, the per-token
+inter-token latency, the times to the first reasoning and first answer token, and the
+output tokens per second of each request are this client's own histograms.
+
+A token is a choice whose ``delta.content`` (chat) or ``text`` (completions) is
+non-empty (an answer token), or whose ``delta.reasoning_content`` or ``delta.reasoning``
+is (a reasoning token, as vLLM, SGLang and DeepSeek stream a reasoning model's thinking):
+both are tokens of the stream (time to first token is the first of either), and the
+reasoning ones are counted apart."""
 
 from __future__ import annotations
 
@@ -23,10 +30,14 @@ from loadgen.net.targets import Target
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["OpenAISUT", "TokenStream", "WholeResponse"]
+__all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "token_itl"]
 
 # A non-empty "text" (completions) or "content" (chat delta) string value.
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
+# A non-empty reasoning string value (chat delta): vLLM's and DeepSeek's, or another family's.
+_REASONING_FIELD = re.compile(rb'"(?:reasoning_content|reasoning)"\s*:\s*"(?!")')
+# Every text string of an event, as written (escapes undone or not: an estimate's weight).
+_TEXT_STRING = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)
 # A choice's finish_reason given (a string, not null).
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 
@@ -70,6 +81,50 @@ def _token_count(usage: Any) -> Tuple[Optional[int], Optional[str]]:
     return n, None
 
 
+def _reasoning_count(usage: Any) -> Optional[int]:
+    """``usage.completion_tokens_details.reasoning_tokens`` when it is a count in range,
+    else None (no error: the answer's own count is what is checked)."""
+    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+    n = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_TOKEN_COUNT:
+        return None
+    return n
+
+
+def text_weight(data: bytes) -> int:
+    """An event's text weight: the raw bytes of its ``text``, ``content``,
+    ``reasoning_content`` and ``reasoning`` strings as written, at least 1."""
+    return max(1, sum(len(m) for m in _TEXT_STRING.findall(data)))
+
+
+def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tuple[int, int]]:
+    """The per-token inter-token latency of one stream as (value_ns, count) pairs.
+
+    ``events`` are the stream's events that held tokens, in order, as (time_ns, tokens,
+    weight); ``total_tokens`` is the count the server gave (``usage.completion_tokens``;
+    negative: none). Each event's tokens k are its own count without a total, else the
+    total spread over the events by weight (cumulative rounding, halves up, so that the k
+    sum to the total; a k may be 0). Of the events with k > 0, each after the first
+    contributes (its time - the previous one's) / k, rounded and at least 1 ns, k times:
+    an event of 16 tokens 160 ms after the last gives 16 values of 10 ms.
+    """
+    out: List[Tuple[int, int]] = []
+    weight = sum(w for _, _, w in events)
+    cum = given = 0
+    prev_t = -1
+    for t, k, w in events:
+        if total_tokens >= 0:
+            cum += w
+            upto = (total_tokens * cum * 2 + weight) // (weight * 2)
+            k, given = upto - given, upto
+        if k <= 0:
+            continue
+        if prev_t >= 0:
+            out.append((max(1, (t - prev_t + k // 2) // k), k))
+        prev_t = t
+    return out
+
+
 def _tokens_per_s_milli(n: int, elapsed_ns: int) -> int:
     """``n`` tokens in ``elapsed_ns`` as milli-tokens/s (at least 1), capped where no
     histogram reaches (such a rate is counted as out of range, not raised on)."""
@@ -88,7 +143,8 @@ class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
-                 "done", "finished", "error", "gaps", "texts", "n_input")
+                 "done", "finished", "error", "gaps", "texts", "n_input", "reasoning_chunks",
+                 "usage_reasoning_tokens", "first_reasoning_ns", "first_answer_ns", "events", "event_texts")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -107,6 +163,14 @@ class TokenStream:
         # (multi-turn): then every event is parsed in full.
         self.texts: Optional[List[str]] = None
         self.n_input = -1  # the request's input tokens, when the workload knows them
+        self.reasoning_chunks = 0
+        self.usage_reasoning_tokens = -1  # usage.completion_tokens_details.reasoning_tokens
+        self.first_reasoning_ns = 0
+        self.first_answer_ns = 0
+        # The events that held tokens: (time, tokens, text weight), for the per-token ITL.
+        self.events: List[Tuple[int, int, int]] = []
+        # With a tokenizer (--tokenizer): each such event's text, to count its tokens.
+        self.event_texts: Optional[List[str]] = [] if getattr(sut, "itl_tokenizer", None) is not None else None
 
     def on_data(self, req: Request, piece: bytes, t: int) -> None:
         # One buffer, appended to, searched only where an event's end may newly be (from
@@ -150,12 +214,20 @@ class TokenStream:
         if data == b"[DONE]":
             self.done = True
             return
+        before = self.chunks
+        self._data(data, t)
+        if self.chunks != before:
+            self.events.append((t, self.chunks - before, text_weight(data)))
+
+    def _data(self, data: bytes, t: int) -> None:
         # Fast path: a plain token chunk (no usage, no error) is recognised without
         # building its JSON; anything else is parsed in full.
         if (data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data
-                and self.texts is None):
+                and self.texts is None and self.event_texts is None):
             if _TOKEN_FIELD.search(data):
-                self._token(t)
+                self._token(t, False)
+            elif _REASONING_FIELD.search(data):
+                self._token(t, True)
             elif not self.finished and _FINISH_REASON.search(data):
                 self.finished = True
             return
@@ -166,11 +238,16 @@ class TokenStream:
         if not isinstance(doc, dict) or "error" in doc:
             self.error = self.error or event_problem(data, doc)
             return
-        n, problem = _token_count(doc.get("usage"))
+        usage = doc.get("usage")
+        n, problem = _token_count(usage)
         if problem is not None:
             self.error = self.error or problem
         elif n is not None:
             self.usage_tokens = n
+        reasoning_count = _reasoning_count(usage)
+        if reasoning_count is not None:
+            self.usage_reasoning_tokens = reasoning_count
+        pieces = []
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -179,11 +256,23 @@ class TokenStream:
             if text:
                 if self.texts is not None and isinstance(text, str):
                     self.texts.append(text)
-                self._token(t)
+                pieces.append(text)
+                self._token(t, False)
+            elif isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
+                pieces.append(delta.get("reasoning_content") or delta.get("reasoning"))
+                self._token(t, True)
             if choice.get("finish_reason"):
                 self.finished = True
+        if pieces and self.event_texts is not None:
+            self.event_texts.append("".join(p for p in pieces if isinstance(p, str)))
 
-    def _token(self, t: int) -> None:
+    def _token(self, t: int, reasoning: bool) -> None:
+        if reasoning:
+            if self.first_reasoning_ns == 0:
+                self.first_reasoning_ns = t
+            self.reasoning_chunks += 1
+        elif self.first_answer_ns == 0:
+            self.first_answer_ns = t
         if self.first_ns == 0:
             self.first_ns = t
             self.sut.sink.first_token(self.query_id, t)
@@ -283,11 +372,17 @@ def _whole_problem(doc: Dict[str, Any], embeddings: bool) -> Optional[str]:
     return None
 
 
+def _source(usage: int, chunks: int) -> str:
+    """Where requests' counts came from: ``usage``, ``chunks``, ``mixed`` or ``none``."""
+    return "usage" if usage and not chunks else "chunks" if chunks and not usage else "mixed" if usage else "none"
+
+
 class OpenAISUT(HttpSUT):
     """OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` with
-    ``"stream": true``: time to first token, each inter-token gap, time per output token
-    and output tokens per second, with the token count from the ``usage`` the server
-    sends, else from the chunks."""
+    ``"stream": true``: time to first token (of either kind), to the first reasoning and
+    the first answer token, each gap between token chunks, the per-token inter-token
+    latency, time per output token and output tokens per second, with the token count
+    from the ``usage`` the server sends, else from the chunks."""
 
     protocol = "openai_stream"
 
@@ -296,6 +391,20 @@ class OpenAISUT(HttpSUT):
         self.max_event_bytes = net.max_response_bytes
         self.model = net.model
         self._itl = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        # Recorded under _gaps_lock too (live metrics read them from another thread).
+        self.ttfrt = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        self.ttfat = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        self.itl_per_token = Histogram(significant_figures=significant_figures,
+                                       highest_trackable_value=3_600_000_000_000)
+        self.reasoning_length_hist = Histogram(significant_figures=significant_figures)
+        self.reasoning_tokens = 0
+        self.reasoning_from_usage = 0
+        self.reasoning_from_chunks = 0
+        # How each request's tokens were spread over its events for the per-token ITL.
+        self.split_by_chunks = 0
+        self.split_by_text = 0
+        self.split_by_tokenizer = 0
+        self.itl_tokenizer: Optional[Any] = None  # --tokenizer: counts each event's tokens
         self.tokens_per_s = Histogram(significant_figures=significant_figures)  # milli-tokens/s
         # Lengths of the requests answered: input tokens (when the workload knows them)
         # and output tokens.
@@ -336,6 +445,11 @@ class OpenAISUT(HttpSUT):
                 raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
             self.model = listed[0]
         bodies, source = self._bodies()
+        llm = self.llm_options()
+        if llm.tokenizer and self.stream_responses:
+            from loadgen.llm.tokenizer import load_tokenizer
+
+            self.itl_tokenizer = load_tokenizer(llm.tokenizer)
         self.set_requests([self.serialize("POST", self.target.path,
                                             json.dumps(b, separators=(",", ":")).encode()) for b in bodies], source)
 
@@ -417,16 +531,49 @@ class OpenAISUT(HttpSUT):
             self.tokens_from_chunks += 1
         self.output_tokens += n
         self.output_lengths[n] += 1
+        self._record_reasoning(s)
+        if s.event_texts is not None and self.itl_tokenizer is not None:
+            count = self.itl_tokenizer.count
+            events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
+            per_token = token_itl(events, -1)
+            self.split_by_tokenizer += 1
+        else:
+            per_token = token_itl(s.events, s.usage_tokens)
+            if s.usage_tokens >= 0:
+                self.split_by_text += 1
+            else:
+                self.split_by_chunks += 1
         with self._gaps_lock:
             gaps = self._gaps
             gaps += s.gaps
             if len(gaps) >= 8192:
                 self._flush_gaps()
+            for value, k in per_token:
+                self.itl_per_token.record_n(value, k)
+            if s.first_reasoning_ns:
+                self.ttfrt.record(max(1, s.first_reasoning_ns - s.scheduled_ns))
+            if s.first_answer_ns:
+                self.ttfat.record(max(1, s.first_answer_ns - s.scheduled_ns))
         elapsed = t - s.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
         self._lengths(s.n_input, n)
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
+
+    def _record_reasoning(self, s: TokenStream) -> None:
+        """A good stream's reasoning tokens: usage's count when the server gave one, else
+        its reasoning chunks (a stream with neither counts nowhere)."""
+        usage = s.usage_reasoning_tokens >= 0
+        r = s.usage_reasoning_tokens if usage else s.reasoning_chunks
+        if not usage and r == 0:
+            return
+        if usage:
+            self.reasoning_from_usage += 1
+        else:
+            self.reasoning_from_chunks += 1
+        self.reasoning_tokens += r
+        if r > 0:
+            self.reasoning_length_hist.record(r)
 
     def _lengths(self, n_input: int, n_output: int) -> None:
         if n_input > 0:
@@ -448,20 +595,33 @@ class OpenAISUT(HttpSUT):
         return self._itl
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
-        """The inter-token gaps so far, for live metrics (``--metrics-port``): callable
-        from any thread while the run goes on, unlike :meth:`histograms`."""
-        return {"itl_ns": NamedHistogram(self.itl, "ns")}
+        """The token histograms in ns so far (copies), for live metrics (``--metrics-port``): callable from any thread while the run goes on,
+        unlike :meth:`histograms`."""
+        with self._gaps_lock:
+            self._flush_gaps()
+            return {"itl_ns": NamedHistogram(self._itl.copy(), "ns"),
+                    "itl_per_token_ns": NamedHistogram(self.itl_per_token.copy(), "ns"),
+                    "ttfrt_ns": NamedHistogram(self.ttfrt.copy(), "ns"),
+                    "ttfat_ns": NamedHistogram(self.ttfat.copy(), "ns")}
 
     def histograms(self) -> Dict[str, NamedHistogram]:
-        """Each inter-token gap (ns), the output tokens per second of each request
-        (recorded as milli-tokens/s), and the input and output lengths of the requests
-        answered (tokens; input lengths when the workload knows them)."""
+        """Each gap between token chunks (``itl_ns``), the per-token inter-token latency
+        (``itl_per_token_ns``), the times to the first reasoning and first answer token
+        (``ttfrt_ns``, ``ttfat_ns``; from the scheduled time, of the streams that had one),
+        the output tokens per second of each request (recorded as milli-tokens/s), and
+        the input, output and reasoning lengths of the requests answered (tokens; input
+        lengths when the workload knows them, reasoning lengths of the requests that had
+        reasoning)."""
         return {
             "itl_ns": NamedHistogram(self.itl, "ns"),
+            "itl_per_token_ns": NamedHistogram(self.itl_per_token, "ns"),
+            "ttfrt_ns": NamedHistogram(self.ttfrt, "ns"),
+            "ttfat_ns": NamedHistogram(self.ttfat, "ns"),
             "output_tokens_per_s": NamedHistogram(self.tokens_per_s, "tokens/s", scale=1000.0,
                                                   recorded_unit="milli-tokens/s"),
             "input_length_tokens": NamedHistogram(self.input_lengths, "tokens"),
             "output_length_tokens": NamedHistogram(self.output_length_hist, "tokens"),
+            "reasoning_length_tokens": NamedHistogram(self.reasoning_length_hist, "tokens"),
         }
 
     def report(self) -> Dict[str, Any]:
@@ -469,10 +629,14 @@ class OpenAISUT(HttpSUT):
         u, c = self.tokens_from_usage, self.tokens_from_chunks
         out["model"] = self.model
         out["tokens"] = {
-            "source": "usage" if u and not c else "chunks" if c and not u else "mixed" if u and c else "none",
+            "source": _source(u, c),
             "queries_counted_from_usage": u,
             "queries_counted_from_chunks": c,
             "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "reasoning_source": _source(self.reasoning_from_usage, self.reasoning_from_chunks),
+            "itl_per_token_split": {"chunks": self.split_by_chunks, "text_length": self.split_by_text,
+                                    "tokenizer": self.split_by_tokenizer},
         }
         if self.workload is not None:
             out["llm"] = self.llm_section()
@@ -486,5 +650,6 @@ class OpenAISUT(HttpSUT):
         values = np.repeat(np.asarray([k for k, _ in lengths], dtype=np.int64), [c for _, c in lengths])
         info["requests"] = {"input_tokens_sent": self.input_tokens_sent,
                             "output_tokens": length_stats(values),
+                            "reasoning_tokens": self.reasoning_tokens,
                             "embeddings": self.embeddings}
         return info

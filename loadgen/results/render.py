@@ -14,10 +14,12 @@ from loadgen.units import format_ns
 __all__ = ["BREAKDOWN_PARTS", "CSV_COLUMNS", "breakdown_lines", "csv_row", "diagnosis_items", "diagnosis_lines", "flatten", "format_setting", "hlog_text", "peak_lines", "render_summary",
            "timeseries_rows"]
 
-# The engine's histograms in the summary, in order, with their labels; a SUT's own
-# histograms in ns follow, labelled by their key.
+# The engine's histograms in the summary, in order, with their labels (and an OpenAI
+# stream's: time to first reasoning / answer token, the gap between token chunks, the
+# per-token inter-token latency); a SUT's other histograms in ns follow, labelled by their key.
 _SUMMARY_HISTOGRAMS = (("latency_ns", "latency"), ("service_time_ns", "service"),
-                       ("issue_delay_ns", "issue delay"), ("ttft_ns", "ttft"), ("itl_ns", "inter-token"),
+                       ("issue_delay_ns", "issue delay"), ("ttft_ns", "ttft"), ("ttfrt_ns", "ttfrt"),
+                       ("ttfat_ns", "ttfat"), ("itl_ns", "chunk gap"), ("itl_per_token_ns", "itl/token"),
                        ("tpot_ns", "tpot"))
 
 

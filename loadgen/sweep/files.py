@@ -147,9 +147,11 @@ def _figures(record: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _token_figures(record: Dict[str, Any]) -> Dict[str, Any]:
-    """TTFT, TPOT and inter-token latency p50/p99 (ms) where the document has them."""
+    """TTFT, TPOT, the gap between token chunks (itl), the per-token inter-token latency
+    (itl_per_token) and time to first answer token (ttfat) p50/p99 (ms) where the document
+    has them."""
     row: Dict[str, Any] = {}
-    for key in ("ttft_ns", "tpot_ns", "itl_ns"):
+    for key in ("ttft_ns", "tpot_ns", "itl_ns", "itl_per_token_ns", "ttfat_ns"):
         for p in ("p50", "p99"):
             value = _ms(record.get(key), p)
             if value is not None:

@@ -373,6 +373,15 @@ def _interval_families(point: Optional[Dict[str, Any]], names: List[str], values
             yield family
 
 
+# A streaming SUT's live histograms (its live_histograms() keys) as run quantiles.
+_LIVE_TOKEN_HISTOGRAMS = (
+    ("itl_ns", "loadgen_run_itl_seconds", "gap between token chunks"),
+    ("itl_per_token_ns", "loadgen_run_itl_per_token_seconds", "inter-token latency per token"),
+    ("ttfrt_ns", "loadgen_run_ttfrt_seconds", "time to first reasoning token"),
+    ("ttfat_ns", "loadgen_run_ttfat_seconds", "time to first answer token"),
+)
+
+
 def _run_quantiles(engine: Any, sut: Any, names: List[str], values: List[str]) -> Iterator[Metric]:
     """Quantiles over the run so far of the engine's histograms (and the SUT's live
     inter-token gaps); a histogram without values is left out."""
@@ -384,9 +393,10 @@ def _run_quantiles(engine: Any, sut: Any, names: List[str], values: List[str]) -
     ]
     live_histograms = getattr(sut, "live_histograms", None)
     if callable(live_histograms):
-        itl = live_histograms().get("itl_ns")
-        if itl is not None:
-            hists.append(("loadgen_run_itl_seconds", "inter-token latency", itl.histogram))
+        live = live_histograms()
+        for key, name, what in _LIVE_TOKEN_HISTOGRAMS:
+            if key in live:
+                hists.append((name, what, live[key].histogram))
     for name, what, h in hists:
         if h.total_count:
             family = _quantiles(name, f"{what} over the run so far (quantile 1: the maximum)", names, values,

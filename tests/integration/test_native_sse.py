@@ -35,7 +35,8 @@ def test_counts_tokens_and_timing_equal_the_servers(tmp_path, endpoint):
     assert net["http_engine"] == "native" and net["protocol"] == "openai_stream"
     assert c["completed"] == stats["stream_requests"] == 160 and c["failed"] == 0
     assert net["tokens"] == {"source": "usage", "queries_counted_from_usage": 160, "queries_counted_from_chunks": 0,
-                             "output_tokens": 12 * 160}
+                             "output_tokens": 12 * 160, "reasoning_tokens": 0, "reasoning_source": "none",
+                             "itl_per_token_split": {"chunks": 0, "text_length": 160, "tokenizer": 0}}
     assert c["tokens"] == 12 * 160 and net["responses_checked"] == 160
     assert net["native"]["checked_in_python"] == 0  # every stream judged natively
     assert doc["llm"]["requests"]["output_tokens"]["sum"] == 12 * 160
@@ -46,6 +47,10 @@ def test_counts_tokens_and_timing_equal_the_servers(tmp_path, endpoint):
     assert abs(doc["ttft_ns"]["p50"] - truth_ttft[len(truth_ttft) // 2]) < 2e6
     assert 20e6 <= doc["ttft_ns"]["p50"] < 30e6
     assert 2e6 < doc["itl_ns"]["p50"] < 4.5e6 and doc["itl_ns"]["count"] == 11 * 160
+    # One token a chunk: the per-token inter-token latency is the gap between chunks.
+    assert doc["itl_per_token_ns"]["count"] == 11 * 160
+    assert abs(doc["itl_per_token_ns"]["p50"] - doc["itl_ns"]["p50"]) < 0.01 * doc["itl_ns"]["p50"]
+    assert doc["ttfat_ns"]["count"] == 160 and doc.get("ttfrt_ns", {}).get("count", 0) == 0
     assert 2e6 < doc["tpot_ns"]["p50"] < 4.5e6 and doc["tpot_ns"]["count"] == 160
     assert 12 / 0.08 < doc["output_tokens_per_s"]["p50"] < 12 / 0.05
 

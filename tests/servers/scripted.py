@@ -19,7 +19,11 @@ Timing: token i of an answer is due at recv + ttft + i * itl on time.monotonic_n
 being when the kernel received the request's last bytes (SO_TIMESTAMPNS, converted to the
 monotonic clock), however busy the server was then. A stream event carries --tokens-per-chunk
 tokens (the first one --first-chunk-tokens) and is written when its last token is due; a
-non-streamed answer when its last token is due.
+non-streamed answer when its last token is due. With --reasoning-tokens R a chat stream's
+first R tokens are reasoning (``delta.reasoning_content``, or --reasoning-field's name) and
+the rest the answer (``delta.content``); an event holds one kind only (the one that would
+straddle R is cut there), and the usage chunk says R as
+``completion_tokens_details.reasoning_tokens``.
 Each event's write is a timer callback at its absolute due time (no busy waiting), and
 /stats records the time taken right before the write: the data reaches the client during
 the send() call, and a client woken by it may preempt the server before send() returns.
@@ -71,6 +75,7 @@ class StreamRecord:
     tokens: int
     tokens_per_event: int
     first_event_tokens: int  # the first event's tokens; then tokens_per_event each
+    reasoning_tokens: int = 0  # the first ones (chat): an event holds one kind only
     token_write_ns: list[int] = field(default_factory=list)  # one per token event
     usage_sent: bool = False
 
@@ -432,14 +437,18 @@ class ScriptedServer:
         a = self.args
         k = a.tokens_per_chunk
         first = min(n, a.first_chunk_tokens or k)
-        record = StreamRecord(req.recv_ns, n, k, first)
+        reasoning = min(n, a.reasoning_tokens) if chat else 0
+        record = StreamRecord(req.recv_ns, n, k, first, reasoning)
         self.streams.append(record)
         ttft, itl = round(a.ttft_ms * MS), round(a.itl_ms * MS)
+        if reasoning and usage is not None:
+            usage = {**usage, "completion_tokens_details": {"reasoning_tokens": reasoning}}
 
-        def event(count: int, first: bool, finish: str | None = None) -> bytes:
+        def event(count: int, first: bool, thinking: bool = False, finish: str | None = None) -> bytes:
             text = " tok" * count
             if chat:
-                delta = ({"role": "assistant"} if first else {}) | ({"content": text} if count else {})
+                field = a.reasoning_field if thinking else "content"
+                delta = ({"role": "assistant"} if first else {}) | ({field: text} if count else {})
                 return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
             return sse({**base, "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
 
@@ -460,14 +469,15 @@ class ScriptedServer:
                 done.set_result(True)
 
         # Encoded once per request: the events differ only by their token count.
-        events: dict[tuple[int, bool], bytes] = {}
-        tail = (event(0, False, "length") + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
+        events: dict[tuple[int, bool, bool], bytes] = {}
+        tail = (event(0, False, False, "length") + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
                 + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
         plan = []
-        for start in [0, *range(first, n, k)]:
-            count = min(first if start == 0 else k, n - start)
-            key = (count, chat and start == 0)
+        starts = sorted({0, *range(first, n, k), *([reasoning] if 0 < reasoning < n else [])})
+        for start, end in zip(starts, [*starts[1:], n]):
+            count = end - start
+            key = (count, chat and start == 0, start < reasoning)
             data = events.get(key) or events.setdefault(key, event(*key))
             last = start + count == n
             plan.append((req.recv_ns + ttft + (start + count - 1) * itl, data + tail if last else data, last))
@@ -570,6 +580,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--tokens-per-chunk", type=positive, default=1, help="tokens per stream event; default 1")
     g.add_argument("--first-chunk-tokens", type=positive, default=None,
                    help="tokens in a stream's first event (default: --tokens-per-chunk)")
+    g.add_argument("--reasoning-tokens", type=int, default=0, metavar="R",
+                   help="chat: the first R tokens of a stream are reasoning; default 0")
+    g.add_argument("--reasoning-field", choices=("reasoning_content", "reasoning"), default="reasoning_content",
+                   help="the delta's field of reasoning tokens; default %(default)s")
     g.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True,
                    help="usage chunk in every stream, not only on stream_options.include_usage; default on")
     g = p.add_argument_group("KServe v2 (faults apply to infer requests by 1-based sequence number)")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from loadgen import _core
 from loadgen.net.http1 import ResponseTooLarge
 from loadgen.net.native_http import NativeOpenAISUT
-from loadgen.net.openai_stream import TokenStream
+from loadgen.net.openai_stream import TokenStream, token_itl
 from loadgen.net.options import NetOptions
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -35,6 +35,19 @@ class Outcome:
     gaps: List[int] = field(default_factory=list)
     error: Optional[str] = None
     held: bytes = b""
+    reasoning: tuple = ()  # (reasoning tokens seen, usage's reasoning count, first reasoning, first answer)
+    events: list = field(default_factory=list)
+    itl: tuple = ()  # the per-token ITL with usage's count, and counting each event's own
+
+
+def _python_extra(ts: TokenStream) -> dict:
+    return {"reasoning": (ts.reasoning_chunks, ts.usage_reasoning_tokens, ts.first_reasoning_ns, ts.first_answer_ns),
+            "events": list(ts.events), "itl": (token_itl(ts.events, ts.usage_tokens), token_itl(ts.events, -1))}
+
+
+def _native_extra(s) -> dict:
+    return {"reasoning": (s.reasoning_chunks, s.usage_reasoning_tokens, s.first_reasoning_ns, s.first_answer_ns),
+            "events": s.events, "itl": (s.token_itl(s.usage_tokens), s.token_itl(-1))}
 
 
 class _Sink:
@@ -69,12 +82,14 @@ def python_outcome(pieces: List[bytes], limit: int) -> Outcome:
         try:
             ts.on_data(None, piece, t * 1000)
         except ResponseTooLarge as e:
-            return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, str(e))
+            return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, str(e),
+                           **_python_extra(ts))
     held = ts.buf
     if ts.buf.strip():
         ts._event(ts.buf, (t + 1) * 1000)
     assert sut.sink.first == ([ts.first_ns] if ts.first_ns else [])
-    return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, ts.error, held)
+    return Outcome(ts.chunks, int(ts.usage_tokens), ts.done, ts.finished, ts.first_ns, ts.gaps, ts.error, held,
+                   **_python_extra(ts))
 
 
 def native_outcome(pieces: List[bytes], limit: int) -> Outcome:
@@ -85,11 +100,12 @@ def native_outcome(pieces: List[bytes], limit: int) -> Outcome:
     for t, piece in enumerate(pieces, 1):
         if not s.feed(piece, t * 1000):
             _, message = words.stream_verdict(7, 200, str(s.held_over).encode())
-            return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, message)
+            return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, message,
+                           **_native_extra(s))
     held = s.held
     s.finish((t + 1) * 1000)
     error = words.stream_verdict(s.problem, 200, s.problem_data)[1] if s.problem else None
-    return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, error, held)
+    return Outcome(s.chunks, s.usage_tokens, s.done, s.finished, s.first_ns, s.gaps, error, held, **_native_extra(s))
 
 
 # ---------------------------------------------------------------- generated streams
@@ -100,7 +116,9 @@ _scalar = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), _t
 _json = st.recursive(_scalar, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
     st.dictionaries(st.sampled_from(["text", "content", "delta", "choices", "finish_reason", "usage",
-                                     "completion_tokens", "error", "x"]), inner, max_size=4)), max_leaves=12)
+                                     "completion_tokens", "error", "x", "reasoning_content", "reasoning",
+                                     "completion_tokens_details", "reasoning_tokens"]), inner, max_size=4)),
+    max_leaves=12)
 _tokens = st.one_of(st.integers(-3, 40), st.booleans(), st.none(), st.just(2.0), st.just("7"),
                     st.just(2**31 - 1), st.just(2**31), st.just(2**63 - 1), st.just(-2**63), st.just(2**64))
 
@@ -111,8 +129,11 @@ def _choice(draw):
     c = {"index": 0}
     text = draw(st.one_of(_text, st.none(), st.integers(0, 2), st.lists(st.integers(), max_size=1)))
     if chat:
+        thought = draw(st.one_of(_text, st.none(), st.integers(0, 2)))
         c["delta"] = draw(st.one_of(st.just({"content": text}), st.just({}), st.just({"role": "assistant"}),
-                                    st.none(), st.just(text)))
+                                    st.none(), st.just(text), st.just({"reasoning_content": thought}),
+                                    st.just({"reasoning": thought}), st.just({"content": text, "reasoning": thought}),
+                                    st.just({"reasoning_content": thought, "content": None})))
         if draw(st.booleans()):
             c["text"] = text
     else:
@@ -131,8 +152,11 @@ def _payload(draw) -> str:
     if kind == "token":
         return dumps({"id": "x", "object": "chunk", "choices": draw(st.lists(_choice(), max_size=3))})
     if kind == "usage":
+        details = st.builds(lambda n, r: {"completion_tokens": n, "completion_tokens_details": {"reasoning_tokens": r}},
+                            _tokens, _tokens)
         return dumps({"choices": draw(st.lists(_choice(), max_size=1)),
-                      "usage": draw(st.one_of(st.just(None), st.builds(lambda n: {"completion_tokens": n}, _tokens)))})
+                      "usage": draw(st.one_of(st.just(None), st.builds(lambda n: {"completion_tokens": n}, _tokens),
+                                              details))})
     if kind == "error":
         return dumps({"error": draw(_json)})
     if kind == "done":
@@ -144,7 +168,8 @@ def _payload(draw) -> str:
         return f'{{"usage":{{"completion_tokens":{json.dumps(n)}}},"choices":[{{"text":"a"}}],"usage":' \
                f'{{"completion_tokens":{json.dumps(m)},"completion_tokens":null}},"choices":{draw(st.sampled_from(["[]", "{}", "null", chr(34) + "s" + chr(34)]))}}}'
     if kind == "escaped":
-        key = draw(st.sampled_from(["\\u0065rror", "t\\u0065xt", "\\u0063hoices", "usag\\u0065", "text\\u0000"]))
+        key = draw(st.sampled_from(["\\u0065rror", "t\\u0065xt", "\\u0063hoices", "usag\\u0065", "text\\u0000",
+                                    "r\\u0065asoning"]))
         return '{"choices":[{"%s":"x"}],"%s":1}' % (key, key)
     if kind == "deep":
         d = draw(st.integers(1, 60))
@@ -272,6 +297,74 @@ def test_scan_costs_well_under_a_microsecond_per_event():
     assert 0 < _core.time_sse_scan_ns(stream, pieces=34, iterations=200) < 5000
     with pytest.raises(ValueError):
         _core.time_sse_scan_ns(b"data: x", iterations=10)
+
+
+def _both(pieces: List[bytes]) -> Outcome:
+    got = native_outcome(pieces, 1 << 20)
+    assert got == python_outcome(pieces, 1 << 20)
+    return got
+
+
+def _chat(delta: dict) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_deltas_are_tokens_of_the_stream_counted_apart(field):
+    usage = b'data: {"choices":[],"usage":{"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":2}}}\n\n'
+    pieces = [_chat({"role": "assistant", field: "Let"}), _chat({field: " me", "content": None}),
+              _chat({"content": "A"}), _chat({"content": "B", field: ""}), _chat({"content": "C"}) + usage,
+              b"data: [DONE]\n\n"]
+    got = _both(pieces)
+    assert (got.chunks, got.first_ns, got.usage_tokens, got.error) == (5, 1000, 5, None)
+    assert got.reasoning == (2, 2, 1000, 3000)  # seen, usage's count, first reasoning, first answer
+    assert [e[:2] for e in got.events] == [(1000, 1), (2000, 1), (3000, 1), (4000, 1), (5000, 1)]
+
+
+def test_a_stream_of_reasoning_alone_has_no_answer_token():
+    got = _both([_chat({"reasoning_content": "hmm"}) + _chat({"reasoning_content": "..."}) + b"data: [DONE]\n\n"])
+    assert got.chunks == 2 and got.reasoning == (2, -1, 1000, 0)
+
+
+def test_per_token_itl_spreads_a_chunks_gap_over_its_tokens():
+    # The issue's case: 16 tokens a chunk, 160 ms apart; usage says 64 tokens.
+    ms = 1_000_000
+    s = _core.SseScanner()
+    s.start()
+    ts = TokenStream(_Sut(1 << 20), 1, 0)
+    for i in range(4):
+        piece = _chat({"content": " tok" * 16})
+        s.feed(piece, (50 + 160 * i) * ms)
+        ts.on_data(None, piece, (50 + 160 * i) * ms)
+    tail = b'data: {"choices":[],"usage":{"completion_tokens":64}}\n\ndata: [DONE]\n\n'
+    s.feed(tail, 600 * ms)
+    ts.on_data(None, tail, 600 * ms)
+    assert s.gaps == ts.gaps == [160 * ms] * 3  # the gap between chunks
+    assert s.token_itl(64) == token_itl(ts.events, 64) == [(10 * ms, 16)] * 3  # per token
+    assert s.token_itl(-1) == [(160 * ms, 1)] * 3  # no count: each chunk one token, as it counted
+
+
+def test_a_usage_count_is_spread_over_events_by_their_text():
+    pieces = [_chat({"content": "abcd"}), _chat({"content": "abcdefghijkl"}), b"data: [DONE]\n\n"]
+    got = _both(pieces)
+    assert [e[2] for e in got.events] == [4, 12]
+    assert got.itl[1] == [(1000, 1)]
+    s = _core.SseScanner()
+    s.start()
+    s.feed(pieces[0], 0)
+    s.feed(pieces[1], 3000)
+    # 4 tokens by weight 4:12 -> 1 and 3: the second event's gap is spread over 3.
+    assert s.token_itl(4) == token_itl([(0, 1, 4), (3000, 1, 12)], 4) == [(1000, 3)]
+
+
+def test_an_event_given_no_token_by_the_spread_passes_its_gap_on():
+    events = [(0, 1, 100), (10, 1, 1), (20, 1, 100)]
+    assert token_itl(events, 2) == [(20, 1)]  # k = 1, 0, 1: the sum of the values' spans is the stream's
+    s = _core.SseScanner()
+    s.start()
+    for t, w in ((0, 100), (10, 1), (20, 100)):
+        s.feed(_chat({"content": "x" * w}), t)
+    assert s.events == events and s.token_itl(2) == [(20, 1)]
 
 
 # ---------------------------------------------------------------- end to end
