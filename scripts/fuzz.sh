@@ -63,7 +63,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     hdr_codec) native=(csrc/hdr_codec.cc csrc/hdr_histogram.cc csrc/hdr_codec.h csrc/hdr_histogram.h) ;;
     http_parser) native=(csrc/http_parser.cc csrc/http_parser.h) ;;
-    sse_scanner) native=(csrc/sse.cc csrc/sse.h) ;;
+    sse_scanner) native=(csrc/sse.cc csrc/hdr_histogram.cc csrc/sse.h csrc/hdr_histogram.h) ;;
   esac
   if [[ ${#native[@]} -gt 0 ]]; then
     if ! command -v "$CLANGXX" >/dev/null; then

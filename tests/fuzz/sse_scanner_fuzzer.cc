@@ -55,6 +55,27 @@ Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int6
   for (const int64_t g : s.gaps()) CHECK(g >= 0);
   CHECK((s.chunks() > 0) == (s.first_ns() > 0) && s.last_ns() >= s.first_ns());
   CHECK((s.problem() == SseProblem::kNone) == s.problem_data().empty());
+  // Reasoning tokens are tokens of the stream; each event that held tokens is kept once.
+  CHECK(s.reasoning_chunks() >= 0 && s.reasoning_chunks() <= s.chunks());
+  CHECK((s.reasoning_chunks() > 0) == (s.first_reasoning_ns() > 0));
+  CHECK((s.chunks() > s.reasoning_chunks()) == (s.first_answer_ns() > 0));
+  CHECK(s.first_reasoning_ns() == 0 || s.first_reasoning_ns() >= s.first_ns());
+  CHECK(s.first_answer_ns() == 0 || s.first_answer_ns() >= s.first_ns());
+  int64_t event_tokens = 0;
+  for (size_t j = 0; j < s.event_ns().size(); ++j) {
+    CHECK(s.event_tokens()[j] >= 1 && s.event_weights()[j] >= 1);
+    event_tokens += s.event_tokens()[j];
+  }
+  CHECK(event_tokens == s.chunks());
+  // The per-token ITL: values >= 1 ns, counts that never exceed the tokens spread.
+  for (const int64_t total : {s.usage_tokens(), int64_t{-1}}) {
+    int64_t counted = 0;
+    s.token_itl(total, [&](int64_t value, int64_t k) {
+      CHECK(value >= 1 && k >= 1);
+      counted += k;
+    });
+    CHECK(counted <= (total >= 0 ? total : s.chunks()));
+  }
   run.chunks = s.chunks();
   run.usage = s.usage_tokens();
   run.done = s.done();
