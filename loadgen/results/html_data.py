@@ -51,7 +51,7 @@ _SPECTRUM_X = [10 ** (math.log10(2) + i * (5 - math.log10(2)) / 56) for i in ran
 #: Histograms shown as spectra, in this order, and their names (others of a time unit follow).
 _SPECTRA = {"latency_ns": "latency", "service_time_ns": "service time", "issue_delay_ns": "issue delay",
             "ttft_ns": "TTFT", "ttfrt_ns": "time to first reasoning token", "ttfat_ns": "time to first answer token",
-            "itl_ns": "gap between token chunks", "itl_per_token_ns": "ITL per token", "tpot_ns": "TPOT"}
+            "itl_ns": "ITL between chunks", "itl_per_token_ns": "ITL per token", "tpot_ns": "TPOT"}
 _TIME_GROUP = "time"
 
 

@@ -367,18 +367,24 @@ def test_token_histograms_get_spectra_in_ms_and_rates_do_not(pages):
     doc = load_result(pages["plain"].parent / "result.json")
     doc["ttft_ns"] = _summary([20_000_000 + 1000 * i for i in range(1000)])  # 20 to 21 ms
     doc["itl_ns"] = _summary([5_000_000] * 500)
+    doc["itl_per_token_ns"] = _summary([1_000_000] * 500)
+    doc["ttfat_ns"] = _summary([60_000_000] * 500)
     doc["output_tokens_per_s"] = _summary([40_000] * 10)  # milli-tokens/s: not a time
     doc["histograms"].update({"ttft_ns": {"unit": "ns", "source": "engine"}, "itl_ns": {"unit": "ns", "source": "sut"},
+                              "itl_per_token_ns": {"unit": "ns", "source": "sut"},
+                              "ttfat_ns": {"unit": "ns", "source": "sut"},
                               "output_tokens_per_s": {"unit": "tokens/s", "source": "sut", "scale": 1000.0,
                                                       "hdr_unit": "milli-tokens/s"}})
     charts = {c["title"]: c for c in spectrum_charts([("a", doc), ("b", doc)])}
     assert list(charts) == ["latency by percentile", "service time by percentile", "issue delay by percentile",
-                            "TTFT by percentile", "ITL by percentile"]
+                            "TTFT by percentile", "time to first answer token by percentile",
+                            "ITL between chunks by percentile", "ITL per token by percentile"]
     ttft = charts["TTFT by percentile"]["series"]
     assert [s["name"] for s in ttft] == ["a", "b"]
     assert ttft[0]["x"][0] == 2.0 and ttft[0]["x"][-1] <= 1000  # from p50, as far as 1000 values go
     assert 20.4 <= ttft[0]["y"][0] <= 20.6 and ttft[0]["y"][-1] <= 21.05
-    assert all(abs(y - 5.0) <= 0.005 for y in charts["ITL by percentile"]["series"][0]["y"])  # HDR precision
+    assert all(abs(y - 5.0) <= 0.005 for y in charts["ITL between chunks by percentile"]["series"][0]["y"])  # HDR precision
+    assert all(abs(y - 1.0) <= 0.001 for y in charts["ITL per token by percentile"]["series"][0]["y"])
 
 
 def test_newer_interval_keys_are_drawn_when_present(pages):
