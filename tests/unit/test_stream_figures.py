@@ -99,3 +99,21 @@ def test_a_stream_without_reasoning_counts_none():
     tokens = sut.report()["tokens"]
     assert (tokens["reasoning_tokens"], tokens["reasoning_source"]) == (0, "none")
     assert sut.histograms()["ttfrt_ns"].histogram.total_count == 0
+
+
+def test_live_metrics_serve_the_stream_figures():
+    from loadgen.stats.histogram import Histogram
+    from loadgen.telemetry.live import _run_quantiles
+
+    class _Engine:
+        def histogram(self, name: str) -> Histogram:
+            return Histogram()
+
+    sut = _sut()
+    _run(sut, [(50, _event({"reasoning_content": "x"})), (60, _event({"content": "y z"})),
+               (80, _event({"content": "w"}) + _usage(4, 1))], 90)
+    families = {f.name: f for f in _run_quantiles(_Engine(), sut, [], [])}
+    assert set(families) == {"loadgen_run_itl_seconds", "loadgen_run_itl_per_token_seconds",
+                             "loadgen_run_ttfrt_seconds", "loadgen_run_ttfat_seconds"}
+    top = {f: max(s.value for s in families[f].samples) for f in families}
+    assert abs(top["loadgen_run_ttfat_seconds"] - 0.060) < 1e-4 and abs(top["loadgen_run_ttfrt_seconds"] - 0.050) < 1e-4
