@@ -305,7 +305,10 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
                      f"ready after {net['ready_wait_s']:.2f} s; payload {net['payload']['source']}")
         tokens = net.get("tokens")
         if tokens:
-            lines.append(f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}")
+            line = f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}"
+            if tokens.get("reasoning_tokens"):
+                line += f"; {tokens['reasoning_tokens']:,} of them reasoning, counted from {tokens['reasoning_source']}"
+            lines.append(line)
     sm = doc.get("server_metrics")
     if sm:
         deltas = sm.get("deltas", {})

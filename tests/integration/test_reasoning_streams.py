@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from loadgen.results import render_summary
 from tests.integration.test_net_servers import run_doc
 from tests.servers.scripted_proc import start_scripted
 
@@ -61,6 +62,10 @@ def test_reasoning_streams_time_the_first_token_of_either_kind(tmp_path, field):
         assert (tokens["reasoning_tokens"], tokens["reasoning_source"]) == (16 * 48, "usage"), engine
         assert doc["llm"]["requests"]["reasoning_tokens"] == 16 * 48
         assert doc["reasoning_length_tokens"]["min"] == doc["reasoning_length_tokens"]["max"] == 16
+        summary = render_summary(doc)
+        assert all(f"\n{label:<12} p50 " in summary for label in ("ttft", "ttfrt", "ttfat", "chunk gap", "itl/token"))
+        assert f"{32 * 48:,} output tokens, counted from usage; {16 * 48:,} of them reasoning, counted from usage" \
+            in summary
     native, asyncio_ = docs["native"], docs["asyncio"]
     assert native["network"]["tokens"] == asyncio_["network"]["tokens"]
 
@@ -70,7 +75,8 @@ def test_per_token_itl_spreads_each_chunks_gap_over_its_16_tokens(tmp_path):
     docs, stats = _docs(tmp_path, ("--ttft-ms", "50", "--itl-ms", "10", "--tokens", "64",
                                    "--tokens-per-chunk", "16"), "--query-count", "32")
     gaps = [b - a for s in stats["streams"] for a, b in zip(s["token_write_ns"], s["token_write_ns"][1:])]
-    assert len(gaps) == 2 * 32 * 3 and 160 <= _median_ms(gaps) < 162
+    # A late write makes one gap longer and the next shorter: the median stays near 160.
+    assert len(gaps) == 2 * 32 * 3 and abs(_median_ms(gaps) - 160) < 2
     for engine, doc in docs.items():
         assert doc["counts"]["completed"] == 32 and doc["counts"]["tokens"] == 64 * 32, engine
         assert abs(doc["itl_ns"]["p50"] / MS - 160) < 3, (engine, doc["itl_ns"])  # the gap between chunks
