@@ -94,7 +94,9 @@ def _reasoning_count(usage: Any) -> Optional[int]:
 def text_weight(data: bytes) -> int:
     """An event's text weight: the raw bytes of its ``text``, ``content``,
     ``reasoning_content`` and ``reasoning`` strings as written, at least 1."""
-    return max(1, sum(len(m) for m in _TEXT_STRING.findall(data)))
+    found = _TEXT_STRING.findall(data)
+    n = len(found[0]) if len(found) == 1 else sum(map(len, found))  # one string: the usual event
+    return n if n > 0 else 1
 
 
 def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tuple[int, int]]:
