@@ -37,7 +37,7 @@ _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
 # A non-empty reasoning string value (chat delta): vLLM's and DeepSeek's, or another family's.
 _REASONING_FIELD = re.compile(rb'"(?:reasoning_content|reasoning)"\s*:\s*"(?!")')
 # Every text string of an event, as written (escapes undone or not: an estimate's weight).
-_TEXT_STRING = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)
+_TEXT_STRING = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)', re.S)
 # A choice's finish_reason given (a string, not null).
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 
