@@ -34,22 +34,39 @@ bool field_at(const char* p, const char* end, const char* key, size_t m, bool no
   return !nonempty || p == end || *p != '"';
 }
 
-bool token_field(const char* p, size_t n) {
-  const char* end = p + n;
-  for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
-       ++q) {
-    if (field_at(q, end, "\"text\"", 6, true) || field_at(q, end, "\"content\"", 9, true)) return true;
+// Which text key, if any, is at the quote q (with \s* : \s* " after it): its length,
+// quotes included (0: none). One comparison a quote, chosen by the key's first letter.
+size_t text_key_at(const char* q, const char* end) {
+  if (end - q < 2) return 0;
+  switch (q[1]) {
+    case 't':
+      return field_at(q, end, "\"text\"", 6, false) ? 6 : 0;
+    case 'c':
+      return field_at(q, end, "\"content\"", 9, false) ? 9 : 0;
+    case 'r':
+      if (field_at(q, end, "\"reasoning_content\"", 19, false)) return 19;
+      return field_at(q, end, "\"reasoning\"", 11, false) ? 11 : 0;
+    default:
+      return 0;
   }
-  return false;
 }
 
-bool reasoning_field(const char* p, size_t n) {
+// The value's first byte after a key of length m at q (field_at matched).
+const char* value_at(const char* q, const char* end, size_t m) {
+  return static_cast<const char*>(std::memchr(q + m, '"', static_cast<size_t>(end - q) - m)) + 1;
+}
+
+// Whether a non-empty string of an answer key ("text", "content"; reasoning: false) or
+// a reasoning key ("reasoning_content", "reasoning"; reasoning: true) is in the data,
+// looking at every quote (the regexes _TOKEN_FIELD and _REASONING_FIELD).
+bool token_field(const char* p, size_t n, bool reasoning) {
   const char* end = p + n;
   for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
        ++q) {
-    if (field_at(q, end, "\"reasoning_content\"", 19, true) || field_at(q, end, "\"reasoning\"", 11, true)) {
-      return true;
-    }
+    const size_t m = text_key_at(q, end);
+    if (m == 0 || (m >= 11) != reasoning) continue;
+    const char* v = value_at(q, end, m);
+    if (v == end || *v != '"') return true;
   }
   return false;
 }
@@ -63,19 +80,12 @@ int64_t text_weight(const char* p, size_t n) {
   int64_t sum = 0;
   const char* q = p;
   while ((q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))))) {
-    size_t m = 0;
-    for (const auto& [key, len] : {std::pair<const char*, size_t>{"\"text\"", 6}, {"\"content\"", 9},
-                                   {"\"reasoning_content\"", 19}, {"\"reasoning\"", 11}}) {
-      if (field_at(q, end, key, len, false)) {
-        m = len;
-        break;
-      }
-    }
+    const size_t m = text_key_at(q, end);
     if (m == 0) {
       ++q;
       continue;
     }
-    q = static_cast<const char*>(std::memchr(q + m, '"', static_cast<size_t>(end - q - m))) + 1;  // the value's quote
+    q = value_at(q, end, m);
     const char* s = q;
     while (q < end && *q != '"') {
       if (*q == '\\') {
@@ -502,9 +512,9 @@ void SseScanner::data(const char* p, size_t n, int64_t t) {
   const int64_t before = chunks_;
   // A plain token chunk (no usage, no error) is recognised without reading its JSON.
   if (p[0] == '{' && p[n - 1] == '}' && !has(p, n, "\"usage\"", 7) && !has(p, n, "\"error\"", 7)) {
-    if (token_field(p, n)) {
+    if (token_field(p, n, false)) {
       token(t, false);
-    } else if (reasoning_field(p, n)) {
+    } else if (token_field(p, n, true)) {
       token(t, true);
     } else if (!finished_ && finish_field(p, n)) {
       finished_ = true;
