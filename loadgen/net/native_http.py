@@ -11,9 +11,10 @@ is checked and the usual model answering the same prepared requests costs one lo
 
 OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events arrive
 (``csrc/sse.cc``, the semantics of :class:`~loadgen.net.openai_stream.TokenStream`): first
-tokens, completions with their token counts and the client's figures (inter-token gaps,
-tokens per second, lengths) are native; only a failed stream comes to the Python side,
-for its message.
+tokens, completions with their token counts and the client's figures (gaps between token
+chunks, the per-token inter-token latency, times to the first reasoning and answer token,
+reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
+the Python side, for its message.
 """
 
 from __future__ import annotations

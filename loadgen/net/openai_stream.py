@@ -597,8 +597,9 @@ class OpenAISUT(HttpSUT):
         return self._itl
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
-        """The token histograms in ns so far (copies), for live metrics (``--metrics-port``): callable from any thread while the run goes on,
-        unlike :meth:`histograms`."""
+        """The token histograms in ns so far (copies), for live metrics
+        (``--metrics-port``): callable from any thread while the run goes on, unlike
+        :meth:`histograms`."""
         with self._gaps_lock:
             self._flush_gaps()
             return {"itl_ns": NamedHistogram(self._itl.copy(), "ns"),
