@@ -518,6 +518,8 @@ class OpenAISUT(HttpSUT):
         self.tokens_from_usage += 1
         self.output_tokens += n
         self.output_lengths[n] += 1
+        reasoning = _reasoning_count(doc.get("usage"))
+        self._record_reasoning(-1 if reasoning is None else reasoning, 0)
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
@@ -533,7 +535,7 @@ class OpenAISUT(HttpSUT):
             self.tokens_from_chunks += 1
         self.output_tokens += n
         self.output_lengths[n] += 1
-        self._record_reasoning(s)
+        self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
@@ -562,11 +564,11 @@ class OpenAISUT(HttpSUT):
         self._lengths(s.n_input, n)
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
 
-    def _record_reasoning(self, s: TokenStream) -> None:
-        """A good stream's reasoning tokens: usage's count when the server gave one, else
-        its reasoning chunks (a stream with neither counts nowhere)."""
-        usage = s.usage_reasoning_tokens >= 0
-        r = s.usage_reasoning_tokens if usage else s.reasoning_chunks
+    def _record_reasoning(self, usage_count: int, chunks: int) -> None:
+        """An answer's reasoning tokens: usage's count when the server gave one (>= 0),
+        else its reasoning chunks (an answer with neither counts nowhere)."""
+        usage = usage_count >= 0
+        r = usage_count if usage else chunks
         if not usage and r == 0:
             return
         if usage:

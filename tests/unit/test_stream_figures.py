@@ -117,3 +117,14 @@ def test_live_metrics_serve_the_stream_figures():
                              "loadgen_run_ttfrt_seconds", "loadgen_run_ttfat_seconds"}
     top = {f: max(s.value for s in families[f].samples) for f in families}
     assert abs(top["loadgen_run_ttfat_seconds"] - 0.060) < 1e-4 and abs(top["loadgen_run_ttfrt_seconds"] - 0.050) < 1e-4
+
+
+def test_an_answer_not_streamed_counts_the_reasoning_its_usage_gives():
+    from loadgen.net.openai_stream import WholeResponse
+
+    sut = _sut()
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a b"}}],
+            "usage": {"completion_tokens": 7, "completion_tokens_details": {"reasoning_tokens": 5}}}
+    WholeResponse(sut, 1, 0).on_response(None, 200, json.dumps(body).encode(), 10 * MS)
+    tokens = sut.report()["tokens"]
+    assert (tokens["output_tokens"], tokens["reasoning_tokens"], tokens["reasoning_source"]) == (7, 5, "usage")
