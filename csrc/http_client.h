@@ -123,7 +123,33 @@ class HttpClient final : public NetClient {
     int problem = 0;
     std::string body;
   };
+  // What one readiness event on a connection leaves to do once its lock is released.
+  struct EventOutcome {
+    int64_t done_id = -1;  // a whole response to judge (not sse)
+    int64_t done_t = 0;
+    int done_status = 0;
+    std::string done_body;
+    StreamEnd stream_end;  // sse: a stream that ended (id >= 0)
+    bool reuse = false;    // the connection is idle again: it goes back to the pool
+  };
+  // An I/O thread: waits for events, handles each, scans for timeouts.
   void io_loop(Io* io);
+  // One readiness event `ev` on `c`: under c's lock, a finished connect, the rest of a
+  // request or the responses read; then, unlocked, what they leave to do.
+  void on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept;
+  // c's non-blocking connect ended (c's lock held): idle and reusable, or failed.
+  void on_connected(Conn* c, uint32_t ev, EventOutcome* out) noexcept;
+  // Reads and parses what c has (c's lock held), at most kMaxReadsPerEvent reads.
+  void read_responses(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept;
+  // A read failed with errno `err`: c closes, failing its query.
+  void close_after_read_error(Conn* c, int err) noexcept;
+  // The server closed c at `t`: a response that ends at EOF is whole, else its query fails.
+  void close_at_eof(Conn* c, int64_t t, EventOutcome* out) noexcept;
+  // Parses `n` bytes read at `t` on c (`filled`: the read filled the buffer, so more may
+  // wait). True when c should be read again.
+  bool parse_read(Conn* c, const char* data, size_t n, int64_t t, bool filled, EventOutcome* out) noexcept;
+  // A whole response on c, complete at `t`: its stream ends (sse), or it waits to be judged.
+  void take_response(Conn* c, int64_t t, EventOutcome* out) noexcept;
   // Opens `c` (non-blocking connect, finished by its I/O thread). False on an immediate failure.
   bool open(Conn* c, std::string* error, int* err);
   bool connect_blocking(Conn* c, int64_t timeout_ns);
