@@ -580,15 +580,10 @@ void bind_engine(py::module_& m) {
              loadgen_bindings::put_recorder_counts(d, c);
              return d;
            })
-      .def("over_bound", [](const Engine& e) { return e.recorder().over_bound(); },
-           "Latencies strictly over each of settings.latency_bounds_ns (exact counts).")
-      .def("over_ttft_bound", [](const Engine& e) { return e.recorder().over_ttft_bound(); },
-           "Times to first token strictly over each of settings.ttft_bounds_ns (exact counts).")
-      .def("over_tpot_bound", [](const Engine& e) { return e.recorder().over_tpot_bound(); },
-           "Times per output token strictly over each of settings.tpot_bounds_ns (exact counts).")
-      .def("latency", [](const Engine& e) { return PyHistogram(e.recorder().latency()); })
-      .def("service_time", [](const Engine& e) { return PyHistogram(e.recorder().service_time()); })
-      .def("issue_delay", [](const Engine& e) { return PyHistogram(e.recorder().issue_delay()); })
+      .def_property_readonly(
+          "recorder", [](const Engine& e) -> const loadgen::Recorder& { return e.recorder(); },
+          py::return_value_policy::reference_internal,
+          "The run's Recorder: latency, service time, issue delay, TTFT and TPOT histograms, counts over bounds.")
       .def(
           "net_receive_wait",
           [](Engine& e) -> py::object {
@@ -598,8 +593,6 @@ void bind_engine(py::module_& m) {
           },
           "The native network client's receive waits (ns): per read, how long the bytes read had "
           "waited in the socket since the kernel received them (SO_TIMESTAMPNS); None without one.")
-      .def("ttft", [](const Engine& e) { return PyHistogram(e.recorder().ttft()); })
-      .def("tpot", [](const Engine& e) { return PyHistogram(e.recorder().tpot()); })
       .def("timeseries",
            [](const Engine& e) {
              py::list out;
