@@ -130,7 +130,7 @@ class Recorder:
     def over_ttft_bound(self) -> List[int]: ...
     def over_tpot_bound(self) -> List[int]: ...
 
-# --- the issue engine (bindings/bind_engine.cc) ---
+# --- the issue engine (bindings/bind_engine.cc; schedules: bind_schedule.cc) ---
 
 def now_ns() -> int: ...
 def allowed_cpus() -> List[int]: ...
@@ -486,7 +486,8 @@ def mlperf_generate(
     limit: int = -1,
 ) -> List[Tuple[int, List[int]]]: ...
 
-# --- the HTTP/1.1 response parser (bindings/bind_http.cc) ---
+# --- the native network clients' settings are above; their HTTP/1.1 response parser
+# and SSE scanner, on their own for tests and fuzzing (bindings/bind_net.cc) ---
 
 class HttpResponseParser:
     """One per connection; not thread-safe; holds the GIL."""

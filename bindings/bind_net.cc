@@ -1,19 +1,26 @@
-// Bindings for the native HTTP/1.1 response parser, the SSE scanner (for tests and
-// fuzzing against the Python client's TokenStream) and their microbenchmarks. The parser is
-// driven with the GIL held: its body callback calls back into Python, and one feed of a
-// typical response costs less than releasing and taking the GIL again.
+// Bindings for the native network clients: their settings, whether this build has the
+// gRPC one, and the parts that tests and fuzzing drive on their own: the HTTP/1.1
+// response parser and the SSE scanner (against the Python client's TokenStream), with
+// their microbenchmarks. A run's client is the engine's SUT: the Engine's http_* methods
+// (bind_engine.cc) reach it. The parser is driven with the GIL
+// held: its body callback calls back into Python, and one feed of a typical response
+// costs less than releasing and taking the GIL again.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "grpc_client.h"
+#include "http_client.h"
 #include "http_parser.h"
 #include "sse.h"
 
 namespace py = pybind11;
 using loadgen::HttpParserLimits;
+using loadgen::HttpClientSettings;
 using loadgen::HttpResponseParser;
 using loadgen::SseScanner;
 
@@ -38,9 +45,49 @@ const char* result_name(HttpResponseParser::Result r) {
   return "error";
 }
 
-}  // namespace
+void bind_client_settings(py::module_& m) {
+  py::class_<HttpClientSettings>(m, "HttpClientSettings",
+                                 "The native network client's settings: HTTP/1.1 (SutKind.http) or gRPC (SutKind.grpc).")
+      .def(py::init<>())
+      .def_readwrite("host", &HttpClientSettings::host)
+      .def_readwrite("port", &HttpClientSettings::port)
+      .def_readwrite("connections", &HttpClientSettings::connections)
+      .def_readwrite("warm_connections", &HttpClientSettings::warm_connections)
+      .def_readwrite("io_threads", &HttpClientSettings::io_threads)
+      .def_property(
+          "requests",
+          [](const HttpClientSettings& s) {
+            py::list out;
+            for (const std::string& r : s.requests) out.append(py::bytes(r));
+            return out;
+          },
+          [](HttpClientSettings& s, const std::vector<py::bytes>& reqs) {
+            s.requests.clear();
+            for (const py::bytes& r : reqs) s.requests.emplace_back(r);
+          },
+          "The prepared requests (bytes), by sample index.")
+      .def_readwrite("head_only", &HttpClientSettings::head_only)
+      .def_readwrite("max_response_bytes", &HttpClientSettings::max_response_bytes)
+      .def_readwrite("connect_timeout_ns", &HttpClientSettings::connect_timeout_ns)
+      .def_readwrite("timeout_ns", &HttpClientSettings::timeout_ns)
+      .def_readwrite("cache_entries", &HttpClientSettings::cache_entries)
+      .def_readwrite("cache_body_bytes", &HttpClientSettings::cache_body_bytes)
+      .def_readwrite("cpus", &HttpClientSettings::cpus)
+      .def_readwrite("sse", &HttpClientSettings::sse)
+      .def_readwrite("sse_check", &HttpClientSettings::sse_check)
+      .def_readwrite("input_tokens", &HttpClientSettings::input_tokens)
+      .def_readwrite("significant_figures", &HttpClientSettings::significant_figures)
+      .def_readwrite("grpc_path", &HttpClientSettings::grpc_path)
+      .def_readwrite("authority", &HttpClientSettings::authority)
+      .def_readwrite("metadata", &HttpClientSettings::metadata)
+      .def_readwrite("max_in_flight", &HttpClientSettings::max_in_flight);
+  m.def("grpc_client_available", &loadgen::grpc_client_available,
+        "Whether this build has the native gRPC client (it was built with nghttp2).");
+  m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
+        "The nghttp2 version the native gRPC client runs on (\"\" without it).");
+}
 
-void bind_http(py::module_& m) {
+void bind_http_parser(py::module_& m) {
   py::class_<HttpResponseParser>(m, "HttpResponseParser")
       .def(py::init([](int64_t max_head_bytes, int64_t max_body_bytes) {
              HttpParserLimits limits;
@@ -83,7 +130,17 @@ void bind_http(py::module_& m) {
                              })
       .def_property_readonly("error_kind", &HttpResponseParser::error_kind)
       .def_property_readonly("error_message", &HttpResponseParser::error_message);
+  m.def(
+      "time_http_parse_ns",
+      [](const py::bytes& response, int pieces, int64_t iterations) {
+        const std::string_view v = view_of(response);
+        py::gil_scoped_release release;
+        return loadgen::time_http_parse_ns(v.data(), v.size(), pieces, iterations);
+      },
+      py::arg("response"), py::arg("pieces") = 1, py::arg("iterations") = 1000000);
+}
 
+void bind_sse_scanner(py::module_& m) {
   m.attr("MAX_TOKEN_COUNT") = loadgen::kMaxTokenCount;
   py::class_<SseScanner>(m, "SseScanner")
       .def(py::init<int64_t>(), py::arg("max_event_bytes") = int64_t{64} << 20)
@@ -124,13 +181,12 @@ void bind_http(py::module_& m) {
         return loadgen::time_sse_scan_ns(v.data(), v.size(), pieces, iterations);
       },
       py::arg("stream"), py::arg("pieces") = 1, py::arg("iterations") = 100000);
+}
 
-  m.def(
-      "time_http_parse_ns",
-      [](const py::bytes& response, int pieces, int64_t iterations) {
-        const std::string_view v = view_of(response);
-        py::gil_scoped_release release;
-        return loadgen::time_http_parse_ns(v.data(), v.size(), pieces, iterations);
-      },
-      py::arg("response"), py::arg("pieces") = 1, py::arg("iterations") = 1000000);
+}  // namespace
+
+void bind_net(py::module_& m) {
+  bind_client_settings(m);
+  bind_http_parser(m);
+  bind_sse_scanner(m);
 }
