@@ -1,6 +1,6 @@
 // Bindings for the issue engine: its settings (with the SUT it drives), the run (queries
 // handed out and completed), the native network client a run may drive, and what the run
-// recorded. The schedules are bound in bind_schedule.cc, the network clients' settings in
+// recorded. The schedules are bound in bind_schedule.cc, the network client's settings in
 // bind_net.cc, the Recorder in bind_histogram.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -13,6 +13,7 @@
 #include "affinity.h"
 #include "clock.h"
 #include "engine.h"
+#include "http_client.h"
 #include "native_suts.h"
 #include "py_counts.h"
 #include "py_histogram.h"
@@ -129,8 +130,7 @@ void bind_sut_settings(py::module_& m) {
       .value("fixed_delay", loadgen::SutKind::kFixedDelay)
       .value("queue", loadgen::SutKind::kQueue)
       .value("demo", loadgen::SutKind::kDemo)
-      .value("http", loadgen::SutKind::kHttp)
-      .value("grpc", loadgen::SutKind::kGrpc);
+      .value("net_client", loadgen::SutKind::kNetClient);
   py::class_<NativeSutSettings>(m, "NativeSutSettings",
                                 "Which SUT a run drives (kind) and the native SUTs' parameters.")
       .def(py::init([](SutKind kind, int64_t delay_ns, int64_t workers, int64_t max_batch,
@@ -158,7 +158,7 @@ void bind_sut_settings(py::module_& m) {
       .def_readwrite("sigma", &NativeSutSettings::sigma)
       .def_readwrite("cpus", &NativeSutSettings::cpus)
       .def_readwrite("seed", &NativeSutSettings::seed)
-      .def_readwrite("http", &NativeSutSettings::http);
+      .def_readwrite("net", &NativeSutSettings::net);
 }
 
 // Where per-request records go, and their layout.
@@ -378,13 +378,13 @@ void def_run(EngineClass& c) {
            "Follow-ups pending, issued and dropped (issuing ended first).");
 }
 
-// The native network client of a run whose SUT is one (SutKind.http or grpc): the
+// The native network client of a run whose SUT is one (SutKind.net_client): the
 // responses waiting for the Python side's verdict, the verdicts, the client's figures.
 void def_net_client(EngineClass& c) {
   c
-      .def("http_take_unchecked",
+      .def("net_take_unchecked",
            [](Engine& e, int64_t max, double timeout_s) -> py::object {
-             NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::UncheckedResponse> got;
              bool more;
@@ -401,9 +401,9 @@ void def_net_client(EngineClass& c) {
            py::arg("max") = 256, py::arg("timeout_s") = 0.05,
            "Responses waiting for a verdict: [(id, t_ns, status, body, problem)], waiting up to timeout_s; "
            "None once the client is closed and none is left. problem: 0, or a failed stream's SseProblem.")
-      .def("http_resolve",
+      .def("net_resolve",
            [](Engine& e, const py::list& verdicts) {
-             NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::ResponseVerdict> vs;
              vs.reserve(verdicts.size());
@@ -427,12 +427,12 @@ void def_net_client(EngineClass& c) {
            },
            py::arg("verdicts"),
            "Completes (kind None) or fails each response's query, and caches the verdict by its bytes.")
-      .def("http_stats",
+      .def("net_stats",
            [](Engine& e) {
              py::dict d;
-             NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) return d;
-             const loadgen::HttpClientStats st = h->stats();
+             const loadgen::NetClientStats st = h->stats();
              d["connects"] = st.connects;
              d["connect_failures"] = st.connect_failures;
              d["connections_opened_before_run"] = st.connections_opened_before_run;
@@ -446,10 +446,11 @@ void def_net_client(EngineClass& c) {
              return d;
            },
            "The native network client's counters ({} for other SUTs).")
-      .def("http_sse_figures",
+      .def("sse_figures",
            [](Engine& e) {
              py::dict d;
-             loadgen::HttpClient* h = e.native_http();
+             // OpenAI streams are HTTP/1.1's: the client of another protocol has no figures.
+             auto* h = dynamic_cast<loadgen::HttpClient*>(e.net_client());
              if (h == nullptr) return d;
              loadgen::SseFigures f = [h] {
                py::gil_scoped_release release;
@@ -467,12 +468,12 @@ void def_net_client(EngineClass& c) {
              d["checked"] = f.checked;
              return d;
            },
-           "The native client's figures of OpenAI streams (settings.http.sse): histograms and counts "
-           "({} for other SUTs). Any time during a run.")
+           "The native network client's figures of OpenAI streams (HTTP/1.1, settings.sut.net.sse): histograms "
+           "and counts ({} for other SUTs). Any time during a run.")
       .def(
           "net_receive_wait",
           [](Engine& e) -> py::object {
-            NetClient* net = e.native_net();
+            NetClient* net = e.net_client();
             if (net == nullptr) return py::none();
             return py::cast(PyHistogram(net->receive_wait()));
           },

@@ -1,8 +1,8 @@
-// Bindings for the native network clients: their settings, whether this build has the
-// gRPC one, and the parts that tests and fuzzing drive on their own: the HTTP/1.1
-// response parser and the SSE scanner (against the Python client's TokenStream), with
-// their microbenchmarks. A run's client is the engine's SUT: the Engine's http_* methods
-// (bind_engine.cc) reach it. The parser is driven with the GIL
+// Bindings for the native network client: its settings (one client, HTTP/1.1 or gRPC by
+// protocol), which protocols this build has, and its parts that tests and fuzzing drive on
+// their own: the HTTP/1.1 response parser and the SSE scanner (against the Python client's
+// TokenStream), with their microbenchmarks. A run's client is the engine's SUT: the
+// Engine's net_* methods (bind_engine.cc) reach it. The parser is driven with the GIL
 // held: its body callback calls back into Python, and one feed of a typical response
 // costs less than releasing and taking the GIL again.
 #include <pybind11/pybind11.h>
@@ -14,14 +14,15 @@
 #include <vector>
 
 #include "grpc_client.h"
-#include "http_client.h"
 #include "http_parser.h"
+#include "net_client.h"
 #include "sse.h"
 
 namespace py = pybind11;
 using loadgen::HttpParserLimits;
-using loadgen::HttpClientSettings;
 using loadgen::HttpResponseParser;
+using loadgen::NetClientSettings;
+using loadgen::NetProtocol;
 using loadgen::SseScanner;
 
 namespace {
@@ -45,46 +46,51 @@ const char* result_name(HttpResponseParser::Result r) {
   return "error";
 }
 
-void bind_client_settings(py::module_& m) {
-  py::class_<HttpClientSettings>(m, "HttpClientSettings",
-                                 "The native network client's settings: HTTP/1.1 (SutKind.http) or gRPC (SutKind.grpc).")
+void bind_net_client_settings(py::module_& m) {
+  py::enum_<NetProtocol>(m, "NetProtocol", "The native network client's wire protocol.")
+      .value("http1", NetProtocol::kHttp1)
+      .value("grpc", NetProtocol::kGrpc);
+  py::class_<NetClientSettings>(m, "NetClientSettings",
+                                "The native network client's settings (SutKind.net_client): HTTP/1.1 or gRPC "
+                                "by protocol.")
       .def(py::init<>())
-      .def_readwrite("host", &HttpClientSettings::host)
-      .def_readwrite("port", &HttpClientSettings::port)
-      .def_readwrite("connections", &HttpClientSettings::connections)
-      .def_readwrite("warm_connections", &HttpClientSettings::warm_connections)
-      .def_readwrite("io_threads", &HttpClientSettings::io_threads)
+      .def_readwrite("protocol", &NetClientSettings::protocol)
+      .def_readwrite("host", &NetClientSettings::host)
+      .def_readwrite("port", &NetClientSettings::port)
+      .def_readwrite("connections", &NetClientSettings::connections)
+      .def_readwrite("warm_connections", &NetClientSettings::warm_connections)
+      .def_readwrite("io_threads", &NetClientSettings::io_threads)
       .def_property(
           "requests",
-          [](const HttpClientSettings& s) {
+          [](const NetClientSettings& s) {
             py::list out;
             for (const std::string& r : s.requests) out.append(py::bytes(r));
             return out;
           },
-          [](HttpClientSettings& s, const std::vector<py::bytes>& reqs) {
+          [](NetClientSettings& s, const std::vector<py::bytes>& reqs) {
             s.requests.clear();
             for (const py::bytes& r : reqs) s.requests.emplace_back(r);
           },
           "The prepared requests (bytes), by sample index.")
-      .def_readwrite("head_only", &HttpClientSettings::head_only)
-      .def_readwrite("max_response_bytes", &HttpClientSettings::max_response_bytes)
-      .def_readwrite("connect_timeout_ns", &HttpClientSettings::connect_timeout_ns)
-      .def_readwrite("timeout_ns", &HttpClientSettings::timeout_ns)
-      .def_readwrite("cache_entries", &HttpClientSettings::cache_entries)
-      .def_readwrite("cache_body_bytes", &HttpClientSettings::cache_body_bytes)
-      .def_readwrite("cpus", &HttpClientSettings::cpus)
-      .def_readwrite("sse", &HttpClientSettings::sse)
-      .def_readwrite("sse_check", &HttpClientSettings::sse_check)
-      .def_readwrite("input_tokens", &HttpClientSettings::input_tokens)
-      .def_readwrite("significant_figures", &HttpClientSettings::significant_figures)
-      .def_readwrite("grpc_path", &HttpClientSettings::grpc_path)
-      .def_readwrite("authority", &HttpClientSettings::authority)
-      .def_readwrite("metadata", &HttpClientSettings::metadata)
-      .def_readwrite("max_in_flight", &HttpClientSettings::max_in_flight);
+      .def_readwrite("head_only", &NetClientSettings::head_only)
+      .def_readwrite("max_response_bytes", &NetClientSettings::max_response_bytes)
+      .def_readwrite("connect_timeout_ns", &NetClientSettings::connect_timeout_ns)
+      .def_readwrite("timeout_ns", &NetClientSettings::timeout_ns)
+      .def_readwrite("cache_entries", &NetClientSettings::cache_entries)
+      .def_readwrite("cache_body_bytes", &NetClientSettings::cache_body_bytes)
+      .def_readwrite("cpus", &NetClientSettings::cpus)
+      .def_readwrite("sse", &NetClientSettings::sse)
+      .def_readwrite("sse_check", &NetClientSettings::sse_check)
+      .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
+      .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
+      .def_readwrite("grpc_method", &NetClientSettings::grpc_method)
+      .def_readwrite("authority", &NetClientSettings::authority)
+      .def_readwrite("metadata", &NetClientSettings::metadata)
+      .def_readwrite("max_in_flight", &NetClientSettings::max_in_flight);
   m.def("grpc_client_available", &loadgen::grpc_client_available,
-        "Whether this build has the native gRPC client (it was built with nghttp2).");
+        "Whether this build's network client has its gRPC protocol (it was built with nghttp2).");
   m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
-        "The nghttp2 version the native gRPC client runs on (\"\" without it).");
+        "The nghttp2 version the network client's gRPC protocol runs on (\"\" without it).");
 }
 
 void bind_http_parser(py::module_& m) {
@@ -186,7 +192,7 @@ void bind_sse_scanner(py::module_& m) {
 }  // namespace
 
 void bind_net(py::module_& m) {
-  bind_client_settings(m);
+  bind_net_client_settings(m);
   bind_http_parser(m);
   bind_sse_scanner(m);
 }

@@ -80,14 +80,14 @@ void require_request_line(const std::string& request, size_t index) {
       const size_t next = request.find("\r\n", eol + 2);
       rest = "\\r\\n" + shown(request.substr(eol + 2, std::min<size_t>(next - eol - 2, 60)));
     }
-    throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
+    throw std::invalid_argument("net.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
                                 rest + "' is not a method, a space, a path, a space and HTTP/1.1: a raw CR or LF "
                                 "in the path is not allowed; percent-encode it");
   }
   for (size_t i = 0; i < sp2; ++i) {
     const unsigned char c = static_cast<unsigned char>(line[i]);
     if (i != sp1 && (c <= 0x20 || c == 0x7f)) {
-      throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the path '" +
+      throw std::invalid_argument("net.requests[" + std::to_string(index) + "]: the path '" +
                                   shown(line.substr(sp1 + 1, sp2 - sp1 - 1)) +
                                   "' holds a raw space, tab or control byte; percent-encode it (a space is %20)");
     }
@@ -96,27 +96,8 @@ void require_request_line(const std::string& request, size_t index) {
 
 }  // namespace
 
-void validate(const HttpClientSettings& s) {
-  sockaddr_storage addr{};
-  unsigned len = 0;
-  require(netio::parse_address(s.host, s.port, &addr, &len), "http.host must be a numeric IPv4 or IPv6 address, got '" +
-                                                           s.host + "'");
-  require(s.port >= 1 && s.port <= 65535, "http.port must be in 1..65535, got " + std::to_string(s.port));
-  require(s.connections >= 1 && s.connections <= (1 << 16),
-          "http.connections must be in 1..65536, got " + std::to_string(s.connections));
-  require(s.io_threads >= 1 && s.io_threads <= 256,
-          "http.io_threads must be in 1..256, got " + std::to_string(s.io_threads));
-  require(!s.requests.empty(), "http.requests must hold at least one prepared request");
-  if (s.grpc_path.empty()) {  // HTTP/1.1: each request starts with its request line
-    for (size_t i = 0; i < s.requests.size(); ++i) require_request_line(s.requests[i], i);
-  }
-  require(s.max_response_bytes >= 1, "http.max_response_bytes must be >= 1");
-  require(s.connect_timeout_ns >= 1, "http.connect_timeout_ns must be >= 1");
-  require(s.timeout_ns >= 0, "http.timeout_ns must be >= 0");
-  require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "http.cache_entries and cache_body_bytes must be >= 0");
-  require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
-          "http.input_tokens must be empty or hold one count per request");
-  require(s.significant_figures >= 1 && s.significant_figures <= 5, "http.significant_figures must be in 1..5");
+void validate_http1(const NetClientSettings& s) {
+  for (size_t i = 0; i < s.requests.size(); ++i) require_request_line(s.requests[i], i);
 }
 
 namespace {
@@ -160,8 +141,9 @@ struct HttpClient::Io : IoThread {
   std::map<int64_t, int64_t> output_lengths;
 };
 
-HttpClient::HttpClient(HttpClientSettings settings)
+HttpClient::HttpClient(NetClientSettings settings)
     : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse), s_(std::move(settings)) {
+  require(s_.protocol == NetProtocol::kHttp1, "the HTTP/1.1 client needs net.protocol http1");
   validate(s_);
   HttpParserLimits limits;
   limits.max_body_bytes = s_.max_response_bytes;

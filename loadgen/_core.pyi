@@ -4,8 +4,8 @@
 Threads and the GIL, as the bindings have them:
 
 - The native threads (the names and roles in :data:`THREAD_ROLES`: issue, monitor,
-  native SUT, records writer, HTTP and gRPC I/O) never call into Python and never take
-  the GIL. No C++ thread calls back into Python; Python is called back only on the
+  native SUT, records writer, the network client's HTTP/1.1 and gRPC I/O) never call
+  into Python and never take the GIL. No C++ thread calls back into Python; Python is called back only on the
   thread that made the call, holding the GIL: ``MlperfRun.issue_all`` calls its
   ``issue`` there, and ``mlperf_samples_complete`` / ``mlperf_first_token_complete``
   their hooks and ``response_cb``.
@@ -166,8 +166,8 @@ class SutKind(enum.Enum):
     fixed_delay = ...
     queue = ...
     demo = ...
-    http = ...
-    grpc = ...
+    # The native network client (NativeSutSettings.net: HTTP/1.1 or gRPC by protocol).
+    net_client = ...
 
 class SampleOrder(enum.Enum):
     sequential = ...
@@ -199,33 +199,6 @@ class SampleSelector:
     def __init__(self, sample_count: int, order: SampleOrder, seed: int) -> None: ...
     def take(self, n: int) -> npt.NDArray[np.int64]: ...
 
-class HttpClientSettings:
-    host: str
-    port: int
-    connections: int
-    warm_connections: int
-    io_threads: int
-    requests: List[bytes]
-    head_only: bool
-    max_response_bytes: int
-    connect_timeout_ns: int
-    timeout_ns: int
-    cache_entries: int
-    cache_body_bytes: int
-    cpus: List[int]
-    sse: bool
-    sse_check: bool
-    input_tokens: List[int]
-    significant_figures: int
-    grpc_path: str
-    authority: str
-    metadata: List[Tuple[str, str]]
-    max_in_flight: int
-    def __init__(self) -> None: ...
-
-def grpc_client_available() -> bool: ...
-def grpc_client_nghttp2_version() -> str: ...
-
 class NativeSutSettings:
     """Which SUT a run drives (``kind``) and the native SUTs' parameters (ns)."""
     def __init__(
@@ -249,7 +222,7 @@ class NativeSutSettings:
     per_item_ns: int
     sigma: float
     seed: int
-    http: HttpClientSettings
+    net: NetClientSettings
 
 class EngineSettings:
     def __init__(self) -> None: ...
@@ -317,8 +290,8 @@ class Engine:
     Releases the GIL: ``start``, ``stop``, ``abort``; ``wait`` (in slices, checking for
     signals); ``take_batch``, ``take_one`` and ``complete_take_one`` while they wait (a
     query ready at once is taken holding it); ``complete_many``;
-    ``http_take_unchecked`` while it waits; ``http_resolve``; ``http_sse_figures``
-    while it merges; ``last_interval``. Its histograms are its ``recorder``'s."""
+    ``net_take_unchecked`` while it waits; ``net_resolve``; ``sse_figures`` while it
+    merges; ``last_interval``. Its histograms are its ``recorder``'s."""
     def __init__(self, settings: EngineSettings) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -350,12 +323,16 @@ class Engine:
     def fail(self, id: int, kind: str, message: str, count_unknown: bool = True) -> bool: ...
     def first_token(self, id: int, t_ns: int = 0) -> bool: ...
     def follow_up(self, tag: int, at_ns: int) -> bool: ...
-    def http_take_unchecked(self, max: int = 256, timeout_s: float = 0.05) -> Optional[List[Tuple[int, int, int, bytes, int]]]: ...
-    def http_resolve(self, verdicts: List[Tuple[int, int, int, bytes, Optional[str], str]]) -> None: ...
-    def http_stats(self) -> Dict[str, int]: ...
-    # itl_ns, tokens_per_s_milli, input_length_tokens, output_length_tokens: HdrHistogram;
-    # output_lengths: [(tokens, requests)]; the rest ints.
-    def http_sse_figures(self) -> Dict[str, Any]: ...
+    # The native network client (SutKind.net_client): responses waiting for a verdict,
+    # the verdicts, its counters ({} for other SUTs).
+    def net_take_unchecked(self, max: int = 256, timeout_s: float = 0.05) -> Optional[List[Tuple[int, int, int, bytes, int]]]: ...
+    def net_resolve(self, verdicts: List[Tuple[int, int, int, bytes, Optional[str], str]]) -> None: ...
+    def net_stats(self) -> Dict[str, int]: ...
+    def net_receive_wait(self) -> Optional[HdrHistogram]: ...
+    # OpenAI streams (HTTP/1.1 with sse; {} otherwise): itl_ns, tokens_per_s_milli,
+    # input_length_tokens, output_length_tokens: HdrHistogram; output_lengths:
+    # [(tokens, requests)]; the rest ints.
+    def sse_figures(self) -> Dict[str, Any]: ...
     def follow_ups(self) -> Dict[str, int]: ...
     # issued, completed, failed, timed_out, cancelled, outstanding, unknown_completions,
     # cap_waits, tokens, out_of_range, out_of_range_min_ns, out_of_range_max_ns,
@@ -363,7 +340,6 @@ class Engine:
     def counts(self) -> Dict[str, int]: ...
     @property
     def recorder(self) -> Recorder: ...
-    def net_receive_wait(self) -> Optional[HdrHistogram]: ...
     # One dict per interval: start_offset_ns, length_ns, issued, completed,
     # latency_p50_ns, latency_p90_ns, latency_p99_ns, latency_max_ns, latency_hdr (bytes),
     # failed, timed_out, errors ({kind: count}), outstanding, issue_delay_p50_ns,
@@ -486,8 +462,46 @@ def mlperf_generate(
     limit: int = -1,
 ) -> List[Tuple[int, List[int]]]: ...
 
-# --- the native network clients' settings are above; their HTTP/1.1 response parser
-# and SSE scanner, on their own for tests and fuzzing (bindings/bind_net.cc) ---
+# --- the native network client (bindings/bind_net.cc) ---
+
+class NetProtocol(enum.Enum):
+    http1 = ...
+    grpc = ...
+
+class NetClientSettings:
+    """The native network client's settings (``NativeSutSettings.net``): one client,
+    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, input_tokens and head_only are
+    HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
+    protocol: NetProtocol
+    host: str
+    port: int
+    connections: int
+    warm_connections: int
+    io_threads: int
+    requests: List[bytes]
+    head_only: bool
+    max_response_bytes: int
+    connect_timeout_ns: int
+    timeout_ns: int
+    cache_entries: int
+    cache_body_bytes: int
+    cpus: List[int]
+    sse: bool
+    sse_check: bool
+    input_tokens: List[int]
+    significant_figures: int
+    # The unary method's path, /package.Service/Method.
+    grpc_method: str
+    authority: str
+    metadata: List[Tuple[str, str]]
+    max_in_flight: int
+    def __init__(self) -> None: ...
+
+# Whether this build has the gRPC protocol (built with nghttp2), and nghttp2's version.
+def grpc_client_available() -> bool: ...
+def grpc_client_nghttp2_version() -> str: ...
+
+# The HTTP/1.1 response parser and the SSE scanner, on their own (tests, fuzzing).
 
 class HttpResponseParser:
     """One per connection; not thread-safe; holds the GIL."""

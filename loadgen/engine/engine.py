@@ -122,7 +122,7 @@ class Engine:
             # between threads (and their wait for the GIL) sits between the first
             # scheduled time and the first issue.
             self._core.start()
-        if self.sut_form == "native_http":
+        if self.sut_form == "native_client":
             # The SUT brings its own response checker: the engine knows no network client.
             self._checker = self.sut.start_checker(self._core)
         if self.sut_form in DISPATCHED_FORMS:

@@ -44,7 +44,7 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
     sut = open_target(srv.url(), net, pool_size=pool,
                       uncapped=load.get("mode") != "closed" and not load.get("max_in_flight"))
     assert sut.report()["grpc_engine"] == engine
-    assert classify_sut(sut) == {"callback": "callback", "native": "native_http"}.get(engine, "loop")
+    assert classify_sut(sut) == {"callback": "callback", "native": "native_client"}.get(engine, "loop")
     if calls == "future":
         sut.core_calls = False
     res = Engine(settings, sut).run()

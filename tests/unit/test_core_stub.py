@@ -106,10 +106,18 @@ def test_stub_hdr_decode_error_derives_from_value_error_in_both():
     assert loadgen.HdrDecodeError is core.HdrDecodeError
 
 
-@pytest.mark.parametrize("name", ["HdrHistogram", "Recorder", "Engine", "MlperfRun"])
+@pytest.mark.parametrize("name", ["HdrHistogram", "Recorder", "Engine", "MlperfRun", "NativeSutSettings",
+                                  "NetClientSettings"])
 def test_stub_class_members_match_the_extension(name):
     in_stub = class_members(stub_top_level()[name])
     in_module = public(dir(getattr(core, name)))
+    assert in_stub == in_module, diff_message(name, in_stub, in_module)
+
+
+@pytest.mark.parametrize("name", ["SutKind", "NetProtocol"])
+def test_stub_enum_members_match_the_extension(name):
+    in_stub = class_members(stub_top_level()[name])
+    in_module = set(getattr(core, name).__members__)
     assert in_stub == in_module, diff_message(name, in_stub, in_module)
 
 
