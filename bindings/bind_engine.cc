@@ -1,4 +1,7 @@
-// Bindings for the issue engine, its schedules and the clock.
+// Bindings for the issue engine: its settings (with the SUT it drives), the run (queries
+// handed out and completed), the native network client a run may drive, and what the run
+// recorded. The schedules are bound in bind_schedule.cc, the network client's settings in
+// bind_net.cc, the Recorder in bind_histogram.cc.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,19 +13,19 @@
 #include "affinity.h"
 #include "clock.h"
 #include "engine.h"
-#include "grpc_client.h"
+#include "http_client.h"
 #include "native_suts.h"
 #include "py_counts.h"
 #include "py_histogram.h"
 #include "request_log.h"
-#include "sample_selector.h"
-#include "schedule.h"
 #include "sse.h"
 
 namespace py = pybind11;
 using loadgen::Engine;
 using loadgen::EngineSettings;
 using loadgen::NativeSutSettings;
+using loadgen::NetClient;
+using loadgen::Recorder;
 using loadgen::SutKind;
 using loadgen_bindings::PyHistogram;
 
@@ -34,18 +37,6 @@ int64_t seconds_to_ns(const py::object& seconds) {
   if (seconds.is_none()) return -1;
   const double s = seconds.cast<double>();
   return s < 0 ? -1 : static_cast<int64_t>(s * 1e9);
-}
-
-Int64Array take_offsets(loadgen::ArrivalSchedule& s, int64_t n) {
-  if (n < 0) throw py::value_error("n must be >= 0");
-  std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(n));
-  {
-    py::gil_scoped_release release;
-    int64_t v;
-    while (static_cast<int64_t>(out.size()) < n && s.next(&v)) out.push_back(v);
-  }
-  return Int64Array(static_cast<py::ssize_t>(out.size()), out.data());
 }
 
 // One query without numpy: the fast path of serial Python SUTs. Tries once with the
@@ -130,111 +121,16 @@ py::dict interval_dict(const loadgen::IntervalPoint& p) {
   return d;
 }
 
-}  // namespace
+using EngineClass = py::class_<Engine>;
 
-void bind_engine(py::module_& m) {
-  m.def("now_ns", &loadgen::now_ns, "The engine's monotonic clock in ns (= time.monotonic_ns()).");
-  m.def("allowed_cpus", &loadgen::allowed_cpus, "CPUs this process may run on.");
-
-  py::enum_<loadgen::ArrivalKind>(m, "ArrivalKind")
-      .value("constant", loadgen::ArrivalKind::kConstant)
-      .value("poisson", loadgen::ArrivalKind::kPoisson)
-      .value("stages", loadgen::ArrivalKind::kStages)
-      .value("trace", loadgen::ArrivalKind::kTrace)
-      .value("offline", loadgen::ArrivalKind::kOffline);
-  py::enum_<loadgen::LoadMode>(m, "LoadMode")
-      .value("open_loop", loadgen::LoadMode::kOpenLoop)
-      .value("closed_loop", loadgen::LoadMode::kClosedLoop);
+// Which SUT a run drives, and the native SUTs' parameters.
+void bind_sut_settings(py::module_& m) {
   py::enum_<loadgen::SutKind>(m, "SutKind")
       .value("null", loadgen::SutKind::kNull)
       .value("fixed_delay", loadgen::SutKind::kFixedDelay)
       .value("queue", loadgen::SutKind::kQueue)
       .value("demo", loadgen::SutKind::kDemo)
-      .value("http", loadgen::SutKind::kHttp)
-      .value("grpc", loadgen::SutKind::kGrpc);
-  py::enum_<loadgen::SampleOrder>(m, "SampleOrder")
-      .value("sequential", loadgen::SampleOrder::kSequential)
-      .value("shuffled", loadgen::SampleOrder::kShuffled)
-      .value("random", loadgen::SampleOrder::kRandom);
-
-  py::class_<loadgen::Stage>(m, "Stage")
-      .def(py::init([](int64_t duration_ns, double start_qps, double end_qps) {
-             return loadgen::Stage{duration_ns, start_qps, end_qps};
-           }),
-           py::arg("duration_ns"), py::arg("start_qps"), py::arg("end_qps"))
-      .def_readwrite("duration_ns", &loadgen::Stage::duration_ns)
-      .def_readwrite("start_qps", &loadgen::Stage::start_qps)
-      .def_readwrite("end_qps", &loadgen::Stage::end_qps);
-
-  py::class_<loadgen::ArrivalSchedule>(m, "ArrivalSchedule")
-      .def_static("constant", &loadgen::ArrivalSchedule::constant, py::arg("qps"))
-      .def_static("poisson", &loadgen::ArrivalSchedule::poisson, py::arg("qps"), py::arg("seed"),
-                  py::arg("burstiness") = 1.0)
-      .def_static("stages", &loadgen::ArrivalSchedule::stages, py::arg("stages"),
-                  py::arg("poisson"), py::arg("seed"), py::arg("burstiness") = 1.0)
-      .def_static("trace",
-                  [](const Int64Array& offsets) {
-                    return loadgen::ArrivalSchedule::trace(
-                        std::vector<int64_t>(offsets.data(), offsets.data() + offsets.size()));
-                  },
-                  py::arg("offsets_ns"))
-      .def_static("offline", &loadgen::ArrivalSchedule::offline)
-      .def("take", &take_offsets, py::arg("n"),
-           "The next n arrival offsets in ns (fewer when the schedule ends).");
-
-  py::class_<loadgen::SampleSelector>(m, "SampleSelector")
-      .def(py::init<int64_t, loadgen::SampleOrder, uint64_t>(), py::arg("sample_count"),
-           py::arg("order"), py::arg("seed"))
-      .def("take",
-           [](loadgen::SampleSelector& s, int64_t n) {
-             if (n < 0) throw py::value_error("n must be >= 0");
-             Int64Array out(n);
-             int64_t* o = out.mutable_data();
-             for (int64_t i = 0; i < n; ++i) o[i] = s.next();
-             return out;
-           },
-           py::arg("n"));
-
-  py::class_<loadgen::HttpClientSettings>(m, "HttpClientSettings",
-                                          "The native network client's settings: HTTP/1.1 (SutKind.http) or gRPC (SutKind.grpc).")
-      .def(py::init<>())
-      .def_readwrite("host", &loadgen::HttpClientSettings::host)
-      .def_readwrite("port", &loadgen::HttpClientSettings::port)
-      .def_readwrite("connections", &loadgen::HttpClientSettings::connections)
-      .def_readwrite("warm_connections", &loadgen::HttpClientSettings::warm_connections)
-      .def_readwrite("io_threads", &loadgen::HttpClientSettings::io_threads)
-      .def_property(
-          "requests",
-          [](const loadgen::HttpClientSettings& h) {
-            py::list out;
-            for (const std::string& r : h.requests) out.append(py::bytes(r));
-            return out;
-          },
-          [](loadgen::HttpClientSettings& h, const std::vector<py::bytes>& reqs) {
-            h.requests.clear();
-            for (const py::bytes& r : reqs) h.requests.emplace_back(r);
-          },
-          "The prepared requests (bytes), by sample index.")
-      .def_readwrite("head_only", &loadgen::HttpClientSettings::head_only)
-      .def_readwrite("max_response_bytes", &loadgen::HttpClientSettings::max_response_bytes)
-      .def_readwrite("connect_timeout_ns", &loadgen::HttpClientSettings::connect_timeout_ns)
-      .def_readwrite("timeout_ns", &loadgen::HttpClientSettings::timeout_ns)
-      .def_readwrite("cache_entries", &loadgen::HttpClientSettings::cache_entries)
-      .def_readwrite("cache_body_bytes", &loadgen::HttpClientSettings::cache_body_bytes)
-      .def_readwrite("cpus", &loadgen::HttpClientSettings::cpus)
-      .def_readwrite("sse", &loadgen::HttpClientSettings::sse)
-      .def_readwrite("sse_check", &loadgen::HttpClientSettings::sse_check)
-      .def_readwrite("input_tokens", &loadgen::HttpClientSettings::input_tokens)
-      .def_readwrite("significant_figures", &loadgen::HttpClientSettings::significant_figures)
-      .def_readwrite("grpc_path", &loadgen::HttpClientSettings::grpc_path)
-      .def_readwrite("authority", &loadgen::HttpClientSettings::authority)
-      .def_readwrite("metadata", &loadgen::HttpClientSettings::metadata)
-      .def_readwrite("max_in_flight", &loadgen::HttpClientSettings::max_in_flight);
-  m.def("grpc_client_available", &loadgen::grpc_client_available,
-        "Whether this build has the native gRPC client (it was built with nghttp2).");
-  m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
-        "The nghttp2 version the native gRPC client runs on (\"\" without it).");
-
+      .value("net_client", loadgen::SutKind::kNetClient);
   py::class_<NativeSutSettings>(m, "NativeSutSettings",
                                 "Which SUT a run drives (kind) and the native SUTs' parameters.")
       .def(py::init([](SutKind kind, int64_t delay_ns, int64_t workers, int64_t max_batch,
@@ -262,8 +158,11 @@ void bind_engine(py::module_& m) {
       .def_readwrite("sigma", &NativeSutSettings::sigma)
       .def_readwrite("cpus", &NativeSutSettings::cpus)
       .def_readwrite("seed", &NativeSutSettings::seed)
-      .def_readwrite("http", &NativeSutSettings::http);
+      .def_readwrite("net", &NativeSutSettings::net);
+}
 
+// Where per-request records go, and their layout.
+void bind_record_sink(py::module_& m) {
   py::enum_<loadgen::RecordSink>(m, "RecordSink")
       .value("none", loadgen::RecordSink::kNone)
       .value("jsonl", loadgen::RecordSink::kJsonl)
@@ -281,7 +180,9 @@ void bind_engine(py::module_& m) {
     names.append("record_dtype");
     return names;
   });
+}
 
+void bind_engine_settings(py::module_& m) {
   py::class_<EngineSettings> settings(m, "EngineSettings");
   // The demo and fixed-delay parameters once sat on EngineSettings itself; these names
   // still read and write them, in `sut`.
@@ -358,8 +259,11 @@ void bind_engine(py::module_& m) {
       .def_property(
           "records_worker_index", [](const EngineSettings& s) { return s.records.worker_index; },
           [](EngineSettings& s, int64_t v) { s.records.worker_index = v; });
+}
 
-  py::class_<Engine>(m, "Engine")
+// The run: start and stop, queries handed out, completed and failed, follow-ups.
+void def_run(EngineClass& c) {
+  c
       .def(py::init<EngineSettings>(), py::arg("settings"))
       .def("start", &Engine::start, py::call_guard<py::gil_scoped_release>())
       .def("stop", &Engine::stop, py::call_guard<py::gil_scoped_release>())
@@ -460,9 +364,27 @@ void bind_engine(py::module_& m) {
            "Fails query id; kind and message are cleaned and bounded (see Engine::fail). count_unknown "
            "false: an id not in flight is not counted.")
       .def("first_token", &Engine::first_token, py::arg("id"), py::arg("t_ns") = 0)
-      .def("http_take_unchecked",
+      .def("follow_up", &Engine::follow_up, py::arg("tag"), py::arg("at_ns"),
+           "Multi-turn: one more query due at at_ns, handed out with sample index tag; call "
+           "it before completing the query it follows. False once issuing has ended.")
+      .def("follow_ups",
+           [](const Engine& e) {
+             py::dict d;
+             d["pending"] = e.follow_ups_pending();
+             d["issued"] = e.follow_ups_issued();
+             d["dropped"] = e.follow_ups_dropped();
+             return d;
+           },
+           "Follow-ups pending, issued and dropped (issuing ended first).");
+}
+
+// The native network client of a run whose SUT is one (SutKind.net_client): the
+// responses waiting for the Python side's verdict, the verdicts, the client's figures.
+void def_net_client(EngineClass& c) {
+  c
+      .def("net_take_unchecked",
            [](Engine& e, int64_t max, double timeout_s) -> py::object {
-             loadgen::NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::UncheckedResponse> got;
              bool more;
@@ -479,9 +401,9 @@ void bind_engine(py::module_& m) {
            py::arg("max") = 256, py::arg("timeout_s") = 0.05,
            "Responses waiting for a verdict: [(id, t_ns, status, body, problem)], waiting up to timeout_s; "
            "None once the client is closed and none is left. problem: 0, or a failed stream's SseProblem.")
-      .def("http_resolve",
+      .def("net_resolve",
            [](Engine& e, const py::list& verdicts) {
-             loadgen::NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::vector<loadgen::ResponseVerdict> vs;
              vs.reserve(verdicts.size());
@@ -505,12 +427,12 @@ void bind_engine(py::module_& m) {
            },
            py::arg("verdicts"),
            "Completes (kind None) or fails each response's query, and caches the verdict by its bytes.")
-      .def("http_stats",
+      .def("net_stats",
            [](Engine& e) {
              py::dict d;
-             loadgen::NetClient* h = e.native_net();
+             NetClient* h = e.net_client();
              if (h == nullptr) return d;
-             const loadgen::HttpClientStats st = h->stats();
+             const loadgen::NetClientStats st = h->stats();
              d["connects"] = st.connects;
              d["connect_failures"] = st.connect_failures;
              d["connections_opened_before_run"] = st.connections_opened_before_run;
@@ -524,10 +446,11 @@ void bind_engine(py::module_& m) {
              return d;
            },
            "The native network client's counters ({} for other SUTs).")
-      .def("http_sse_figures",
+      .def("sse_figures",
            [](Engine& e) {
              py::dict d;
-             loadgen::HttpClient* h = e.native_http();
+             // OpenAI streams are HTTP/1.1's: the client of another protocol has no figures.
+             auto* h = dynamic_cast<loadgen::HttpClient*>(e.net_client());
              if (h == nullptr) return d;
              loadgen::SseFigures f = [h] {
                py::gil_scoped_release release;
@@ -554,20 +477,22 @@ void bind_engine(py::module_& m) {
              d["split_by_text"] = f.stream.split_by_text;
              return d;
            },
-           "The native client's figures of OpenAI streams (settings.http.sse): histograms and counts "
-           "({} for other SUTs). Any time during a run.")
-      .def("follow_up", &Engine::follow_up, py::arg("tag"), py::arg("at_ns"),
-           "Multi-turn: one more query due at at_ns, handed out with sample index tag; call "
-           "it before completing the query it follows. False once issuing has ended.")
-      .def("follow_ups",
-           [](const Engine& e) {
-             py::dict d;
-             d["pending"] = e.follow_ups_pending();
-             d["issued"] = e.follow_ups_issued();
-             d["dropped"] = e.follow_ups_dropped();
-             return d;
-           },
-           "Follow-ups pending, issued and dropped (issuing ended first).")
+           "The native network client's figures of OpenAI streams (HTTP/1.1, settings.sut.net.sse): histograms "
+           "and counts ({} for other SUTs). Any time during a run.")
+      .def(
+          "net_receive_wait",
+          [](Engine& e) -> py::object {
+            NetClient* net = e.net_client();
+            if (net == nullptr) return py::none();
+            return py::cast(PyHistogram(net->receive_wait()));
+          },
+          "The native network client's receive waits (ns): per read, how long the bytes read had "
+          "waited in the socket since the kernel received them (SO_TIMESTAMPNS); None without one.");
+}
+
+// What the run recorded: counts, the Recorder, intervals, records, errors, its times.
+void def_results(EngineClass& c) {
+  c
       .def("counts",
            [](const Engine& e) {
              // Atomic loads only: cheap, and safe from any thread during a run.
@@ -589,26 +514,10 @@ void bind_engine(py::module_& m) {
              loadgen_bindings::put_recorder_counts(d, c);
              return d;
            })
-      .def("over_bound", [](const Engine& e) { return e.recorder().over_bound(); },
-           "Latencies strictly over each of settings.latency_bounds_ns (exact counts).")
-      .def("over_ttft_bound", [](const Engine& e) { return e.recorder().over_ttft_bound(); },
-           "Times to first token strictly over each of settings.ttft_bounds_ns (exact counts).")
-      .def("over_tpot_bound", [](const Engine& e) { return e.recorder().over_tpot_bound(); },
-           "Times per output token strictly over each of settings.tpot_bounds_ns (exact counts).")
-      .def("latency", [](const Engine& e) { return PyHistogram(e.recorder().latency()); })
-      .def("service_time", [](const Engine& e) { return PyHistogram(e.recorder().service_time()); })
-      .def("issue_delay", [](const Engine& e) { return PyHistogram(e.recorder().issue_delay()); })
-      .def(
-          "net_receive_wait",
-          [](Engine& e) -> py::object {
-            loadgen::NetClient* net = e.native_net();
-            if (net == nullptr) return py::none();
-            return py::cast(PyHistogram(net->receive_wait()));
-          },
-          "The native network client's receive waits (ns): per read, how long the bytes read had "
-          "waited in the socket since the kernel received them (SO_TIMESTAMPNS); None without one.")
-      .def("ttft", [](const Engine& e) { return PyHistogram(e.recorder().ttft()); })
-      .def("tpot", [](const Engine& e) { return PyHistogram(e.recorder().tpot()); })
+      .def_property_readonly(
+          "recorder", [](const Engine& e) -> const Recorder& { return e.recorder(); },
+          py::return_value_policy::reference_internal,
+          "The run's Recorder: latency, service time, issue delay, TTFT and TPOT histograms, counts over bounds.")
       .def("timeseries",
            [](const Engine& e) {
              py::list out;
@@ -643,4 +552,21 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("end_ns", &Engine::end_ns)
       .def_property_readonly("run_error", &Engine::run_error)
       .def_property_readonly("sched_slice_applied", &Engine::sched_slice_applied);
+}
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  m.def("now_ns", &loadgen::now_ns, "The engine's monotonic clock in ns (= time.monotonic_ns()).");
+  m.def("allowed_cpus", &loadgen::allowed_cpus, "CPUs this process may run on.");
+  py::enum_<loadgen::LoadMode>(m, "LoadMode")
+      .value("open_loop", loadgen::LoadMode::kOpenLoop)
+      .value("closed_loop", loadgen::LoadMode::kClosedLoop);
+  bind_sut_settings(m);
+  bind_record_sink(m);
+  bind_engine_settings(m);
+  EngineClass engine(m, "Engine");
+  def_run(engine);
+  def_net_client(engine);
+  def_results(engine);
 }

@@ -1,4 +1,5 @@
-// Bindings for the HDR histogram, its codecs and the recording microbenchmark.
+// Bindings for the HDR histogram, its codecs, the recording microbenchmark, and the
+// Recorder: a run's histograms, read the same way from the Engine and the MlperfRun.
 //
 // Python-facing writes take a per-histogram mutex and then use the single-writer record
 // path: record_array() runs with the GIL released, possibly on several Python threads at
@@ -7,6 +8,7 @@
 // uncontended, ~35 ns contended). Readers need no lock: counts are relaxed atomics.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <mutex>
 #include <string>
@@ -17,6 +19,7 @@
 #include "hdr_histogram.h"
 #include "microbench.h"
 #include "py_histogram.h"
+#include "recorder.h"
 
 namespace py = pybind11;
 using loadgen::HdrHistogram;
@@ -44,6 +47,33 @@ PyHistogram decode_bytes(const py::bytes& data, Decode decode) {
   const std::string_view v = view_of(data);
   py::gil_scoped_release release;
   return PyHistogram(decode(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+}
+
+// A run's Recorder, read while it records (merged snapshots, atomic counts). Python gets
+// it by reference from the run that owns it (Engine.recorder, MlperfRun.recorder), which
+// it keeps alive; it is never made or copied from Python.
+void bind_recorder(py::module_& m) {
+  using loadgen::Recorder;
+  py::class_<Recorder>(m, "Recorder",
+                       "A run's recorded figures: its histograms (merged snapshots) and exact counts over bounds. "
+                       "Safe to read while the run records.")
+      .def("latency", [](const Recorder& r) { return PyHistogram(r.latency()); },
+           "Latency, ns: completed - scheduled, once per sample.")
+      .def("service_time", [](const Recorder& r) { return PyHistogram(r.service_time()); },
+           "Service time, ns: completed - issued, once per sample.")
+      .def("issue_delay", [](const Recorder& r) { return PyHistogram(r.issue_delay()); },
+           "Issue delay, ns: issued - scheduled, once per query.")
+      .def("ttft", [](const Recorder& r) { return PyHistogram(r.ttft()); },
+           "Time to first token, ns: first token - scheduled.")
+      .def("tpot", [](const Recorder& r) { return PyHistogram(r.tpot()); },
+           "Time per output token, ns: (completed - first token) / (tokens - 1).")
+      .def("query_latency", [](const Recorder& r) { return PyHistogram(r.query_latency()); },
+           "Latency per query, ns (empty unless the run keeps it: MLPerf's multi-sample queries).")
+      .def("over_bound", &Recorder::over_bound, "Latencies strictly over each latency bound (exact counts).")
+      .def("over_ttft_bound", &Recorder::over_ttft_bound,
+           "Times to first token strictly over each TTFT bound (exact counts).")
+      .def("over_tpot_bound", &Recorder::over_tpot_bound,
+           "Times per output token strictly over each TPOT bound (exact counts).");
 }
 
 }  // namespace
@@ -245,4 +275,5 @@ void bind_histogram(py::module_& m) {
         py::arg("n"), py::arg("path"),
         "(ns per append, ns until written) for n per-request records appended on one thread and "
         "written as JSON lines to path.");
+  bind_recorder(m);
 }

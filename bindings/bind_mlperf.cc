@@ -12,7 +12,6 @@
 #include "mlperf/run.h"
 #include "mlperf_types.h"
 #include "py_counts.h"
-#include "py_histogram.h"
 
 namespace py = pybind11;
 using loadgen::now_ns;
@@ -21,7 +20,6 @@ using loadgen::mlperf::MlperfRun;
 using loadgen::mlperf::QueryGenerator;
 using loadgen::mlperf::RunSettings;
 using loadgen::mlperf::Scenario;
-using loadgen_bindings::PyHistogram;
 
 namespace {
 
@@ -408,17 +406,10 @@ void bind_mlperf(py::module_& m) {
              d["interrupted"] = c.interrupted;
              return d;
            })
-      .def("over_bound", [](const MlperfRun& r) { return r.recorder().over_bound(); },
-           "Sample latencies strictly over each of latency_bounds_ns (exact counts).")
-      .def("over_ttft_bound", [](const MlperfRun& r) { return r.recorder().over_ttft_bound(); },
-           "Times to first token strictly over each of ttft_bounds_ns (exact counts).")
-      .def("over_tpot_bound", [](const MlperfRun& r) { return r.recorder().over_tpot_bound(); },
-           "Times per output token strictly over each of tpot_bounds_ns (exact counts).")
-      .def("sample_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().latency()); })
-      .def("query_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().query_latency()); })
-      .def("issue_delay", [](const MlperfRun& r) { return PyHistogram(r.recorder().issue_delay()); })
-      .def("first_token_latency", [](const MlperfRun& r) { return PyHistogram(r.recorder().ttft()); })
-      .def("time_per_output_token", [](const MlperfRun& r) { return PyHistogram(r.recorder().tpot()); });
+      .def_property_readonly(
+          "recorder", [](const MlperfRun& r) -> const loadgen::Recorder& { return r.recorder(); },
+          py::return_value_policy::reference_internal,
+          "The run's Recorder: sample and query latencies, issue delays, TTFT, TPOT, counts over bounds.");
 
   m.def(
       "mlperf_set_active",

@@ -76,7 +76,7 @@ EngineSettings validated(EngineSettings s) {
                                            std::to_string(s.warmup_ns) + "): the ramp's queries are counted apart");
   // A native client's I/O threads ask for the issue thread's slice too: they read the
   // responses whose times are the latencies.
-  s.sut.http.sched_slice_ns = s.sched_slice_ns;
+  s.sut.net.sched_slice_ns = s.sched_slice_ns;
   const bool self_bounded =
       s.load_mode == LoadMode::kOpenLoop &&
       (s.arrival == ArrivalKind::kTrace || s.arrival == ArrivalKind::kStages);

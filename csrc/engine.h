@@ -266,10 +266,8 @@ class Engine : private CompletionSink {
   RequestLog* records() noexcept { return records_.get(); }
   const RequestLog* records() const noexcept { return records_.get(); }
   int64_t table_capacity() const noexcept { return static_cast<int64_t>(table_.capacity()); }
-  /// The native HTTP client, when the run's SUT is one (SutKind::kHttp), else null.
-  HttpClient* native_http() noexcept { return native_.http(); }
-  /// The native network client (SutKind::kHttp or kGrpc), else null.
-  NetClient* native_net() noexcept { return native_.net(); }
+  /// The native network client, when the run's SUT is one (SutKind::kNetClient), else null.
+  NetClient* net_client() noexcept { return native_.net(); }
 
  private:
   // Completes issued query `id` (see complete()); counts an id not in flight as unknown
@@ -388,8 +386,8 @@ class Engine : private CompletionSink {
   std::unique_ptr<ArrivalSchedule> schedule_;
   SampleSelector selector_;     // owned by whichever thread issues
   bool inline_issue_ = false;
-  // The SUT is a native network client (HTTP or gRPC).
-  bool network_sut() const noexcept { return s_.sut.kind == SutKind::kHttp || s_.sut.kind == SutKind::kGrpc; }
+  // The SUT is the native network client (HTTP/1.1 or gRPC).
+  bool network_sut() const noexcept { return s_.sut.kind == SutKind::kNetClient; }
   int64_t inline_count_ = 0;          // inline issuing: queries generated (consumer_mutex_)
   // Closed loop, inline: streams started (written under consumer_mutex_).
   std::atomic<int64_t> streams_started_{0};

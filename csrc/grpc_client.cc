@@ -32,19 +32,18 @@ namespace loadgen {
 
 using detail::require;
 
-void validate_grpc(const HttpClientSettings& s) {
-  validate(s);
-  require(s.grpc_path.size() > 1 && s.grpc_path[0] == '/',
-          "grpc.path must be a method's path such as /package.Service/Method, got '" + s.grpc_path + "'");
-  require(!s.sse && !s.head_only, "grpc: sse and head_only are the HTTP client's");
-  require(s.max_in_flight >= 1, "grpc.max_in_flight must be >= 1, got " + std::to_string(s.max_in_flight));
+void validate_grpc(const NetClientSettings& s) {
+  require(s.grpc_method.size() > 1 && s.grpc_method[0] == '/',
+          "net.grpc_method must be a method's path such as /package.Service/Method, got '" + s.grpc_method + "'");
+  require(!s.sse && !s.head_only, "net.sse and net.head_only are HTTP/1.1's, not gRPC's");
+  require(s.max_in_flight >= 1, "net.max_in_flight must be >= 1, got " + std::to_string(s.max_in_flight));
   require(s.max_response_bytes <= (int64_t{1} << 32),
-          "grpc.max_response_bytes must be at most 4 GiB (a gRPC message's length is 32 bits)");
+          "net.max_response_bytes must be at most 4 GiB for gRPC (a gRPC message's length is 32 bits)");
   for (const auto& [name, value] : s.metadata) {
     bool ok = !name.empty() && name[0] != ':';
     for (char ch : name) ok = ok && !std::isupper(static_cast<unsigned char>(ch)) && ch > ' ' && ch < 127;
-    require(ok, "grpc.metadata names must be non-empty lower-case tokens, got '" + name + "'");
-    for (char ch : value) require(ch != '\r' && ch != '\n' && ch != '\0', "grpc.metadata value of '" + name +
+    require(ok, "net.metadata names must be non-empty lower-case tokens, got '" + name + "'");
+    for (char ch : value) require(ch != '\r' && ch != '\n' && ch != '\0', "net.metadata value of '" + name +
                                                                                "' holds a line break or NUL");
   }
 }
@@ -54,8 +53,8 @@ void validate_grpc(const HttpClientSettings& s) {
 bool grpc_client_available() noexcept { return false; }
 const char* grpc_client_nghttp2_version() noexcept { return ""; }
 
-std::unique_ptr<NetClient> make_grpc_client(const HttpClientSettings& settings) {
-  validate_grpc(settings);
+std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings) {
+  validate(settings);
   throw std::runtime_error(
       "this build of loadgen has no native gRPC client: nghttp2's header was missing when it was built "
       "(install libnghttp2-dev, or your system's nghttp2 development package, and reinstall loadgen)");
@@ -241,7 +240,7 @@ struct Io : NetClient::IoThread {
 
 class GrpcClient final : public NetClient {
  public:
-  explicit GrpcClient(const HttpClientSettings& settings);
+  explicit GrpcClient(const NetClientSettings& settings);
   ~GrpcClient() override;
   void start(CompletionSink& sink) override;
   void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept override;
@@ -295,7 +294,7 @@ class GrpcClient final : public NetClient {
     return "connection to " + s_.host + ":" + std::to_string(s_.port) + " " + why;
   }
 
-  HttpClientSettings s_;
+  NetClientSettings s_;
   std::vector<std::string> framed_;  // each request with its 5-byte gRPC prefix
   std::vector<std::string> names_, values_;
   std::vector<nghttp2_nv> nva_;
@@ -310,15 +309,16 @@ class GrpcClient final : public NetClient {
   std::deque<Pending> pending_;
 };
 
-GrpcClient::GrpcClient(const HttpClientSettings& settings)
+GrpcClient::GrpcClient(const NetClientSettings& settings)
     : NetClient(settings.cache_entries, settings.cache_body_bytes, true), s_(settings) {
-  validate_grpc(s_);
+  require(s_.protocol == NetProtocol::kGrpc, "the gRPC client needs net.protocol grpc");
+  validate(s_);
   if (s_.authority.empty()) {
     s_.authority = (s_.host.find(':') != std::string::npos ? "[" + s_.host + "]" : s_.host) + ":" +
                    std::to_string(s_.port);
   }
   for (const std::string& r : s_.requests) {
-    require(r.size() < (uint64_t{1} << 32), "grpc.requests: a message over 4 GiB");
+    require(r.size() < (uint64_t{1} << 32), "net.requests: a gRPC message over 4 GiB");
     std::string f(5, '\0');
     const uint32_t n = static_cast<uint32_t>(r.size());
     f[1] = static_cast<char>(n >> 24);
@@ -331,7 +331,7 @@ GrpcClient::GrpcClient(const HttpClientSettings& settings)
   s_.requests.clear();
   s_.requests.shrink_to_fit();
   const std::pair<std::string, std::string> fixed[] = {
-      {":method", "POST"}, {":scheme", "http"}, {":path", s_.grpc_path}, {":authority", s_.authority},
+      {":method", "POST"}, {":scheme", "http"}, {":path", s_.grpc_method}, {":authority", s_.authority},
       {"content-type", "application/grpc"}, {"te", "trailers"}, {"user-agent", "loadgen-native-grpc"}};
   for (const auto& [n, v] : fixed) {
     names_.push_back(n);
@@ -1053,7 +1053,7 @@ void GrpcClient::close() noexcept {
 
 }  // namespace
 
-std::unique_ptr<NetClient> make_grpc_client(const HttpClientSettings& settings) {
+std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings) {
   return std::make_unique<GrpcClient>(settings);
 }
 

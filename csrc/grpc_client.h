@@ -1,7 +1,7 @@
 #pragma once
-// The native gRPC client (SutKind::kGrpc): unary calls of one method, with prepared
-// request messages, multiplexed over HTTP/2 connections opened before the run (framing
-// by nghttp2). The issuing thread submits each call and writes its frames itself at the
+// The native network client over gRPC (NetProtocol::kGrpc): unary calls of one method,
+// with prepared request messages, multiplexed over HTTP/2 connections opened before the
+// run (framing by nghttp2). The issuing thread submits each call and writes its frames itself at the
 // query's scheduled time; I/O threads (epoll) read the responses, and a call's end (its
 // trailers, a reset, the connection's loss) completes or fails its query natively. In a
 // closed loop the I/O thread that read a response issues the next call; in an open loop
@@ -9,7 +9,7 @@
 // for a connection's lock an I/O thread holds: the call goes to that connection's inbox,
 // and whoever releases the lock next sends it.
 //
-// A call's outcome is judged as the HTTP client's responses are (net_client.h): status
+// A call's outcome is judged as the HTTP/1.1 client's responses are (net_client.h): status
 // 0 with its response message, or a non-zero status with its message, keyed into the
 // verdict cache and otherwise handed to the Python side's check (which names failures
 // as the grpcio clients do: grpc_<CODE>). What the gRPC library would decide itself is
@@ -24,7 +24,6 @@
 
 #include <memory>
 
-#include "http_client.h"
 #include "net_client.h"
 
 namespace loadgen {
@@ -35,11 +34,14 @@ bool grpc_client_available() noexcept;
 /// The version of nghttp2 the client runs on ("" without it).
 const char* grpc_client_nghttp2_version() noexcept;
 
-/// Checks the settings of a gRPC client (HttpClientSettings with grpc_path); throws
-/// std::invalid_argument naming the bad field (http.port, grpc.path, ...).
-void validate_grpc(const HttpClientSettings& s);
+/// The gRPC part of validate(const NetClientSettings&): the method's path, the calls in
+/// flight, the metadata; no HTTP/1.1-only field set. Throws std::invalid_argument naming
+/// the bad field (net.grpc_method, net.metadata, ...).
+void validate_grpc(const NetClientSettings& s);
 
-/// The client, not started. Throws std::runtime_error when the build has no nghttp2.
-std::unique_ptr<NetClient> make_grpc_client(const HttpClientSettings& settings);
+/// The client (`settings.protocol` is NetProtocol::kGrpc), not started; make_net_client()
+/// calls it. Throws std::invalid_argument on bad settings, std::runtime_error when the
+/// build has no nghttp2.
+std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings);
 
 }  // namespace loadgen

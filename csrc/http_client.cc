@@ -80,14 +80,14 @@ void require_request_line(const std::string& request, size_t index) {
       const size_t next = request.find("\r\n", eol + 2);
       rest = "\\r\\n" + shown(request.substr(eol + 2, std::min<size_t>(next - eol - 2, 60)));
     }
-    throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
+    throw std::invalid_argument("net.requests[" + std::to_string(index) + "]: the request line '" + shown(line) +
                                 rest + "' is not a method, a space, a path, a space and HTTP/1.1: a raw CR or LF "
                                 "in the path is not allowed; percent-encode it");
   }
   for (size_t i = 0; i < sp2; ++i) {
     const unsigned char c = static_cast<unsigned char>(line[i]);
     if (i != sp1 && (c <= 0x20 || c == 0x7f)) {
-      throw std::invalid_argument("http.requests[" + std::to_string(index) + "]: the path '" +
+      throw std::invalid_argument("net.requests[" + std::to_string(index) + "]: the path '" +
                                   shown(line.substr(sp1 + 1, sp2 - sp1 - 1)) +
                                   "' holds a raw space, tab or control byte; percent-encode it (a space is %20)");
     }
@@ -96,27 +96,8 @@ void require_request_line(const std::string& request, size_t index) {
 
 }  // namespace
 
-void validate(const HttpClientSettings& s) {
-  sockaddr_storage addr{};
-  unsigned len = 0;
-  require(netio::parse_address(s.host, s.port, &addr, &len), "http.host must be a numeric IPv4 or IPv6 address, got '" +
-                                                           s.host + "'");
-  require(s.port >= 1 && s.port <= 65535, "http.port must be in 1..65535, got " + std::to_string(s.port));
-  require(s.connections >= 1 && s.connections <= (1 << 16),
-          "http.connections must be in 1..65536, got " + std::to_string(s.connections));
-  require(s.io_threads >= 1 && s.io_threads <= 256,
-          "http.io_threads must be in 1..256, got " + std::to_string(s.io_threads));
-  require(!s.requests.empty(), "http.requests must hold at least one prepared request");
-  if (s.grpc_path.empty()) {  // HTTP/1.1: each request starts with its request line
-    for (size_t i = 0; i < s.requests.size(); ++i) require_request_line(s.requests[i], i);
-  }
-  require(s.max_response_bytes >= 1, "http.max_response_bytes must be >= 1");
-  require(s.connect_timeout_ns >= 1, "http.connect_timeout_ns must be >= 1");
-  require(s.timeout_ns >= 0, "http.timeout_ns must be >= 0");
-  require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "http.cache_entries and cache_body_bytes must be >= 0");
-  require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
-          "http.input_tokens must be empty or hold one count per request");
-  require(s.significant_figures >= 1 && s.significant_figures <= 5, "http.significant_figures must be in 1..5");
+void validate_http1(const NetClientSettings& s) {
+  for (size_t i = 0; i < s.requests.size(); ++i) require_request_line(s.requests[i], i);
 }
 
 namespace {
@@ -161,8 +142,9 @@ struct HttpClient::Io : IoThread {
   std::map<int64_t, int64_t> output_lengths;
 };
 
-HttpClient::HttpClient(HttpClientSettings settings)
+HttpClient::HttpClient(NetClientSettings settings)
     : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse), s_(std::move(settings)) {
+  require(s_.protocol == NetProtocol::kHttp1, "the HTTP/1.1 client needs net.protocol http1");
   validate(s_);
   HttpParserLimits limits;
   limits.max_body_bytes = s_.max_response_bytes;
@@ -541,136 +523,11 @@ void HttpClient::io_loop(Io* io) {
     const int n = netio::wait_events(io->epfd, events.data(), static_cast<int>(events.size()), kIoWaitNs);
     for (int i = 0; i < n; ++i) {
       Conn* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
-      const uint32_t ev = events[static_cast<size_t>(i)].events;
       if (c == nullptr) {  // the wake-up eventfd
         drain_wake(*io);
         continue;
       }
-      // A finished response's query is judged after the connection's lock is released
-      // and the connection is back in the pool (so that the query it makes room for can
-      // use it at once).
-      int64_t done_id = -1, done_t = 0;
-      int done_status = 0;
-      std::string done_body;
-      StreamEnd stream_end;
-      bool reuse = false;
-      // A whole response on c, complete at t: its stream ends, or it waits to be judged.
-      const auto take_response = [&](int64_t t) {
-        if (c->sse) {
-          end_stream(c, t, c->parser.status(), &stream_end);
-        } else {
-          done_id = c->query;
-          done_t = t;
-          done_status = c->parser.status();
-          done_body = c->parser.take_body();
-        }
-        responses_.fetch_add(1, std::memory_order_relaxed);
-      };
-      {
-        std::unique_lock<std::mutex> lock(c->mu);
-        if (c->state == Conn::kConnecting) {
-          int so_error = 0;
-          socklen_t sl = sizeof(so_error);
-          getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &sl);
-          if (so_error != 0 || (ev & (EPOLLERR | EPOLLHUP))) {
-            const int err = so_error != 0 ? so_error : ECONNREFUSED;
-            connect_failed(c, err, errno_text(err));
-          } else if (ev & EPOLLOUT) {
-          connects_.fetch_add(1, std::memory_order_relaxed);
-          c->state = Conn::kIdle;
-          epoll_event mod{};
-          mod.events = EPOLLIN | EPOLLRDHUP;
-          mod.data.ptr = c;
-          epoll_ctl(io->epfd, EPOLL_CTL_MOD, c->fd, &mod);
-          reuse = true;
-          }
-        } else {
-          if ((ev & EPOLLOUT) && c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size()) {
-            on_writable(c);
-          }
-          if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-            // Read until the socket is drained (or the connection ends), at most
-            // kMaxReadsPerEvent reads: a server that writes faster than this thread reads
-            // (an endless stream of blank lines) would otherwise hold it here for good,
-            // its timeout and the other connections unseen (epoll reports the rest).
-            for (int reads = 0; c->fd >= 0 && reads < kMaxReadsPerEvent; ++reads) {
-              int64_t kernel_t = 0;
-              const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
-              if (r < 0 && errno == EINTR) continue;
-              if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-              const int64_t t = now_ns();
-              note_receive_wait(*io, t, kernel_t);
-              if (r > 0 && c->state == Conn::kBusy && c->deadline != 0 && t >= c->deadline) {
-                // Bytes still coming past the query's timeout: the connection goes now, as
-                // expire() would close it (the engine counts the timeout).
-                closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
-                close_locked(c, nullptr, "");
-                break;
-              }
-              if (r < 0) {
-                const int err = errno;
-                const bool any = c->parser.got_bytes();
-                if (err == ECONNRESET) {
-                  close_locked(c, "connection_reset",
-                               std::string("connection reset by peer ") +
-                                   (any ? "before the response was complete" : "before any response"));
-                } else {
-                  close_locked(c, "connection_error", "reading the response: " + errno_text(err));
-                }
-                break;
-              }
-              if (r == 0) {  // the server closed the connection
-                if (c->state == Conn::kBusy && c->parser.eof_completes()) {
-                  take_response(t);
-                  c->query = -1;
-                  close_locked(c, nullptr, "");
-                } else {
-                  const bool any = c->parser.got_bytes();
-                  close_locked(c, "connection_reset",
-                               std::string("connection closed by the server ") +
-                                   (any ? "before the response was complete" : "before any response"));
-                }
-                break;
-              }
-              if (c->state != Conn::kBusy) {  // bytes nobody asked for: the connection is unusable
-                close_locked(c, nullptr, "");
-                break;
-              }
-              size_t used = 0;
-              c->read_t = t;
-              const auto res = c->parser.feed(buf.data(), static_cast<size_t>(r), &used);
-              if (c->sse && sse_read(c, &stream_end)) break;  // an event over the limit comes first
-              // A short read drained the socket: epoll is level-triggered and says when more
-              // comes, so the read that would only return EAGAIN is saved (a stream's
-              // events come one or two to a read: that read was a third of the syscalls).
-              if (res == HttpResponseParser::Result::kNeedMore) {
-                if (static_cast<size_t>(r) < buf.size()) break;
-                continue;
-              }
-              if (res == HttpResponseParser::Result::kError) {
-                close_locked(c, c->parser.error_kind().c_str(), c->parser.error_message());
-                break;
-              }
-              // A whole response. Bytes past it put the connection out of step.
-              take_response(t);
-              const bool keep = c->parser.keep_alive() && used == static_cast<size_t>(r);
-              c->query = -1;
-              if (keep) {
-                c->state = Conn::kIdle;
-                reuse = true;
-              } else {
-                close_locked(c, nullptr, "");
-              }
-              break;
-            }
-          }
-        }
-      }
-      if (reuse) release(c);
-      if (done_id >= 0) judge(done_id, done_t, done_status, std::move(done_body));
-      if (stream_end.id >= 0) finish_stream(std::move(stream_end));
-      if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
-      sink_->issue_ready();  // closed loop: the next request goes out from here
+      on_event(c, events[static_cast<size_t>(i)].events, buf);
     }
     if (n <= 0) sink_->issue_ready();  // room made elsewhere (a timeout, the checker)
     const int64_t now = now_ns();
@@ -682,6 +539,146 @@ void HttpClient::io_loop(Io* io) {
       next_scan = now + (s_.timeout_ns > 0 ? 1'000'000 : 50'000'000);
     }
   }
+}
+
+void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept {
+  // A finished response's query is judged after the connection's lock is released and
+  // the connection is back in the pool (so that the query it makes room for can use it
+  // at once).
+  EventOutcome out;
+  {
+    std::unique_lock<std::mutex> lock(c->mu);
+    if (c->state == Conn::kConnecting) {
+      on_connected(c, ev, &out);
+    } else {
+      if ((ev & EPOLLOUT) && c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size()) {
+        on_writable(c);
+      }
+      if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_responses(c, buf, &out);
+    }
+  }
+  if (out.reuse) release(c);
+  if (out.done_id >= 0) judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
+  if (out.stream_end.id >= 0) finish_stream(std::move(out.stream_end));
+  if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
+  sink_->issue_ready();  // closed loop: the next request goes out from here
+}
+
+void HttpClient::on_connected(Conn* c, uint32_t ev, EventOutcome* out) noexcept {
+  int so_error = 0;
+  socklen_t sl = sizeof(so_error);
+  getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &sl);
+  if (so_error != 0 || (ev & (EPOLLERR | EPOLLHUP))) {
+    const int err = so_error != 0 ? so_error : ECONNREFUSED;
+    connect_failed(c, err, errno_text(err));
+  } else if (ev & EPOLLOUT) {
+    connects_.fetch_add(1, std::memory_order_relaxed);
+    c->state = Conn::kIdle;
+    epoll_event mod{};
+    mod.events = EPOLLIN | EPOLLRDHUP;
+    mod.data.ptr = c;
+    epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &mod);
+    out->reuse = true;
+  }
+}
+
+void HttpClient::read_responses(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept {
+  // Read until the socket is drained (or the connection ends), at most kMaxReadsPerEvent
+  // reads: a server that writes faster than this thread reads (an endless stream of
+  // blank lines) would otherwise hold it here for good, its timeout and the other
+  // connections unseen (epoll reports the rest).
+  for (int reads = 0; c->fd >= 0 && reads < kMaxReadsPerEvent; ++reads) {
+    int64_t kernel_t = 0;
+    const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
+    const int err = r < 0 ? errno : 0;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) break;
+    const int64_t t = now_ns();
+    note_receive_wait(*c->io, t, kernel_t);
+    if (r > 0 && c->state == Conn::kBusy && c->deadline != 0 && t >= c->deadline) {
+      // Bytes still coming past the query's timeout: the connection goes now, as
+      // expire() would close it (the engine counts the timeout).
+      closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
+      close_locked(c, nullptr, "");
+      break;
+    }
+    if (r < 0) {
+      close_after_read_error(c, err);
+      break;
+    }
+    if (r == 0) {  // the server closed the connection
+      close_at_eof(c, t, out);
+      break;
+    }
+    if (!parse_read(c, buf.data(), static_cast<size_t>(r), t, static_cast<size_t>(r) == buf.size(), out)) break;
+  }
+}
+
+void HttpClient::close_after_read_error(Conn* c, int err) noexcept {
+  const bool any = c->parser.got_bytes();
+  if (err == ECONNRESET) {
+    close_locked(c, "connection_reset",
+                 std::string("connection reset by peer ") +
+                     (any ? "before the response was complete" : "before any response"));
+  } else {
+    close_locked(c, "connection_error", "reading the response: " + errno_text(err));
+  }
+}
+
+void HttpClient::close_at_eof(Conn* c, int64_t t, EventOutcome* out) noexcept {
+  if (c->state == Conn::kBusy && c->parser.eof_completes()) {
+    take_response(c, t, out);
+    c->query = -1;
+    close_locked(c, nullptr, "");
+    return;
+  }
+  const bool any = c->parser.got_bytes();
+  close_locked(c, "connection_reset",
+               std::string("connection closed by the server ") +
+                   (any ? "before the response was complete" : "before any response"));
+}
+
+bool HttpClient::parse_read(Conn* c, const char* data, size_t n, int64_t t, bool filled,
+                            EventOutcome* out) noexcept {
+  if (c->state != Conn::kBusy) {  // bytes nobody asked for: the connection is unusable
+    close_locked(c, nullptr, "");
+    return false;
+  }
+  size_t used = 0;
+  c->read_t = t;
+  const auto res = c->parser.feed(data, n, &used);
+  if (c->sse && sse_read(c, &out->stream_end)) return false;  // an event over the limit comes first
+  // A short read drained the socket: epoll is level-triggered and says when more comes,
+  // so the read that would only return EAGAIN is saved (a stream's events come one or
+  // two to a read: that read was a third of the syscalls).
+  if (res == HttpResponseParser::Result::kNeedMore) return filled;
+  if (res == HttpResponseParser::Result::kError) {
+    close_locked(c, c->parser.error_kind().c_str(), c->parser.error_message());
+    return false;
+  }
+  // A whole response. Bytes past it put the connection out of step.
+  take_response(c, t, out);
+  const bool keep = c->parser.keep_alive() && used == n;
+  c->query = -1;
+  if (keep) {
+    c->state = Conn::kIdle;
+    out->reuse = true;
+  } else {
+    close_locked(c, nullptr, "");
+  }
+  return false;
+}
+
+void HttpClient::take_response(Conn* c, int64_t t, EventOutcome* out) noexcept {
+  if (c->sse) {
+    end_stream(c, t, c->parser.status(), &out->stream_end);
+  } else {
+    out->done_id = c->query;
+    out->done_t = t;
+    out->done_status = c->parser.status();
+    out->done_body = c->parser.take_body();
+  }
+  responses_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void HttpClient::close() noexcept {

@@ -1,5 +1,5 @@
 #pragma once
-// The native HTTP/1.1 client: a native SUT (SutKind::kHttp) that sends prepared request
+// The native network client over HTTP/1.1 (NetProtocol::kHttp1): sends prepared request
 // bytes over keep-alive connections and completes queries natively as their responses
 // arrive. The issue thread writes each request on a free connection itself, at the
 // query's scheduled time; I/O threads (epoll) read and parse the responses
@@ -28,51 +28,6 @@ namespace loadgen {
 
 class CompletionSink;
 
-/// The client's settings. Durations in ns.
-struct HttpClientSettings {
-  std::string host = "127.0.0.1";  ///< a numeric IPv4 or IPv6 address
-  int port = 0;
-  int64_t connections = 1;     ///< keep-alive connections, at most (>= 1)
-  int64_t warm_connections = 64;  ///< opened before the run (at most `connections`)
-  int64_t io_threads = 1;      ///< epoll threads the connections are spread over (>= 1)
-  std::vector<std::string> requests;  ///< the prepared requests, by sample index (mod size)
-  bool head_only = false;      ///< the requests are HEAD: responses have no body
-  int64_t max_response_bytes = 64LL << 20;
-  int64_t connect_timeout_ns = 10'000'000'000;
-  /// Per-query timeout from the scheduled time (0: none): a request still unanswered
-  /// then has its connection closed (its response could not be told from the next);
-  /// the engine counts the timeout.
-  int64_t timeout_ns = 0;
-  /// The verdict cache: at most this many distinct responses, each at most this long.
-  int64_t cache_entries = 4096;
-  int64_t cache_body_bytes = 64 * 1024;
-  std::vector<int> cpus;  ///< the I/O threads run on these CPUs (empty: not pinned)
-  /// The scheduler slice the I/O threads ask for (EngineSettings::sched_slice_ns, which
-  /// the engine copies here; 0: the kernel's default).
-  int64_t sched_slice_ns = 0;
-  /// OpenAI streams: each body is Server-Sent Events, read as it arrives by an
-  /// SseScanner (sse.h) with max_response_bytes as its per-event bound; the first token
-  /// and the completion with its token count go to the sink natively, and a failed
-  /// stream goes to the Python side (take_unchecked, with its SseProblem) for its message.
-  bool sse = false;
-  /// sse: the end-of-stream checks (tokens or a finish_reason; data: [DONE]) are made.
-  bool sse_check = true;
-  /// sse: each request's input tokens, by sample index like `requests` (empty: not known).
-  std::vector<int64_t> input_tokens;
-  /// sse: the figures' histograms keep this many significant figures (1..5).
-  int significant_figures = 3;
-  /// gRPC (SutKind::kGrpc, grpc_client.h): `requests` are serialized messages of the
-  /// unary method at this path (e.g. /inference.GRPCInferenceService/ModelInfer), sent
-  /// as calls multiplexed over `connections` HTTP/2 connections.
-  std::string grpc_path;
-  /// gRPC: the :authority of each call (host:port; empty: host and port).
-  std::string authority;
-  /// gRPC: metadata sent with each call (names in lower case).
-  std::vector<std::pair<std::string, std::string>> metadata;
-  /// gRPC: calls in flight at most, over all connections (>= 1); the rest wait in order.
-  int64_t max_in_flight = 64;
-};
-
 /// The figures of the streams completed (sse): what the asyncio client's OpenAISUT
 /// keeps, with the same meaning. Histogram values are in [1, 3.6e12].
 struct SseFigures {
@@ -90,12 +45,14 @@ struct SseFigures {
   SseStreamFigures stream;           ///< reasoning, per-token inter-token latency (sse.h)
 };
 
-/// Throws std::invalid_argument naming the bad field (http.port, http.connections, ...).
-void validate(const HttpClientSettings& s);
+/// The HTTP/1.1 part of validate(const NetClientSettings&): each request starts with a
+/// well-formed request line. Throws std::invalid_argument naming net.requests[i].
+void validate_http1(const NetClientSettings& s);
 
 class HttpClient final : public NetClient {
  public:
-  explicit HttpClient(HttpClientSettings settings);
+  /// `settings.protocol` is NetProtocol::kHttp1; throws std::invalid_argument on bad settings.
+  explicit HttpClient(NetClientSettings settings);
   ~HttpClient() override;
 
   void start(CompletionSink& sink) override;
@@ -125,7 +82,33 @@ class HttpClient final : public NetClient {
     int problem = 0;
     std::string body;
   };
+  // What one readiness event on a connection leaves to do once its lock is released.
+  struct EventOutcome {
+    int64_t done_id = -1;  // a whole response to judge (not sse)
+    int64_t done_t = 0;
+    int done_status = 0;
+    std::string done_body;
+    StreamEnd stream_end;  // sse: a stream that ended (id >= 0)
+    bool reuse = false;    // the connection is idle again: it goes back to the pool
+  };
+  // An I/O thread: waits for events, handles each, scans for timeouts.
   void io_loop(Io* io);
+  // One readiness event `ev` on `c`: under c's lock, a finished connect, the rest of a
+  // request or the responses read; then, unlocked, what they leave to do.
+  void on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept;
+  // c's non-blocking connect ended (c's lock held): idle and reusable, or failed.
+  void on_connected(Conn* c, uint32_t ev, EventOutcome* out) noexcept;
+  // Reads and parses what c has (c's lock held), at most kMaxReadsPerEvent reads.
+  void read_responses(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept;
+  // A read failed with errno `err`: c closes, failing its query.
+  void close_after_read_error(Conn* c, int err) noexcept;
+  // The server closed c at `t`: a response that ends at EOF is whole, else its query fails.
+  void close_at_eof(Conn* c, int64_t t, EventOutcome* out) noexcept;
+  // Parses `n` bytes read at `t` on c (`filled`: the read filled the buffer, so more may
+  // wait). True when c should be read again.
+  bool parse_read(Conn* c, const char* data, size_t n, int64_t t, bool filled, EventOutcome* out) noexcept;
+  // A whole response on c, complete at `t`: its stream ends (sse), or it waits to be judged.
+  void take_response(Conn* c, int64_t t, EventOutcome* out) noexcept;
   // Opens `c` (non-blocking connect, finished by its I/O thread). False on an immediate failure.
   bool open(Conn* c, std::string* error, int* err);
   bool connect_blocking(Conn* c, int64_t timeout_ns);
@@ -153,7 +136,7 @@ class HttpClient final : public NetClient {
   void connect_failed(Conn* c, int err, const std::string& what) noexcept;
   void expire(Io* io, int64_t now) noexcept;
 
-  HttpClientSettings s_;
+  NetClientSettings s_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Io>> ios_;
   // The idle connections and the queries waiting for one.

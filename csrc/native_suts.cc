@@ -9,7 +9,6 @@
 
 #include "affinity.h"
 #include "clock.h"
-#include "grpc_client.h"
 #include "require.h"
 #include "rng.h"
 
@@ -19,8 +18,7 @@ using detail::require;
 
 void validate(const NativeSutSettings& s) {
   require(s.delay_ns >= 0, "sut.delay_ns must be >= 0, got " + std::to_string(s.delay_ns));
-  if (s.kind == SutKind::kHttp) validate(s.http);
-  if (s.kind == SutKind::kGrpc) validate_grpc(s.http);
+  if (s.kind == SutKind::kNetClient) validate(s.net);
   if (s.kind != SutKind::kDemo) return;
   require(s.workers >= 1 && s.workers <= 4096,
           "sut.workers must be in 1..4096, got " + std::to_string(s.workers));
@@ -38,12 +36,7 @@ NativeSut::NativeSut(const NativeSutSettings& settings, uint64_t ring_capacity, 
     ring_.reset(new std::atomic<int64_t>[ring_capacity]());
     due_.reset(new std::atomic<int64_t>[ring_capacity]());
   }
-  if (s_.kind == SutKind::kHttp) {
-    auto h = std::make_unique<HttpClient>(s_.http);
-    http_ = h.get();
-    net_ = std::move(h);
-  }
-  if (s_.kind == SutKind::kGrpc) net_ = make_grpc_client(s_.http);
+  if (s_.kind == SutKind::kNetClient) net_ = make_net_client(s_.net);
 }
 
 NativeSut::~NativeSut() { close(); }

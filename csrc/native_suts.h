@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "http_client.h"
 #include "net_client.h"
 #include "notifier.h"
 
@@ -22,8 +21,7 @@ enum class SutKind {
   kFixedDelay,  ///< completes each query `delay_ns` after issue, from a completion thread
   kQueue,       ///< a consumer (the Python dispatcher) takes batches with take_batch()
   kDemo,        ///< a simulated batching inference server (see NativeSutSettings)
-  kHttp,        ///< the native HTTP/1.1 client (http_client.h) against a real server
-  kGrpc,        ///< the native gRPC client (grpc_client.h) against a real server
+  kNetClient,   ///< the native network client (net_client.h: HTTP/1.1 or gRPC) to a real server
 };
 
 /// Which SUT a run drives, and the native SUTs' parameters. Durations in ns.
@@ -43,8 +41,8 @@ struct NativeSutSettings {
   /// The fixed-delay and demo SUTs' thread runs on these CPUs (empty: not pinned), as
   /// --pin auto places an in-process SUT away from the issue thread and dispatcher.
   std::vector<int> cpus;
-  /// The native network client's settings (kinds kHttp and kGrpc).
-  HttpClientSettings http;
+  /// The native network client's settings (kind kNetClient).
+  NetClientSettings net;
 };
 
 /// Throws std::invalid_argument naming the bad field (sut.delay_ns, sut.workers, ...).
@@ -93,11 +91,9 @@ class NativeSut {
   /// must outlive close().
   void start(CompletionSink& sink);
   /// Hands over query `id`, issued at `issued_ns` (its first sample and scheduled time
-  /// for the HTTP client).
+  /// for the network client).
   void submit(int64_t id, int64_t issued_ns, int64_t sample = 0, int64_t scheduled_ns = 0) noexcept;
-  /// The native HTTP client (kind kHttp), else null.
-  HttpClient* http() noexcept { return http_; }
-  /// The native network client (kinds kHttp and kGrpc), else null.
+  /// The native network client (kind kNetClient), else null.
   NetClient* net() noexcept { return net_.get(); }
   /// No more queries will be submitted: the thread ends once it completed them all.
   void finish() noexcept;
@@ -123,7 +119,6 @@ class NativeSut {
   Notifier submitted_;
   std::thread thread_;
   std::unique_ptr<NetClient> net_;
-  HttpClient* http_ = nullptr;  // net_, when it is the HTTP client
 };
 
 }  // namespace loadgen

@@ -19,9 +19,14 @@
 
 #include "affinity.h"
 #include "clock.h"
+#include "grpc_client.h"
+#include "http_client.h"
 #include "native_suts.h"
+#include "require.h"
 
 namespace loadgen {
+
+using detail::require;
 
 namespace netio {
 
@@ -272,8 +277,8 @@ void NetClient::drain_wake(const IoThread& io) noexcept {
   }
 }
 
-HttpClientStats NetClient::stats() const {
-  HttpClientStats st;
+NetClientStats NetClient::stats() const {
+  NetClientStats st;
   st.connects = connects_.load();
   st.connect_failures = connect_failures_.load();
   st.connections_opened_before_run = warm_.load();
@@ -285,6 +290,37 @@ HttpClientStats NetClient::stats() const {
   st.queued = queued_.load();
   st.handed_over = handed_over_.load();
   return st;
+}
+
+void validate(const NetClientSettings& s) {
+  require(s.protocol == NetProtocol::kHttp1 || s.protocol == NetProtocol::kGrpc, "net.protocol must be http1 or grpc");
+  sockaddr_storage addr{};
+  unsigned len = 0;
+  require(netio::parse_address(s.host, s.port, &addr, &len), "net.host must be a numeric IPv4 or IPv6 address, got '" +
+                                                           s.host + "'");
+  require(s.port >= 1 && s.port <= 65535, "net.port must be in 1..65535, got " + std::to_string(s.port));
+  require(s.connections >= 1 && s.connections <= (1 << 16),
+          "net.connections must be in 1..65536, got " + std::to_string(s.connections));
+  require(s.io_threads >= 1 && s.io_threads <= 256,
+          "net.io_threads must be in 1..256, got " + std::to_string(s.io_threads));
+  require(!s.requests.empty(), "net.requests must hold at least one prepared request");
+  require(s.max_response_bytes >= 1, "net.max_response_bytes must be >= 1");
+  require(s.connect_timeout_ns >= 1, "net.connect_timeout_ns must be >= 1");
+  require(s.timeout_ns >= 0, "net.timeout_ns must be >= 0");
+  require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "net.cache_entries and cache_body_bytes must be >= 0");
+  require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
+          "net.input_tokens must be empty or hold one count per request");
+  require(s.significant_figures >= 1 && s.significant_figures <= 5, "net.significant_figures must be in 1..5");
+  if (s.protocol == NetProtocol::kHttp1) {
+    validate_http1(s);
+  } else {
+    validate_grpc(s);
+  }
+}
+
+std::unique_ptr<NetClient> make_net_client(const NetClientSettings& settings) {
+  if (settings.protocol == NetProtocol::kGrpc) return make_grpc_client(settings);
+  return std::make_unique<HttpClient>(settings);
 }
 
 }  // namespace loadgen

@@ -5,8 +5,10 @@
 // natively; the rest wait for the Python side's check, which takes them in batches
 // (take_unchecked) and hands back verdicts (resolve), and the cache learns them.
 //
-// NetClient is the interface the engine drives: the HTTP/1.1 client (http_client.h) and
-// the gRPC client over HTTP/2 (grpc_client.h) implement it.
+// NetClient is the interface the engine drives (one SUT kind, SutKind::kNetClient): its
+// two protocols, HTTP/1.1 with OpenAI's Server-Sent Events (http_client.h) and gRPC over
+// HTTP/2 (grpc_client.h), implement it on the I/O core below (netio, IoThread). Which one
+// a run gets is NetClientSettings::protocol (make_net_client()).
 
 #include <atomic>
 #include <condition_variable>
@@ -51,6 +53,65 @@ std::string errno_text(int err);
 const char* connect_kind(int err) noexcept;
 }  // namespace netio
 
+/// The wire protocol of a native network client.
+enum class NetProtocol {
+  kHttp1,  ///< HTTP/1.1 (http_client.h): KServe REST, request templates, OpenAI streams (sse)
+  kGrpc,   ///< gRPC over HTTP/2 (grpc_client.h): unary calls of one method (nghttp2)
+};
+
+/// A native network client's settings. Durations in ns. Fields marked sse apply to
+/// HTTP/1.1 only, those marked gRPC to gRPC only.
+struct NetClientSettings {
+  NetProtocol protocol = NetProtocol::kHttp1;
+  std::string host = "127.0.0.1";  ///< a numeric IPv4 or IPv6 address
+  int port = 0;
+  /// HTTP/1.1: keep-alive connections, at most; gRPC: HTTP/2 connections (1..65536).
+  int64_t connections = 1;
+  int64_t warm_connections = 64;  ///< opened before the run (at most `connections`)
+  int64_t io_threads = 1;      ///< epoll threads the connections are spread over (1..256)
+  /// The prepared requests, by sample index (mod size): HTTP/1.1 requests (request line,
+  /// headers, body), or gRPC request messages (serialized protobuf).
+  std::vector<std::string> requests;
+  bool head_only = false;      ///< HTTP/1.1: the requests are HEAD: responses have no body
+  int64_t max_response_bytes = 64LL << 20;
+  int64_t connect_timeout_ns = 10'000'000'000;
+  /// Per-query timeout from the scheduled time (0: none): HTTP/1.1 closes a connection
+  /// still waiting for its response then (the response could not be told from the
+  /// next); gRPC resets the call's stream. The engine counts the timeout.
+  int64_t timeout_ns = 0;
+  /// The verdict cache: at most this many distinct responses, each at most this long.
+  int64_t cache_entries = 4096;
+  int64_t cache_body_bytes = 64 * 1024;
+  std::vector<int> cpus;  ///< the I/O threads run on these CPUs (empty: not pinned)
+  /// The scheduler slice the I/O threads ask for (EngineSettings::sched_slice_ns, which
+  /// the engine copies here; 0: the kernel's default).
+  int64_t sched_slice_ns = 0;
+  /// sse: OpenAI streams: each body is Server-Sent Events, read as it arrives by an
+  /// SseScanner (sse.h) with max_response_bytes as its per-event bound; the first token
+  /// and the completion with its token count go to the sink natively, and a failed
+  /// stream goes to the Python side (take_unchecked, with its SseProblem) for its message.
+  bool sse = false;
+  /// sse: the end-of-stream checks (tokens or a finish_reason; data: [DONE]) are made.
+  bool sse_check = true;
+  /// sse: each request's input tokens, by sample index like `requests` (empty: not known).
+  std::vector<int64_t> input_tokens;
+  /// sse: the figures' histograms keep this many significant figures (1..5).
+  int significant_figures = 3;
+  /// gRPC: the path of the unary method every call invokes, /package.Service/Method
+  /// (e.g. /inference.GRPCInferenceService/ModelInfer).
+  std::string grpc_method;
+  /// gRPC: the :authority of each call (host:port; empty: host and port).
+  std::string authority;
+  /// gRPC: metadata sent with each call (names in lower case).
+  std::vector<std::pair<std::string, std::string>> metadata;
+  /// gRPC: calls in flight at most, over all connections (>= 1); the rest wait in order.
+  int64_t max_in_flight = 64;
+};
+
+/// Checks every field, then the protocol's own (validate_http1(), validate_grpc()).
+/// Throws std::invalid_argument naming the bad field (net.port, net.grpc_method, ...).
+void validate(const NetClientSettings& s);
+
 /// A response waiting for the Python side's verdict.
 struct UncheckedResponse {
   int64_t id = 0;
@@ -75,7 +136,7 @@ struct ResponseVerdict {
 };
 
 /// Counters of a client (any thread; approximate while running).
-struct HttpClientStats {
+struct NetClientStats {
   int64_t connects = 0;
   int64_t connect_failures = 0;
   int64_t connections_opened_before_run = 0;
@@ -122,7 +183,7 @@ class NetClient {
   /// Closes every connection and joins the threads. Idempotent.
   virtual void close() noexcept = 0;
   /// The client's counters.
-  HttpClientStats stats() const;
+  NetClientStats stats() const;
   /// Every I/O thread's receive waits (IoThread::receive_wait), merged: how late the
   /// client read what the kernel had received, in ns. Any thread.
   HdrHistogram receive_wait() const;
@@ -197,5 +258,10 @@ class NetClient {
   std::deque<UncheckedResponse> unchecked_;
   std::atomic<int64_t> cache_hits_{0}, checked_outside_{0};
 };
+
+/// The client `settings.protocol` names, validated and not started. Throws
+/// std::invalid_argument on bad settings, std::runtime_error for gRPC in a build
+/// without nghttp2 (grpc_client_available()).
+std::unique_ptr<NetClient> make_net_client(const NetClientSettings& settings);
 
 }  // namespace loadgen

@@ -61,6 +61,21 @@ def assert_counts_add_up(c: dict) -> None:
     assert c.get("outstanding", 0) == 0, c
 
 
+def net_client_engine(net: Any) -> Any:
+    """A ``_core.Engine`` whose SUT is the native network client with settings ``net``
+    (one query at 10/s), not started: the client's settings are checked as it is made,
+    and nothing connects before the run."""
+    from loadgen import _core
+
+    sut = _core.NativeSutSettings(kind=_core.SutKind.net_client)
+    sut.net = net
+    s = _core.EngineSettings()
+    s.target_qps = 10.0
+    s.max_query_count = 1
+    s.sut = sut
+    return _core.Engine(s)
+
+
 def write(path: Path, text: str) -> Path:
     """Writes ``text`` (dedented) to ``path``; returns ``path``."""
     path.write_text(textwrap.dedent(text))

@@ -52,12 +52,12 @@ def environment_report(pin: str = "auto") -> Dict[str, Any]:
 
 
 def native_clients() -> Dict[str, Any]:
-    """Which network clients this build of the core has: the native HTTP/1.1 client
-    (always built) and the native gRPC client (only when nghttp2 was found at build time)."""
+    """Which protocols this build's native network client has: HTTP/1.1 (always built)
+    and gRPC (only when nghttp2 was found at build time)."""
     from loadgen import _core
 
     grpc = bool(_core.grpc_client_available())
-    return {"http": "http" in _core.SutKind.__members__, "grpc": grpc,
+    return {"http": "http1" in _core.NetProtocol.__members__, "grpc": grpc,
             "nghttp2": _core.grpc_client_nghttp2_version() if grpc else None}
 
 

@@ -122,7 +122,7 @@ class Engine:
             # between threads (and their wait for the GIL) sits between the first
             # scheduled time and the first issue.
             self._core.start()
-        if self.sut_form == "native_http":
+        if self.sut_form == "native_client":
             # The SUT brings its own response checker: the engine knows no network client.
             self._checker = self.sut.start_checker(self._core)
         if self.sut_form in DISPATCHED_FORMS:
@@ -255,14 +255,14 @@ class Engine:
 
     def latency(self) -> Histogram:
         """The latency histogram so far (ns, a snapshot), for progress displays."""
-        return Histogram.from_core(self._core.latency())
+        return Histogram.from_core(self._core.recorder.latency())
 
     def histogram(self, name: str) -> Histogram:
         """One of the run's histograms so far (ns, a snapshot): ``latency``,
         ``service_time``, ``issue_delay``, ``ttft`` or ``tpot``. Any thread."""
         if name not in ("latency", "service_time", "issue_delay", "ttft", "tpot"):
             raise ValueError(f"no histogram {name!r}")
-        return Histogram.from_core(getattr(self._core, name)())
+        return Histogram.from_core(getattr(self._core.recorder, name)())
 
     def counts(self) -> Dict[str, int]:
         """The counts so far (see :class:`RunResult`). Cheap (atomic loads, no lock) and
@@ -287,17 +287,18 @@ class Engine:
     def result(self) -> RunResult:
         """What the run measured (complete once :meth:`wait` returned True)."""
         c = self._core
+        rec = c.recorder
         # Durations count from the end of the warm-up (the start when there is none).
         start, end, issue_end = c.measure_start_ns, c.end_ns, c.issue_end_ns
         if not end:
             end = _core.now_ns()
         return RunResult(
             counts=c.counts(),
-            latency=Histogram.from_core(c.latency()),
-            service_time=Histogram.from_core(c.service_time()),
-            issue_delay=Histogram.from_core(c.issue_delay()),
-            ttft=Histogram.from_core(c.ttft()),
-            tpot=Histogram.from_core(c.tpot()),
+            latency=Histogram.from_core(rec.latency()),
+            service_time=Histogram.from_core(rec.service_time()),
+            issue_delay=Histogram.from_core(rec.issue_delay()),
+            ttft=Histogram.from_core(rec.ttft()),
+            tpot=Histogram.from_core(rec.tpot()),
             timeseries=c.timeseries(),
             errors=c.error_counts(),
             error_messages=c.error_messages(),
@@ -306,7 +307,7 @@ class Engine:
             interrupted=self._stopped or (self._dispatcher is not None and self._dispatcher.interrupted),
             settings=self.settings,
             samples_per_query=self.settings.samples_per_query,
-            over_bound=list(c.over_bound()),
+            over_bound=list(rec.over_bound()),
             sched_slice_applied=c.sched_slice_applied,
         )
 

@@ -343,15 +343,15 @@ class EngineSettings:
         else:
             s.records_sink, s.records_path = _core.RecordSink.none, ""
         s.records_worker_index = int(self.record_worker_index)
-        if sut_form in ("null", "fixed_delay", "demo", "native_http"):
+        if sut_form in ("null", "fixed_delay", "demo", "native_client"):
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
             s.sut.cpus = [int(c) for c in self.sut_cpus]
             s.follow_ups = False
-            if sut_form == "native_http" and self.pin_cpus and not s.sut.http.cpus:
+            if sut_form == "native_client" and self.pin_cpus and not s.sut.net.cpus:
                 # A placed run (--pin): a native client's I/O threads keep off the issue
                 # thread's core, so that the thread timing the arrivals has it to itself.
-                s.sut.http.cpus = io_thread_cpus(self.pin_cpus, self.dispatcher_cpus, self.sut_cpus)
+                s.sut.net.cpus = io_thread_cpus(self.pin_cpus, self.dispatcher_cpus, self.sut_cpus)
         else:
             s.sut = _core.NativeSutSettings(kind=_core.SutKind.queue)
             # A SUT that schedules follow-up queries (multi-turn conversations) says so.

@@ -369,10 +369,11 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
     use_tokens = bool(eff.use_token_latencies)
     multi = scenario == int(TestScenario.MultiStream)
     bounds = _bounds_ns(eff)
+    rec = run.recorder
     return RunFigures(
-        sample_latency=Histogram.from_core(run.sample_latency()),
+        sample_latency=Histogram.from_core(rec.latency()),
         sample_latency_sum_ns=counts["latency_sum_ns"],
-        query_latency=Histogram.from_core(run.query_latency()) if multi else None,
+        query_latency=Histogram.from_core(rec.query_latency()) if multi else None,
         query_latency_sum_ns=counts["query_latency_sum_ns"],
         sample_count=counts["samples_completed"],
         queries_issued=counts["queries_issued"],
@@ -383,11 +384,11 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         final_query_all_samples_done_s=ns_to_s(
             max((counts["final_done_ns"] or counts["max_completion_ns"]) - start, 0)
         ),
-        issue_delay=Histogram.from_core(run.issue_delay()),
-        first_token_latency=Histogram.from_core(run.first_token_latency())
+        issue_delay=Histogram.from_core(rec.issue_delay()),
+        first_token_latency=Histogram.from_core(rec.ttft())
         if use_tokens
         else None,
-        time_per_output_token=Histogram.from_core(run.time_per_output_token())
+        time_per_output_token=Histogram.from_core(rec.tpot())
         if use_tokens
         else None,
         tokens_per_sample_sum=counts["tokens"],
@@ -401,9 +402,9 @@ def _figures(run: Any, counts: dict, eff: EffectiveSettings) -> RunFigures:
         start_ns=start,
         end_ns=counts["max_completion_ns"],
         unknown_completions=counts["unknown_completions"],
-        latency_over=_over(bounds.latency, run.over_bound()),
-        ttft_over=_over(bounds.ttft, run.over_ttft_bound()),
-        tpot_over=_over(bounds.tpot, run.over_tpot_bound()),
+        latency_over=_over(bounds.latency, rec.over_bound()),
+        ttft_over=_over(bounds.ttft, rec.over_ttft_bound()),
+        tpot_over=_over(bounds.tpot, rec.over_tpot_bound()),
         out_of_range=counts["out_of_range"],
         first_token_out_of_range=counts["first_token_out_of_range"],
     )

@@ -12,7 +12,7 @@ from loadgen.sut.spec import is_network_sut
 
 if TYPE_CHECKING:  # the clients are imported when a target is opened
     from loadgen.net.base import NetworkSUT
-    from loadgen.net.native_http import NativeHttpSUT
+    from loadgen.net.native import NativeClientSUT
     from loadgen.net.options import NetOptions
 
 __all__ = ["is_network_sut", "net_options", "open_from_options", "open_target", "pool_size_for"]
@@ -108,7 +108,7 @@ def open_from_options(o: Any, settings: Any):
 
 
 def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figures: int = 3,
-                uncapped: bool = False) -> "Union[NetworkSUT, NativeHttpSUT]":
+                uncapped: bool = False) -> "Union[NetworkSUT, NativeClientSUT]":
     """The prepared network SUT for a ``--sut`` URL: ready server, serialized requests.
 
     Args:
@@ -147,9 +147,9 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
             from loadgen.net.openai_stream import OpenAISUT
 
             sut = OpenAISUT(target, net, pool_size, significant_figures)
-    from loadgen.net.native_http import native_refusal, native_sut
+    from loadgen.net.native import http_refusal, native_sut
 
-    refused = native_refusal(target, net)
+    refused = http_refusal(target, net)
     if net.http_engine == "native" and refused:  # said before the server is asked anything
         hint = "--grpc-engine to choose the gRPC client" if target.kind == "kserve_grpc" else "--http-engine asyncio (or auto)"
         raise ValueError(f"--http-engine native: {refused}; use {hint}")
@@ -169,7 +169,7 @@ _alias_noted = False
 
 def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> Any:
     """The KServe gRPC client ``net.grpc_engine`` asks for, prepared: native (the core's
-    HTTP/2 client; auto where this build has it and the target is plain grpc://) or
+    network client over gRPC; auto where this build has it and the target is plain grpc://) or
     grpcio (grpcio's public API; auto elsewhere: TLS, or a build without the native
     client). "callback" and "asyncio" mean grpcio, with a note on stderr (once a process)."""
     global _alias_noted
@@ -184,9 +184,9 @@ def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> 
             _alias_noted = True
         engine = "grpcio"
     from loadgen.net.kserve_grpc import KServeGrpcSUT
-    from loadgen.net.native_grpc import NativeGrpcSUT, native_grpc_refusal
+    from loadgen.net.native import NativeGrpcSUT, grpc_refusal
 
-    refused = native_grpc_refusal(target)
+    refused = grpc_refusal(target)
     if engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine grpcio (or auto)")
     native = engine == "native" or (engine == "auto" and refused is None)

@@ -291,7 +291,7 @@ class HttpSUT(NetworkSUT):
 
     def report(self) -> Dict[str, Any]:
         out = super().report()
-        out["http_engine"] = "asyncio"  # the native path (native_http.py) says "native"
+        out["http_engine"] = "asyncio"  # the native client (native.py) says "native"
         if self.pool is not None:
             out.update(connects=self.pool.connects, connect_failures=self.pool.connect_failures,
                        connections_opened_before_run=self.warm_connections, bytes_sent=self.pool.bytes_sent)

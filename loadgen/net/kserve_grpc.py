@@ -1,7 +1,7 @@
 """KServe v2 over gRPC: the codec (ModelInfer requests built from samples, in raw or
 typed contents; responses decoded from either form; the protocol's RPC paths) and
 :class:`KServeGrpcSUT`, the client on grpcio's public API (``grpc_engine`` "grpcio"),
-whose preparation the native client (:mod:`loadgen.net.native_grpc`) shares.
+whose preparation the native client (:mod:`loadgen.net.native`) shares.
 
 Messages are from ``kserve_v2.proto`` (generated into :mod:`loadgen.net.kserve_v2_pb2`).
 grpcio itself is imported only when a client is made (``pip install 'loadgen[grpc]'``),

@@ -267,7 +267,7 @@ class Batch:
 
 
 #: What kind of SUT something is: "null", "fixed_delay", "demo", "function", "async",
-#: "batched", "loop", "callback".
+#: "batched", "loop", "callback", "native_client" (the core's network client).
 SUTForm = str
 
 
@@ -283,8 +283,8 @@ def classify_sut(sut: Any) -> SUTForm:
         return "fixed_delay"
     if isinstance(sut, DemoSUT):
         return "demo"
-    if getattr(sut, "native_http", False) is True and callable(getattr(sut, "native_settings", None)):
-        return "native_http"
+    if getattr(sut, "native_client", False) is True and callable(getattr(sut, "native_settings", None)):
+        return "native_client"
     if callable(getattr(sut, "issue_query", None)):
         if getattr(sut, "callback_sut", False) is True and callable(getattr(sut, "open", None)):
             return "callback"

@@ -145,7 +145,7 @@ class RunTelemetry:
             if self.engine.dispatcher_thread_id() is None and placement_section["applied"]["dispatcher"]:
                 placement_section["applied"]["dispatcher"] = []
                 placement_section["note"] = "a native SUT has no dispatcher thread: only the issue thread was pinned"
-            if self.engine.sut_form != "native_http":
+            if self.engine.sut_form != "native_client":
                 placement_section["applied"].pop("io_threads", None)
             doc["placement"] = placement_section
         event_loop = self.engine.sut_form in _EVENT_LOOP_FORMS

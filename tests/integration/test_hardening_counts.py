@@ -25,7 +25,7 @@ from loadgen import _core
 from loadgen.engine import EngineSettings
 from loadgen.engine.engine import Engine
 from loadgen.sut.forms import Batch
-from tests.helpers import run_cli, _send, _Server
+from tests.helpers import net_client_engine, run_cli, _send, _Server
 
 MAX_TOKENS = 2**31 - 1
 
@@ -322,34 +322,28 @@ def test_a_duplicate_is_told_from_a_never_issued_id_in_process():
 
 # ------------------------------------------- request lines the native client would send
 
-def _native_http_engine(request: bytes):
-    h = _core.HttpClientSettings()
+def _http1_client_engine(request: bytes):
+    h = _core.NetClientSettings()
     h.host, h.port = "127.0.0.1", 9  # nothing is connected before the run starts
     h.requests = [b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", request]
-    sut = _core.NativeSutSettings(kind=_core.SutKind.http)
-    sut.http = h
-    s = _core.EngineSettings()
-    s.target_qps = 10.0
-    s.max_query_count = 1
-    s.sut = sut
-    return _core.Engine(s)
+    return net_client_engine(h)
 
 
 @pytest.mark.parametrize("request_bytes,says", [
     (b"POST /v2/models/m y/infer HTTP/1.1\r\nHost: x\r\n\r\n",
-     "http.requests[1]: the path '/v2/models/m y/infer' holds a raw space"),
-    (b"POST /a\tb HTTP/1.1\r\nHost: x\r\n\r\n", "http.requests[1]: the path '/a\\x09b' holds a raw space"),
-    (b"POST /a\nb HTTP/1.1\r\nHost: x\r\n\r\n", "http.requests[1]: the path '/a\\nb' holds a raw space"),
+     "net.requests[1]: the path '/v2/models/m y/infer' holds a raw space"),
+    (b"POST /a\tb HTTP/1.1\r\nHost: x\r\n\r\n", "net.requests[1]: the path '/a\\x09b' holds a raw space"),
+    (b"POST /a\nb HTTP/1.1\r\nHost: x\r\n\r\n", "net.requests[1]: the path '/a\\nb' holds a raw space"),
     (b"POST /a\r\nX-Injected: 1 HTTP/1.1\r\nHost: x\r\n\r\n",
-     "http.requests[1]: the request line 'POST /a\\r\\nX-Injected: 1 HTTP/1.1' is not a method"),
+     "net.requests[1]: the request line 'POST /a\\r\\nX-Injected: 1 HTTP/1.1' is not a method"),
 ])
 def test_the_native_client_refuses_a_request_line_with_raw_spaces_or_line_breaks(request_bytes, says):
     # Before, the bytes went to the server as they were: the path cut at its space, or
     # headers of the path's making.
     with pytest.raises(ValueError) as e:
-        _native_http_engine(request_bytes)
+        _http1_client_engine(request_bytes)
     assert str(e.value).startswith(says), str(e.value)
 
 
 def test_a_well_formed_request_line_is_taken():
-    _native_http_engine(b"POST /v2/models/m%20y/infer?a=b HTTP/1.1\r\nHost: x\r\n\r\n")
+    _http1_client_engine(b"POST /v2/models/m%20y/infer?a=b HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -98,7 +98,7 @@ def test_in_process_calls_with_no_grpcio_thread(mode):
     seventh and timed out, the connection reopened, the counts adding up."""
     native_grpc_or_skip()
     from loadgen.net.kserve_grpc import KServeGrpcSUT
-    from loadgen.net.native_grpc import NativeGrpcSUT
+    from loadgen.net.native import NativeGrpcSUT
     from loadgen.net.targets import parse_target
     from loadgen.net.tensors import parse_input_spec
 

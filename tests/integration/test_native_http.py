@@ -124,7 +124,7 @@ def test_in_process_runs_through_the_python_api(tmp_path, mode):
     API, with a check that fails some responses, and the counts against the server's."""
     from loadgen.engine import Engine, EngineSettings
     from loadgen.net import open_target
-    from loadgen.net.native_http import NativeHttpSUT
+    from loadgen.net.native import NativeHttpSUT
     from loadgen.net.options import NetOptions
 
     with start_scripted(tmp_path, "--wrong-output-every", "9") as srv:

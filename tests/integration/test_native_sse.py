@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from loadgen.net.native_http import NativeOpenAISUT
+from loadgen.net.native import NativeOpenAISUT
 from loadgen.net.options import NetOptions
 from tests.helpers import _send, _Server
 from tests.integration.test_net_servers import run_doc

@@ -38,7 +38,7 @@ def _run(srv, grpc_engine, *, timeout_ms=None, headers=(), max_response_bytes=No
     sut = open_target(srv.url(), net, pool_size=pool,
                       uncapped=load.get("mode") != "closed" and not load.get("max_in_flight"))
     assert sut.report()["grpc_engine"] == grpc_engine
-    assert classify_sut(sut) == {"grpcio": "callback", "native": "native_http"}[grpc_engine]
+    assert classify_sut(sut) == {"grpcio": "callback", "native": "native_client"}[grpc_engine]
     res = Engine(settings, sut).run()
     c = res.counts
     assert c["issued"] == c["completed"] + c["failed"] + c["timed_out"] + c["cancelled"]

@@ -210,7 +210,7 @@ def test_a_one_request_http_run_loads_no_numpy_or_asyncio(tmp_path):
     with start_scripted(tmp_path) as srv:
         modules = _check_one_request_run(tmp_path, "--sut", f"{srv.url}/v2/models/m/infer", "--payload", str(body))
         assert srv.stats()["requests"]["infer"] == 1  # the server saw the one request
-    assert {"loadgen.net.native_http", "loadgen.net.blocking_get"} <= modules
+    assert {"loadgen.net.native", "loadgen.net.blocking_get"} <= modules
 
 
 def test_the_record_dtype_loads_numpy_on_first_use():

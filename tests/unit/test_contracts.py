@@ -221,7 +221,7 @@ def net_imports(source: str, filename: str) -> List[str]:
 
 
 def test_the_engine_imports_nothing_from_the_network_package():
-    planted = "def start(self):\n    from loadgen.net.native_http import Checker\n    return Checker\n"
+    planted = "def start(self):\n    from loadgen.net.native import Checker\n    return Checker\n"
     assert net_imports(planted, "loadgen/engine/engine.py") == ["loadgen/engine/engine.py:2"]
     assert net_imports("from .. import net\n", "loadgen/engine/x.py") == ["loadgen/engine/x.py:1"]
     assert net_imports("from loadgen.sut import forms\nimport numpy\n", "loadgen/engine/x.py") == []

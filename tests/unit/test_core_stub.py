@@ -8,6 +8,8 @@ import enum
 import inspect
 import pathlib
 
+import pytest
+
 import loadgen
 import loadgen._core as core
 
@@ -104,10 +106,31 @@ def test_stub_hdr_decode_error_derives_from_value_error_in_both():
     assert loadgen.HdrDecodeError is core.HdrDecodeError
 
 
-def test_stub_hdr_histogram_members_match_the_extension():
-    in_stub = class_members(stub_top_level()["HdrHistogram"])
-    in_module = public(dir(core.HdrHistogram))
-    assert in_stub == in_module, diff_message("HdrHistogram", in_stub, in_module)
+@pytest.mark.parametrize("name", ["HdrHistogram", "Recorder", "Engine", "MlperfRun", "NativeSutSettings",
+                                  "NetClientSettings"])
+def test_stub_class_members_match_the_extension(name):
+    in_stub = class_members(stub_top_level()[name])
+    in_module = public(dir(getattr(core, name)))
+    assert in_stub == in_module, diff_message(name, in_stub, in_module)
+
+
+@pytest.mark.parametrize("name", ["SutKind", "NetProtocol"])
+def test_stub_enum_members_match_the_extension(name):
+    in_stub = class_members(stub_top_level()[name])
+    in_module = set(getattr(core, name).__members__)
+    assert in_stub == in_module, diff_message(name, in_stub, in_module)
+
+
+def test_the_recorder_is_bound_once_and_read_the_same_from_both_runs():
+    """Engine and MlperfRun each hand out their Recorder, one bound type whose
+    first-token histogram is ``ttft``; neither run binds the histograms itself."""
+    assert inspect.isclass(core.Recorder)
+    assert {"latency", "service_time", "issue_delay", "ttft", "tpot", "query_latency"} <= public(dir(core.Recorder))
+    for run in (core.Engine, core.MlperfRun):
+        assert isinstance(inspect.getattr_static(run, "recorder"), property)
+        doubled = public(dir(run)) & {"latency", "ttft", "tpot", "issue_delay", "sample_latency",
+                                      "first_token_latency", "time_per_output_token", "over_bound"}
+        assert not doubled, f"{run.__name__} binds {sorted(doubled)} besides its recorder"
 
 
 def test_stub_properties_static_methods_and_methods_are_declared_as_such():

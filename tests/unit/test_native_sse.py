@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from loadgen import _core
 from loadgen.net.http1 import ResponseTooLarge
-from loadgen.net.native_http import NativeOpenAISUT
+from loadgen.net.native import NativeOpenAISUT
 from loadgen.net.openai_stream import TokenStream, token_itl
 from loadgen.net.options import NetOptions
 

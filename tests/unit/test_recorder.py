@@ -129,7 +129,7 @@ def test_counts_have_no_out_of_range_when_every_time_is_recordable():
     c = e.counts()
     assert c["completed"] == 50 and c["out_of_range"] == 0, c
     assert (c["out_of_range_min_ns"], c["out_of_range_max_ns"]) == (0, 0)
-    assert e.latency().total_count == 50
+    assert e.recorder.latency().total_count == 50
 
 
 def test_engine_over_bound_counts_equal_numpy_on_the_raw_latencies():
@@ -137,10 +137,10 @@ def test_engine_over_bound_counts_equal_numpy_on_the_raw_latencies():
     e = _core.Engine(core_queue_settings(len(lat), BOUNDS_NS))
     drive_core_engine(e, lambda k: int(lat[k]))
     assert e.counts()["completed"] == len(lat)
-    assert e.latency().total_count == len(lat)
-    assert e.over_bound() == [int(np.sum(lat > b)) for b in BOUNDS_NS]
+    assert e.recorder.latency().total_count == len(lat)
+    assert e.recorder.over_bound() == [int(np.sum(lat > b)) for b in BOUNDS_NS]
     # A count from the histogram's buckets differs here: that is why it is kept exactly.
-    h = e.latency()
+    h = e.recorder.latency()
     bucket_estimate = h.count_between(BOUNDS_NS[0] + 1, h.max)
     assert bucket_estimate != int(np.sum(lat > BOUNDS_NS[0]))
 
@@ -148,7 +148,7 @@ def test_engine_over_bound_counts_equal_numpy_on_the_raw_latencies():
 def test_engine_without_bounds_reports_an_empty_over_bound_list():
     e = _core.Engine(core_queue_settings(5))
     drive_core_engine(e, lambda k: BASE_NS)
-    assert e.over_bound() == []
+    assert e.recorder.over_bound() == []
 
 
 def test_first_token_before_scheduled_is_counted_not_recorded():
@@ -168,7 +168,7 @@ def test_first_token_before_scheduled_is_counted_not_recorded():
     assert e.wait(20.0)
     c = e.counts()
     assert c["first_token_out_of_range"] == 2 and c["out_of_range"] == 0, c
-    assert e.ttft().total_count == 2
+    assert e.recorder.ttft().total_count == 2
 
 
 # ------------------------------------------------------------------ the MLPerf run
@@ -209,8 +209,8 @@ def test_mlperf_over_bound_and_out_of_range_are_exact_and_weighted_by_samples():
     assert c["out_of_range"] == n_far + n_early, c
     assert c["out_of_range_min_ns"] == -1_000
     assert c["out_of_range_max_ns"] == FAR_FUTURE_NS - start
-    assert run.sample_latency().total_count == len(lat)
-    assert run.over_bound() == [int(np.sum(lat > b)) for b in BOUNDS_NS]
+    assert run.recorder.latency().total_count == len(lat)
+    assert run.recorder.over_bound() == [int(np.sum(lat > b)) for b in BOUNDS_NS]
     # The latency sum and maximum leave the unrecordable samples out.
     assert c["latency_sum_ns"] == int(lat.sum())
     assert c["max_latency_ns"] == int(lat.max())
@@ -234,7 +234,7 @@ def test_eight_bounds_are_accepted_and_each_counted():
     s.latency_bounds_ns = [1, 2, 3, 4, 5, 6, 7, 8]
     e = _core.Engine(s)
     drive_core_engine(e, lambda k: BASE_NS)
-    assert e.over_bound() == [3] * 8
+    assert e.recorder.over_bound() == [3] * 8
 
 
 def test_ttft_and_tpot_over_bound_counts_are_exact():
@@ -265,8 +265,8 @@ def test_ttft_and_tpot_over_bound_counts_are_exact():
             k += 1
     assert e.wait(20.0), "the run did not end"
     assert k == n
-    assert e.over_ttft_bound() == [int(np.sum(ttft > b)) for b in ttft_bounds]
-    assert e.over_tpot_bound() == [int(np.sum(tpot_per_token > b)) for b in tpot_bounds]
+    assert e.recorder.over_ttft_bound() == [int(np.sum(ttft > b)) for b in ttft_bounds]
+    assert e.recorder.over_tpot_bound() == [int(np.sum(tpot_per_token > b)) for b in tpot_bounds]
     assert e.counts()["first_token_out_of_range"] == 0
 
 

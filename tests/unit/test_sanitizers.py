@@ -83,9 +83,9 @@ def run_with_completer_threads(engine, n_threads=THREADS, seed=0):
     def reader():
         while not done.is_set():
             engine.counts()
-            engine.over_bound()
-            assert engine.latency().total_count >= 0
-            engine.ttft().encode_compressed()
+            engine.recorder.over_bound()
+            assert engine.recorder.latency().total_count >= 0
+            engine.recorder.ttft().encode_compressed()
             engine.timeseries()
             engine.last_interval()
             engine.error_counts()
@@ -126,7 +126,7 @@ def test_completions_from_many_threads_each_resolve_exactly_once():
     assert c["failed"] == sum(o["failed"] for o in outcomes)
     assert sum(o["again"] for o in outcomes) == 0
     assert c["duplicate_completions"] > 0 and c["unknown_completions"] == 0
-    assert e.latency().total_count == c["completed"]
+    assert e.recorder.latency().total_count == c["completed"]
 
 
 def test_completions_racing_timeouts_resolve_each_query_once():

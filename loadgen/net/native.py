@@ -1,13 +1,20 @@
-"""The native HTTP/1.1 path (``--http-engine native``): a prepared KServe REST, template or
-OpenAI streaming client whose requests go out, and whose responses are read and parsed, in
-the core (``csrc/http_client.cc``), with no Python per query.
+"""The native network client (``--http-engine native``, ``--grpc-engine native``): one
+client in the core (``csrc/net_client.h``) whose requests go out, and whose responses are
+read and judged, with no Python per query, over either of two protocols on one I/O core:
+HTTP/1.1 (``csrc/http_client.cc``; :class:`NativeHttpSUT` for KServe REST and request
+templates, :class:`NativeOpenAISUT` for OpenAI streams) or gRPC over HTTP/2
+(``csrc/grpc_client.cc``, on nghttp2, no gRPC library per call; :class:`NativeGrpcSUT` for
+KServe v2 ``ModelInfer``).
 
-The Python client prepares everything as for the asyncio path (readiness, metadata, the
-serialized requests), then hands the bytes to the engine as a native SUT. Each response is
-judged by the client's own :meth:`verdict` (status and body, a function of the bytes): the
-core caches verdicts by the response's bytes, and the responses it has not seen come to
-the Python side in batches on a checker thread (:class:`Checker`), so that every response
-is checked and the usual model answering the same prepared requests costs one lookup.
+The Python client prepares everything as for its asyncio or grpcio path (readiness,
+metadata, the serialized requests), then hands the bytes to the engine as a native SUT
+(:class:`NativeClientSUT`, SUT form ``native_client``). Each response (a gRPC call's end:
+its status and message) is judged by the client's own ``verdict`` (status and body, a
+function of the bytes): the core caches verdicts by the response's bytes, and the
+responses it has not seen come to the Python side in batches on a checker thread
+(:class:`Checker`), so that every response is checked and the usual model answering the
+same prepared requests costs one lookup. The gRPC verdict checks a response message as
+the grpcio clients do and names a failed call's error as they do (``grpc_<CODE>``).
 
 OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events arrive
 (``csrc/sse.cc``, the semantics of :class:`~loadgen.net.openai_stream.TokenStream`): first
@@ -22,13 +29,14 @@ from __future__ import annotations
 import socket
 import threading
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from loadgen import _core
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["Checker", "NativeHttpSUT", "NativeOpenAISUT", "native_refusal", "native_sut"]
+__all__ = ["Checker", "NativeClientSUT", "NativeGrpcSUT", "NativeHttpSUT", "NativeOpenAISUT", "grpc_refusal",
+           "http_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
@@ -50,10 +58,11 @@ def _bad_token_count_text(digits: bytes) -> str:
            f"(0 to {_core.MAX_TOKEN_COUNT})"
 
 
-def native_refusal(target: Any, net: Any = None) -> Optional[str]:
-    """None when a ``--sut`` target (:class:`~loadgen.net.targets.Target`) with client
-    options ``net`` (:class:`~loadgen.net.options.NetOptions`) can run on the native path,
-    else why not (``--http-engine native``'s error; ``auto`` then takes the asyncio client)."""
+def http_refusal(target: Any, net: Any = None) -> Optional[str]:
+    """None when the native client's HTTP/1.1 protocol can run a ``--sut`` target
+    (:class:`~loadgen.net.targets.Target`) with client options ``net``
+    (:class:`~loadgen.net.options.NetOptions`), else why not (``--http-engine native``'s
+    error; ``auto`` then takes the asyncio client)."""
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls:
         what = "TLS (https://)"
@@ -67,15 +76,19 @@ def native_refusal(target: Any, net: Any = None) -> Optional[str]:
             what = "OpenAI answers not streamed (--no-stream)"
     if what is None:
         return None
-    return ("the native HTTP client runs KServe REST, --request-template and streamed OpenAI completions "
+    return ("the native HTTP/1.1 client runs KServe REST, --request-template and streamed OpenAI completions "
             f"and chat targets over plain http://, not {what}")
 
 
-def native_sut(inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> "NativeHttpSUT":
-    """The native SUT for a prepared client: :class:`NativeOpenAISUT` for an OpenAI
-    target, else :class:`NativeHttpSUT`."""
-    cls = NativeOpenAISUT if inner.target.kind == "openai" else NativeHttpSUT
-    return cls(inner, io_threads, cpus)
+def grpc_refusal(target: Any) -> Optional[str]:
+    """None when the native client's gRPC protocol can run ``target``, else why not
+    (``--grpc-engine native``'s error; ``auto`` then takes a grpcio client)."""
+    if not _core.grpc_client_available():
+        return ("this build of loadgen has no native gRPC client (nghttp2's header was missing when it was built: "
+                "install libnghttp2-dev and reinstall)")
+    if target.tls:
+        return "the native gRPC client runs plain grpc:// targets, not TLS (grpcs://)"
+    return None
 
 
 def _numeric_host(host: str, port: int) -> str:
@@ -86,27 +99,24 @@ def _numeric_host(host: str, port: int) -> str:
     return str(infos[0][4][0])
 
 
-class NativeHttpSUT:
-    """A prepared HTTP client (``inner``), run by the core's HTTP client.
-
-    Args:
-        inner: the prepared :class:`~loadgen.net.base.HttpSUT` (its requests serialized).
-        io_threads: epoll threads the connections are spread over.
-        cpus: the I/O threads' CPUs (empty: not pinned).
+class NativeClientSUT:
+    """A prepared network client (``inner``) whose queries the core's native network
+    client makes: the engine runs it as the SUT form ``native_client`` (its
+    :meth:`native_settings`, kind ``SutKind.net_client``) and judges the responses the
+    core has no verdict for with its :meth:`verdict` (:meth:`start_checker`). The
+    protocol's own classes are :class:`NativeHttpSUT` (with :class:`NativeOpenAISUT`) and
+    :class:`NativeGrpcSUT`.
     """
 
-    native_http = True
-
-    def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> None:
-        why = native_refusal(inner.target, inner.net)
-        if why is not None:
-            raise ValueError(f"--http-engine native: {why}")
-        if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
-            raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
-        self.take_client(inner, io_threads, cpus)
+    #: The SUT form the engine runs it as (``loadgen.sut.forms.classify_sut``).
+    native_client = True
+    #: The core client's protocol.
+    net_protocol: ClassVar[_core.NetProtocol]
+    #: The key of the result's network section that says which client ran ("native").
+    engine_key: ClassVar[str]
 
     def take_client(self, inner: Any, io_threads: int, cpus: Sequence[int]) -> None:
-        """Takes over the asyncio client ``inner`` (its target, requests and checks)."""
+        """Takes over the prepared client ``inner`` (its target, requests and checks)."""
         self.inner = inner
         self.io_threads = io_threads
         self.cpus = list(cpus)
@@ -116,21 +126,21 @@ class NativeHttpSUT:
         self.check_errors = 0
 
     def native_settings(self) -> _core.NativeSutSettings:
-        """The engine's settings: kind ``http`` with the prepared requests."""
-        s = _core.NativeSutSettings(kind=_core.SutKind.http)
-        s.http = self.client_settings()
+        """The engine's settings: kind ``net_client`` with the client's settings."""
+        s = _core.NativeSutSettings(kind=_core.SutKind.net_client)
+        s.net = self.client_settings()
         return s
 
-    def client_settings(self) -> _core.HttpClientSettings:
-        """The native client's settings for this run."""
-        h = _core.HttpClientSettings()
+    def client_settings(self) -> _core.NetClientSettings:
+        """The native client's settings for this run: the protocol, the server, the
+        connections and the prepared requests."""
+        h = _core.NetClientSettings()
+        h.protocol = self.net_protocol
         h.host = self.host
         h.port = int(self.inner.target.port)
         h.connections = int(self.inner.connections)
-        h.warm_connections = min(4096, h.connections)  # all before the run: a connect mid-run costs the issuing thread
         h.io_threads = int(self.io_threads)
         h.requests = list(self.inner.requests)
-        h.head_only = bool(getattr(self.inner, "head_only", False))
         h.max_response_bytes = int(self.inner.net.max_response_bytes)
         h.timeout_ns = int(self.inner.timeout_ns or 0)
         h.cpus = self.cpus
@@ -154,7 +164,7 @@ class NativeHttpSUT:
             return "check_error", f"the response check raised {type(e).__name__}: {e}"
 
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
-        """The error of a stream the core failed (OpenAI streams only: see NativeOpenAISUT)."""
+        """The error of a stream the core failed (OpenAI streams only: see :class:`NativeOpenAISUT`)."""
         raise RuntimeError(f"{self.protocol}: the core reported a stream problem ({problem}) for a client without "
                            "streams")
 
@@ -175,8 +185,8 @@ class NativeHttpSUT:
 
     def report(self) -> Dict[str, Any]:
         out: Dict[str, Any] = self.inner.report()
-        stats = dict(self.core.http_stats()) if self.core is not None else {}
-        out["http_engine"] = "native"
+        stats = dict(self.core.net_stats()) if self.core is not None else {}
+        out[self.engine_key] = "native"
         out["io_threads"] = self.io_threads
         out.update(connects=stats.get("connects", 0), connect_failures=stats.get("connect_failures", 0),
                    connections_opened_before_run=stats.get("connections_opened_before_run", 0),
@@ -200,16 +210,16 @@ class NativeHttpSUT:
 
 class Checker:
     """The thread that judges the responses the core has no verdict for yet: it takes
-    them in batches, asks the SUT's :meth:`NativeHttpSUT.verdict`, and hands the verdicts
+    them in batches, asks the SUT's :meth:`NativeClientSUT.verdict`, and hands the verdicts
     back (the core completes or fails the queries and caches the verdicts). It ends when
     the client has closed and nothing is left."""
 
-    def __init__(self, core: _core.Engine, sut: NativeHttpSUT) -> None:
+    def __init__(self, core: _core.Engine, sut: NativeClientSUT) -> None:
         self.core = core
         self.sut = sut
         sut.core = core
         self.error: Optional[BaseException] = None
-        self.thread = threading.Thread(target=self._run, name="loadgen-http-check", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="loadgen-net-check", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -221,7 +231,7 @@ class Checker:
         core, verdict = self.core, self.sut.verdict
         try:
             while True:
-                batch = core.http_take_unchecked(_TAKE_MAX, 0.05)
+                batch = core.net_take_unchecked(_TAKE_MAX, 0.05)
                 if batch is None:
                     return
                 if not batch:
@@ -230,9 +240,37 @@ class Checker:
                 for qid, t, status, body, problem in batch:
                     bad = self.sut.stream_verdict(problem, status, body) if problem else verdict(status, body)
                     out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
-                core.http_resolve(out)
+                core.net_resolve(out)
         except BaseException as e:  # reported by the engine's wait()
             self.error = e
+
+
+class NativeHttpSUT(NativeClientSUT):
+    """A prepared HTTP client (``inner``: KServe REST or a request template), its
+    requests made by the core's client over HTTP/1.1.
+
+    Args:
+        inner: the prepared :class:`~loadgen.net.base.HttpSUT` (its requests serialized).
+        io_threads: epoll threads the connections are spread over.
+        cpus: the I/O threads' CPUs (empty: not pinned).
+    """
+
+    net_protocol = _core.NetProtocol.http1
+    engine_key = "http_engine"
+
+    def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> None:
+        why = http_refusal(inner.target, inner.net)
+        if why is not None:
+            raise ValueError(f"--http-engine native: {why}")
+        if inner.target.kind == "openai" and not isinstance(self, NativeOpenAISUT):
+            raise ValueError("an OpenAI client runs natively as a NativeOpenAISUT (see native_sut())")
+        self.take_client(inner, io_threads, cpus)
+
+    def client_settings(self) -> _core.NetClientSettings:
+        h = super().client_settings()
+        h.warm_connections = min(4096, h.connections)  # all before the run: a connect mid-run costs the issuing thread
+        h.head_only = bool(getattr(self.inner, "head_only", False))
+        return h
 
 
 class NativeOpenAISUT(NativeHttpSUT):
@@ -246,7 +284,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         cpus: the I/O threads' CPUs (empty: not pinned).
     """
 
-    def client_settings(self) -> _core.HttpClientSettings:
+    def client_settings(self) -> _core.NetClientSettings:
         h = super().client_settings()
         inner = self.inner
         h.sse = True
@@ -283,7 +321,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         report() and llm_section() then say what they say for the asyncio client."""
         if self.core is None:
             return
-        f = self.core.http_sse_figures()
+        f = self.core.sse_figures()
         inner = self.inner
         inner._itl = Histogram.from_core(f["itl_ns"])
         inner.tokens_per_s = Histogram.from_core(f["tokens_per_s_milli"])
@@ -301,7 +339,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         """The token histograms in ns so far (live metrics); any thread."""
         if self.core is None:
             return self.inner.live_histograms()
-        f = self.core.http_sse_figures()
+        f = self.core.sse_figures()
         return {key: NamedHistogram(Histogram.from_core(f[key]), "ns")
                 for key in ("itl_ns", "itl_per_token_ns", "ttfrt_ns", "ttfat_ns")}
 
@@ -312,3 +350,75 @@ class NativeOpenAISUT(NativeHttpSUT):
     def report(self) -> Dict[str, Any]:
         self._figures()
         return super().report()
+
+
+def native_sut(inner: Any, io_threads: int = 1, cpus: Sequence[int] = ()) -> NativeHttpSUT:
+    """The native SUT for a prepared HTTP client: :class:`NativeOpenAISUT` for an OpenAI
+    target, else :class:`NativeHttpSUT`."""
+    cls = NativeOpenAISUT if inner.target.kind == "openai" else NativeHttpSUT
+    return cls(inner, io_threads, cpus)
+
+
+class NativeGrpcSUT(NativeClientSUT):
+    """A prepared KServe gRPC client (``inner``), its calls made by the core's client over
+    gRPC (HTTP/2 on nghttp2, no gRPC library per call).
+
+    Args:
+        inner: the prepared :class:`~loadgen.net.kserve_grpc.KServeGrpcSUT`.
+        io_threads: epoll threads the connections are spread over.
+        cpus: the I/O threads' CPUs (empty: not pinned).
+        max_calls: calls in flight at most (default: the inner client's ``in_flight``).
+    """
+
+    net_protocol = _core.NetProtocol.grpc
+    engine_key = "grpc_engine"
+
+    def __init__(self, inner: Any, io_threads: int = 1, cpus: Sequence[int] = (),
+                 max_calls: Optional[int] = None) -> None:
+        why = grpc_refusal(inner.target)
+        if why is not None:
+            raise ValueError(f"--grpc-engine native: {why}")
+        import grpc
+
+        self.take_client(inner, io_threads, cpus)
+        self.max_calls = int(max_calls if max_calls is not None else inner.in_flight)
+        self._codes = {c.value[0]: c for c in grpc.StatusCode}
+        self._unknown = grpc.StatusCode.UNKNOWN
+
+    def client_settings(self) -> _core.NetClientSettings:
+        """The client's settings: every call invokes ``ModelInfer``, with the inner
+        client's metadata; every connection is opened before the run."""
+        from loadgen.net.kserve_grpc import RPC
+
+        h = super().client_settings()
+        h.grpc_method = RPC["ModelInfer"]
+        h.metadata = list(self.inner.metadata_md or ())
+        h.max_in_flight = self.max_calls
+        h.warm_connections = h.connections
+        return h
+
+    def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:
+        """The verdict on a call's end: ``status`` its gRPC status code, ``body`` the
+        response message (status 0) or the status message. As the grpcio clients judge it."""
+        inner = self.inner
+        try:
+            if status == 0:
+                if not inner.check:
+                    return None
+                problem = inner.check_body(body, inner.check_pb)
+                return None if problem is None else ("invalid_response", problem)
+            code = self._codes.get(status, self._unknown)
+            failure = inner.failure_of(code, body.decode("utf-8", "replace"))
+            # No deadline goes to the server (the core resets a call at its timeout), so a
+            # DEADLINE_EXCEEDED is the server's own and fails the query as such.
+            return failure if failure is not None else (f"grpc_{code.name}", inner.redactor.excerpt(body, 500))
+        except Exception as e:  # a bug in a check must not end the run
+            self.check_errors += 1
+            return "check_error", f"the response check raised {type(e).__name__}: {e}"
+
+    def report(self) -> Dict[str, Any]:
+        out = super().report()
+        out.pop("grpc_calls", None)  # grpcio's, which makes no call here
+        out["grpc_experiments"] = None  # grpcio makes no call
+        out["nghttp2"] = _core.grpc_client_nghttp2_version()
+        return out

@@ -1,20 +1,28 @@
-// Bindings for the native HTTP/1.1 response parser, the SSE scanner (for tests and
-// fuzzing against the Python client's TokenStream) and their microbenchmarks. The parser is
-// driven with the GIL held: its body callback calls back into Python, and one feed of a
-// typical response costs less than releasing and taking the GIL again.
+// Bindings for the native network client: its settings (one client, HTTP/1.1 or gRPC by
+// protocol), which protocols this build has, and its parts that tests and fuzzing drive on
+// their own: the HTTP/1.1 response parser and the SSE scanner (against the Python client's
+// TokenStream), with their microbenchmarks. A run's client is the engine's SUT: the
+// Engine's net_* methods (bind_engine.cc) reach it. The parser is driven with the GIL
+// held: its body callback calls back into Python, and one feed of a typical response
+// costs less than releasing and taking the GIL again.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "grpc_client.h"
 #include "http_parser.h"
+#include "net_client.h"
 #include "sse.h"
 
 namespace py = pybind11;
 using loadgen::HttpParserLimits;
 using loadgen::HttpResponseParser;
+using loadgen::NetClientSettings;
+using loadgen::NetProtocol;
 using loadgen::SseScanner;
 
 namespace {
@@ -38,9 +46,54 @@ const char* result_name(HttpResponseParser::Result r) {
   return "error";
 }
 
-}  // namespace
+void bind_net_client_settings(py::module_& m) {
+  py::enum_<NetProtocol>(m, "NetProtocol", "The native network client's wire protocol.")
+      .value("http1", NetProtocol::kHttp1)
+      .value("grpc", NetProtocol::kGrpc);
+  py::class_<NetClientSettings>(m, "NetClientSettings",
+                                "The native network client's settings (SutKind.net_client): HTTP/1.1 or gRPC "
+                                "by protocol.")
+      .def(py::init<>())
+      .def_readwrite("protocol", &NetClientSettings::protocol)
+      .def_readwrite("host", &NetClientSettings::host)
+      .def_readwrite("port", &NetClientSettings::port)
+      .def_readwrite("connections", &NetClientSettings::connections)
+      .def_readwrite("warm_connections", &NetClientSettings::warm_connections)
+      .def_readwrite("io_threads", &NetClientSettings::io_threads)
+      .def_property(
+          "requests",
+          [](const NetClientSettings& s) {
+            py::list out;
+            for (const std::string& r : s.requests) out.append(py::bytes(r));
+            return out;
+          },
+          [](NetClientSettings& s, const std::vector<py::bytes>& reqs) {
+            s.requests.clear();
+            for (const py::bytes& r : reqs) s.requests.emplace_back(r);
+          },
+          "The prepared requests (bytes), by sample index.")
+      .def_readwrite("head_only", &NetClientSettings::head_only)
+      .def_readwrite("max_response_bytes", &NetClientSettings::max_response_bytes)
+      .def_readwrite("connect_timeout_ns", &NetClientSettings::connect_timeout_ns)
+      .def_readwrite("timeout_ns", &NetClientSettings::timeout_ns)
+      .def_readwrite("cache_entries", &NetClientSettings::cache_entries)
+      .def_readwrite("cache_body_bytes", &NetClientSettings::cache_body_bytes)
+      .def_readwrite("cpus", &NetClientSettings::cpus)
+      .def_readwrite("sse", &NetClientSettings::sse)
+      .def_readwrite("sse_check", &NetClientSettings::sse_check)
+      .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
+      .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
+      .def_readwrite("grpc_method", &NetClientSettings::grpc_method)
+      .def_readwrite("authority", &NetClientSettings::authority)
+      .def_readwrite("metadata", &NetClientSettings::metadata)
+      .def_readwrite("max_in_flight", &NetClientSettings::max_in_flight);
+  m.def("grpc_client_available", &loadgen::grpc_client_available,
+        "Whether this build's network client has its gRPC protocol (it was built with nghttp2).");
+  m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
+        "The nghttp2 version the network client's gRPC protocol runs on (\"\" without it).");
+}
 
-void bind_http(py::module_& m) {
+void bind_http_parser(py::module_& m) {
   py::class_<HttpResponseParser>(m, "HttpResponseParser")
       .def(py::init([](int64_t max_head_bytes, int64_t max_body_bytes) {
              HttpParserLimits limits;
@@ -83,7 +136,17 @@ void bind_http(py::module_& m) {
                              })
       .def_property_readonly("error_kind", &HttpResponseParser::error_kind)
       .def_property_readonly("error_message", &HttpResponseParser::error_message);
+  m.def(
+      "time_http_parse_ns",
+      [](const py::bytes& response, int pieces, int64_t iterations) {
+        const std::string_view v = view_of(response);
+        py::gil_scoped_release release;
+        return loadgen::time_http_parse_ns(v.data(), v.size(), pieces, iterations);
+      },
+      py::arg("response"), py::arg("pieces") = 1, py::arg("iterations") = 1000000);
+}
 
+void bind_sse_scanner(py::module_& m) {
   m.attr("MAX_TOKEN_COUNT") = loadgen::kMaxTokenCount;
   py::class_<SseScanner>(m, "SseScanner")
       .def(py::init<int64_t>(), py::arg("max_event_bytes") = int64_t{64} << 20)
@@ -146,13 +209,12 @@ void bind_http(py::module_& m) {
         return loadgen::time_sse_scan_ns(v.data(), v.size(), pieces, iterations);
       },
       py::arg("stream"), py::arg("pieces") = 1, py::arg("iterations") = 100000);
+}
 
-  m.def(
-      "time_http_parse_ns",
-      [](const py::bytes& response, int pieces, int64_t iterations) {
-        const std::string_view v = view_of(response);
-        py::gil_scoped_release release;
-        return loadgen::time_http_parse_ns(v.data(), v.size(), pieces, iterations);
-      },
-      py::arg("response"), py::arg("pieces") = 1, py::arg("iterations") = 1000000);
+}  // namespace
+
+void bind_net(py::module_& m) {
+  bind_net_client_settings(m);
+  bind_http_parser(m);
+  bind_sse_scanner(m);
 }

@@ -1,0 +1,99 @@
+"""The native network client is one concept: one SUT kind (``SutKind.net_client``), one
+settings type whose ``protocol`` says HTTP/1.1 or gRPC, and SUTs that ask for the protocol
+they speak. No server: the settings are checked when an engine is made, before anything
+connects."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from loadgen import _core
+from loadgen.net.native import NativeClientSUT, NativeGrpcSUT, NativeHttpSUT, NativeOpenAISUT
+from loadgen.sut.forms import classify_sut
+from tests.helpers import net_client_engine
+
+
+def _settings(protocol, requests=(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",), **fields):
+    h = _core.NetClientSettings()
+    h.protocol = protocol
+    h.host, h.port = "127.0.0.1", 9  # nothing is connected before the run starts
+    h.requests = list(requests)
+    for k, v in fields.items():
+        setattr(h, k, v)
+    return h
+
+
+def _prepared(cls, **inner):
+    """A native SUT over a stand-in for a prepared client: what client_settings() reads."""
+    sut = cls.__new__(cls)
+    sut.inner = SimpleNamespace(target=SimpleNamespace(port=8000), connections=3, requests=[b"r"],
+                                net=SimpleNamespace(max_response_bytes=1 << 20), timeout_ns=0, **inner)
+    sut.host, sut.io_threads, sut.cpus = "127.0.0.1", 1, []
+    return sut
+
+
+def test_one_sut_kind_and_no_binding_names_the_client_http():
+    assert "net_client" in _core.SutKind.__members__
+    assert not {"http", "grpc"} & set(_core.SutKind.__members__)
+    assert set(_core.NetProtocol.__members__) == {"http1", "grpc"}
+    assert not hasattr(_core, "HttpClientSettings")
+    assert not [n for n in dir(_core.Engine) if n.startswith("http")]
+    assert "grpc_path" not in dir(_core.NetClientSettings)
+    assert _core.NetClientSettings().protocol == _core.NetProtocol.http1
+
+
+def test_the_grpc_sut_asks_for_the_grpc_protocol_and_its_method():
+    pytest.importorskip("google.protobuf")
+    sut = _prepared(NativeGrpcSUT, metadata_md=[("x-key", "v")])
+    sut.max_calls = 8
+    s = sut.native_settings()
+    assert s.kind == _core.SutKind.net_client
+    assert s.net.protocol == _core.NetProtocol.grpc
+    assert s.net.grpc_method == "/inference.GRPCInferenceService/ModelInfer"
+    assert (s.net.metadata, s.net.max_in_flight, s.net.warm_connections) == ([("x-key", "v")], 8, 3)
+
+
+@pytest.mark.parametrize("cls", [NativeHttpSUT, NativeOpenAISUT])
+def test_the_http_suts_ask_for_http1(cls):
+    sut = _prepared(cls)
+    s = sut.client_settings() if cls is NativeHttpSUT else NativeHttpSUT.client_settings(sut)
+    assert s.protocol == _core.NetProtocol.http1
+    assert s.grpc_method == ""
+
+
+@pytest.mark.parametrize("cls", [NativeHttpSUT, NativeOpenAISUT, NativeGrpcSUT])
+def test_every_native_client_sut_is_the_native_client_form(cls):
+    assert issubclass(cls, NativeClientSUT)
+    assert classify_sut(cls.__new__(cls)) == "native_client"
+
+
+def test_a_grpc_client_needs_its_method_path():
+    with pytest.raises(ValueError, match=r"net\.grpc_method must be a method's path"):
+        net_client_engine(_settings(_core.NetProtocol.grpc, requests=[b"\x00"]))
+
+
+def test_grpc_requests_are_messages_not_request_lines():
+    """The request-line check is HTTP/1.1's: the same bytes are refused as HTTP/1.1
+    requests and pass it as gRPC messages (where the method's path is what is checked)."""
+    message = b"\x0a\x01m"  # a serialized protobuf, no request line
+    with pytest.raises(ValueError, match=r"net\.requests\[0\]: the request line"):
+        net_client_engine(_settings(_core.NetProtocol.http1, requests=[message]))
+    with pytest.raises(ValueError, match=r"net\.grpc_method"):
+        net_client_engine(_settings(_core.NetProtocol.grpc, requests=[message], grpc_method="nope"))
+    if _core.grpc_client_available():
+        net_client_engine(_settings(_core.NetProtocol.grpc, requests=[message], grpc_method="/p.S/M"))
+
+
+def test_http1_only_fields_are_refused_for_grpc():
+    with pytest.raises(ValueError, match=r"net\.sse and net\.head_only are HTTP/1\.1's"):
+        net_client_engine(_settings(_core.NetProtocol.grpc, requests=[b"m"], grpc_method="/p.S/M", sse=True))
+
+
+def test_loadgen_env_says_the_native_client_has_http1_and_whether_it_has_grpc():
+    from loadgen.cli.env import native_clients
+
+    got = native_clients()
+    assert got["http"] is True
+    assert got["grpc"] is _core.grpc_client_available()
