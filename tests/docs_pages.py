@@ -1,9 +1,10 @@
 """The shell blocks of README.md and docs/*.md, as tests/test_docs.py checks them and
 tests/integration/test_docs_commands.py runs them.
 
-Every shell block runs, as written: ```bash and ```sh blocks
+Every shell and Python block runs, as written: ```bash and ```sh blocks
 whole, ```console blocks their "$ " commands (with the lines that continue them; the
-other lines are output). An untyped block is output or a tree, never commands: one
+other lines are output), ```python blocks as a script each (with the test's Python, in
+the page's folder). An untyped block is output or a tree, never commands: one
 with a line that starts like a command fails the test until it is typed. The line
 before a block may say how it runs:
   <!-- exit: 1 -->                the exit status it ends with (several: "0 or 3")
@@ -32,12 +33,13 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
 SHELL_LANGS = ("bash", "sh", "console")
+RUN_LANGS = (*SHELL_LANGS, "python")
 NOT_RUN = re.compile(r"^<!-- not run: (\S.*?) -->$")
 EXIT = re.compile(r"^<!-- exit: (\d+(?: or \d+)*)(?:[:;,] \S.*?)? -->$")
 COMMAND_LIKE = re.compile(r"^\s*(?:\$ |(?:python3?|loadgen|pip|bash|sh|docker|kubectl|argo|curl|mkdocs|pytest"
                           r"|export)\s)")
 WITH = re.compile(r"^<!-- with: ((?:scripted|scripted-grpc):\d+(?: (?:scripted|scripted-grpc):\d+)*) -->$")
-FILE_NAME = re.compile(r"^(?:#|//) ([\w.-]+\.(?:toml|json|jsonl|yaml|yml|py|txt))$")
+FILE_NAME = re.compile(r"^(?:#|//) ([\w.-]+\.(?:toml|json|jsonl|yaml|yml|py|txt|conf))$")
 
 
 def pages() -> List[Path]:
@@ -82,6 +84,11 @@ class Block:
         return self.lang in SHELL_LANGS
 
     @property
+    def runs(self) -> bool:
+        """Whether the block is run (a shell or Python block), unless marked not run."""
+        return self.lang in RUN_LANGS
+
+    @property
     def not_run(self) -> Optional[str]:
         m = NOT_RUN.match(self.mark)
         return m.group(1) if m else None
@@ -100,9 +107,13 @@ class Block:
     def file(self) -> Optional[str]:
         """The file a block that is not commands shows, when its first line names it."""
         m = FILE_NAME.match(self.body.split("\n")[0])
-        return m.group(1) if m and not self.is_shell else None
+        return m.group(1) if m and not self.runs else None
 
-    def script(self) -> str:
+    def script(self, python: str = "python") -> str:
+        """The block as a bash script; a Python block through ``python`` (its body on
+        standard input)."""
+        if self.lang == "python":
+            return f"{shlex.quote(python)} - <<'LOADGEN_DOC_PYTHON'\n{self.body}LOADGEN_DOC_PYTHON\n"
         return console_commands(self.body) if self.lang == "console" else self.body
 
 
@@ -145,5 +156,10 @@ def shell_blocks(page: Path) -> List[Block]:
     return [b for b in doc_blocks(page) if b.is_shell]
 
 
+def run_blocks(page: Path) -> List[Block]:
+    """The page's shell and Python blocks (those marked not run too)."""
+    return [b for b in doc_blocks(page) if b.runs]
+
+
 def not_run_blocks() -> List[Block]:
-    return [b for page in pages() for b in shell_blocks(page) if b.not_run]
+    return [b for page in pages() for b in run_blocks(page) if b.not_run]

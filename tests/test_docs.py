@@ -124,7 +124,7 @@ def test_no_untyped_block_holds_commands():
 
 def test_every_mark_is_one_the_test_reads():
     bad = [f"{b.where}: {b.mark}" for page in pages() for b in doc_blocks(page)
-           if b.mark.startswith("<!--") and not (b.is_shell and any(m.match(b.mark) for m in (NOT_RUN, EXIT, WITH)))]
+           if b.mark.startswith("<!--") and not (b.runs and any(m.match(b.mark) for m in (NOT_RUN, EXIT, WITH)))]
     assert not bad, "\n".join(bad)
 
 
@@ -164,3 +164,84 @@ def test_the_readme_starts_with_the_two_set_up_commands():
     assert shell_blocks(DOCS / "index.md")[0].body == first.body, "the getting-started page starts with them too"
 
 
+
+
+# ------------------------------------------------------------------------ commands in prose
+
+INLINE_COMMAND = re.compile(r"`((?:python -m )?loadgen(?: [^`\n]*)?)`")
+# A synopsis rather than a command: a placeholder (FILE, DIR...), an optional [part], a
+# choice a|b, or "...".
+SYNOPSIS = re.compile(r"\b[A-Z][A-Z_]{2,}\b|\[|\||\.\.\.|<")
+
+
+def inline_commands() -> List[tuple]:
+    """(page:line, command) of every loadgen command in a code span of the pages' prose."""
+    found = []
+    for page in pages():
+        for number, line in enumerate(unfenced(page.read_text(encoding="utf-8")).split("\n"), 1):
+            for m in INLINE_COMMAND.finditer(line):
+                command = m.group(1).replace("\\|", "|")
+                found.append((f"{page.relative_to(ROOT)}:{number}", command.removeprefix("python -m ")))
+    return found
+
+
+def command_parser(name: str):
+    from loadgen.cli import _build_parser
+
+    parser, _ = _build_parser(name)
+    return parser, next(a for a in parser._actions if a.dest == "command").choices[name]
+
+
+def check_inline_command(command: str) -> None:
+    """Raises AssertionError unless ``command`` (``loadgen ...``) names a command and only
+    flags it has; a command without placeholders must also parse with its values, and a
+    ``run`` must resolve to valid options (nothing is run)."""
+    from loadgen.cli import COMMANDS
+
+    words = command.split()[1:]
+    if not words or words[0].startswith("-"):
+        assert words in ([], ["--version"], ["--help"]), f"{command}: not a loadgen command"
+        return
+    name = words[0]
+    assert name in COMMANDS, f"{command}: loadgen has no command {name!r}"
+    parser, sub = command_parser(name)
+    flags = {s for a in sub._actions for s in a.option_strings}
+    named = [w.split("=")[0] for w in words if w.startswith("--")]
+    unknown = [f for f in named if f not in flags]
+    assert not unknown, f"{command}: `loadgen {name}` has no {', '.join(unknown)}"
+    last = sub._option_string_actions.get(words[-1]) if words[-1].startswith("--") else None
+    if len(words) == 1 or SYNOPSIS.search(command) or (last is not None and last.nargs != 0):
+        return  # the command named, a synopsis, or a flag named with no value
+    args = parser.parse_args(words)  # UsageError on a bad value
+    if name == "run":
+        from loadgen.cli.common import check_applies, check_thresholds, run_flags
+        from loadgen.options import resolve
+
+        flags_given = run_flags(args)
+        options, given = resolve(flags_given, environ={})
+        check_thresholds(options)
+        check_applies(options, flags_given, given)
+
+
+@pytest.mark.parametrize("where,command", inline_commands(), ids=[w for w, _ in inline_commands()])
+def test_every_loadgen_command_in_the_prose_is_one_loadgen_takes(where, command):
+    from loadgen.cli.common import UsageError
+    from loadgen.options import OptionError
+
+    try:
+        check_inline_command(command)
+    except (UsageError, OptionError, ValueError) as e:
+        pytest.fail(f"{where}: `{command}`: {e}")
+
+
+def test_the_prose_check_refuses_a_flag_or_value_loadgen_does_not_take():
+    from loadgen.cli.common import UsageError
+    from loadgen.options import OptionError
+
+    for bad in ("loadgen run --no-such-flag", "loadgen sweep --vary NAME=VALUES --bogus", "loadgen frobnicate",
+                "loadgen run --scenario no-such-scenario", "loadgen run --target-qps many"):
+        with pytest.raises((AssertionError, UsageError, OptionError, ValueError)):
+            check_inline_command(bad)
+    check_inline_command("loadgen run --scenario poisson --target-qps 2000")
+    check_inline_command("loadgen merge DIR... --output DIR")
+    check_inline_command("loadgen run --output")

@@ -1,7 +1,7 @@
-"""Every shell command of README.md and docs/*.md runs as written (the rules and marks:
+"""Every shell command and Python block of README.md and docs/*.md runs as written (the rules and marks:
 tests/docs_pages.py); the README's tour and set-up commands, with checks of their own.
 
-A page's shell blocks run one after another in one temporary folder (later ones read what
+A page's shell and Python blocks run one after another in one temporary folder (later ones read what
 earlier ones wrote), one test per page; each runs in a session of its own, bounded in time,
 and whatever it left running is stopped by that session's id.
 """
@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from tests.docs_pages import DOCS, README, ROOT, doc_blocks, shell_blocks
+from tests.docs_pages import DOCS, README, ROOT, doc_blocks, run_blocks, shell_blocks
 from tests.helpers import clean_env
 from tests.servers.scripted_proc import start_scripted
 
@@ -76,13 +76,13 @@ def page_folder(tmp_path: Path) -> Tuple[Path, Dict[str, str]]:
 
 
 def run_page(page: Path, tmp_path: Path) -> Path:
-    """Runs the page's shell blocks that are not marked "not run", in order, in one
-    folder, each to the exit status it declares; returns the folder."""
+    """Runs the page's shell and Python blocks that are not marked "not run", in order,
+    in one folder, each to the exit status it declares; returns the folder."""
     folder, env = page_folder(tmp_path)
     for block in doc_blocks(page):
         if block.file:
             (folder / block.file).write_text(block.body, encoding="utf-8")
-        if not block.is_shell or block.not_run:
+        if not block.runs or block.not_run:
             continue
         with contextlib.ExitStack() as servers:
             for name, port in block.servers:
@@ -92,7 +92,7 @@ def run_page(page: Path, tmp_path: Path) -> Path:
                     from tests.servers.grpc_scripted import ScriptedGrpc  # grpcio: the test extra
 
                     servers.enter_context(ScriptedGrpc(port=port))
-            proc = run_block(block.script(), folder, env)
+            proc = run_block(block.script(sys.executable), folder, env)
         assert proc.returncode in block.exit_codes, (
             f"{block.where}: exit {proc.returncode}, not {' or '.join(map(str, block.exit_codes))}:\n"
             f"{block.body}\n{proc.stdout}")
@@ -101,7 +101,7 @@ def run_page(page: Path, tmp_path: Path) -> Path:
 
 def pages_with_commands() -> List[Path]:
     return [page for page in sorted(DOCS.glob("*.md"))
-            if any(not b.not_run for b in shell_blocks(page))]
+            if any(not b.not_run for b in run_blocks(page))]
 
 
 @pytest.mark.parametrize("page", pages_with_commands(), ids=lambda p: p.name)
