@@ -674,6 +674,7 @@ def test_latency_bound_is_optional_outside_server():
     assert any(r.startswith("latency bound missed") for r in doc["invalid_reasons"])
 
 
+@pytest.mark.alone
 def test_invalid_failures_above_the_allowed_error_rate_then_valid_when_allowed(tmp_path):
     sut = write(tmp_path / "failing.py", FAILING_SRC)
     base = ["--scenario", "constant", "--target-qps", "400", "--duration-s", "0.4",

@@ -61,6 +61,7 @@ def forms_sut(tmp_path: Path, exc: str, every: int) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 @pytest.mark.parametrize("form", ["function", "async", "batched"])
 def test_sut_raising_system_exit_fails_that_query_and_the_run_goes_on(tmp_path, form):
     sut = forms_sut(tmp_path, "SystemExit(7)", 3)
