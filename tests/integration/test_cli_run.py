@@ -537,6 +537,7 @@ def test_python_sut_is_imported_and_instantiated_once(tmp_path):
     assert log.read_text().splitlines() == ["import", "init"]
 
 
+@pytest.mark.alone
 def test_python_sut_by_module_name_from_the_current_directory(tmp_path):
     write(tmp_path / "my_local_sut.py", "def f(i):\n    return i\n")
     _, doc = run_json("--scenario", "constant", "--target-qps", "200", "--duration-s", "0.2",
