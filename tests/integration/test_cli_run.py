@@ -529,6 +529,7 @@ def test_async_function_sut(tmp_path):
     assert doc["latency_ns"]["min"] >= seen["min_ns"] * 0.999
 
 
+@pytest.mark.alone
 def test_python_sut_is_imported_and_instantiated_once(tmp_path):
     log = tmp_path / "count.log"
     sut = write(tmp_path / "counted.py", COUNTING_SRC.format(log=str(log)))
