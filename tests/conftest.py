@@ -10,7 +10,7 @@ subprocess would import the source folder (which has no built extension after a 
 `pip install .`) instead of the installed package. A session-wide directory covers
 module- and session-scoped fixtures; each test then gets its own.
 
-Under pytest-xdist (``pytest -n 3``, the README's command; ``--dist loadfile`` in
+Under pytest-xdist (``pytest -n 2``, the README's command; ``--dist loadfile`` in
 pyproject.toml keeps each file, and its module-scoped servers, on one worker) a test
 marked ``alone`` runs while no other test does: it times events to the millisecond, and
 the other workers' load would be in its figures. The tests it waits for end first, and

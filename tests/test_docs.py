@@ -160,7 +160,7 @@ def test_a_mark_sets_the_exit_status_or_says_why_not(tmp_path):
 def test_the_readme_starts_with_the_two_set_up_commands():
     first = shell_blocks(README)[0]
     assert README.read_text(encoding="utf-8").startswith(f"# loadgen\n\n{first.mark}\n\n```bash\n{first.body}")
-    assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest -n 3\n"
+    assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest -n 2\n"
     assert shell_blocks(DOCS / "index.md")[0].body == first.body, "the getting-started page starts with them too"
 
 

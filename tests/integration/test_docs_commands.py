@@ -100,8 +100,9 @@ def run_page(page: Path, tmp_path: Path) -> Path:
 
 
 # Pages whose commands hold a run to a latency objective of a few milliseconds on the demo
-# SUT: under pytest -n they run while no other test does (tests/conftest.py).
-ALONE_PAGES = {"llm.md"}
+# SUT, or compare two runs' p99 to 10%: under pytest -n they run while no other test does
+# (tests/conftest.py).
+ALONE_PAGES = {"llm.md", "results.md"}
 
 
 def pages_with_commands() -> List[Path]:

@@ -157,6 +157,7 @@ def mlserver(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_rate_search_against_mlserver_over_rest(mlserver, tmp_path):
     url = f"{mlserver.http_url}/v2/models/add_one/infer"
     proc, doc = find_peak("--sut", url, "--latency-bound-ms", "200", "--start", "50", "--growth", "4",
@@ -226,6 +227,7 @@ def test_no_answer_when_the_start_does_not_hold_exits_1(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_ctrl_c_stops_the_probe_under_way_and_keeps_the_probes_so_far(tmp_path):
     # A bound the demo SUT meets however busy the machine is: the first probe must hold.
     cmd = [sys.executable, "-m", "loadgen", "find-peak", "--sut", DEMO, "--latency-bound-ms", "1000", "--start", "100",
