@@ -9,6 +9,8 @@ source tree, unless a test passes another ``cwd``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -18,7 +20,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -255,3 +257,17 @@ def kserve(infer: Callable[[bytes, socket.socket], bool]):
 def kserve_url(server: _Server) -> str:
     return f"http://127.0.0.1:{server.port}/v2/models/m/infer"
 
+
+@contextlib.contextmanager
+def turnstile(folder: Path, alone: bool) -> Iterator[None]:
+    """Holds the run's test lock in ``folder`` (shared by the xdist workers of one run):
+    shared by every test, exclusive by one that runs alone. A test passes the gate lock
+    first and lets go of it once it holds the test lock, except one that runs alone, which
+    keeps it to its end: so a test waiting to run alone is not passed over by the others'
+    shared locks, which would overlap for ever."""
+    with open(folder / "tests.gate", "a") as gate, open(folder / "tests.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # both are let go of when the files close

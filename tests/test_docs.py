@@ -160,7 +160,7 @@ def test_a_mark_sets_the_exit_status_or_says_why_not(tmp_path):
 def test_the_readme_starts_with_the_two_set_up_commands():
     first = shell_blocks(README)[0]
     assert README.read_text(encoding="utf-8").startswith(f"# loadgen\n\n{first.mark}\n\n```bash\n{first.body}")
-    assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest\n"
+    assert first.body == "pip install -e . && python -m loadgen run\npip install '.[test]' && pytest -n 2\n"
     assert shell_blocks(DOCS / "index.md")[0].body == first.body, "the getting-started page starts with them too"
 
 
@@ -245,3 +245,12 @@ def test_the_prose_check_refuses_a_flag_or_value_loadgen_does_not_take():
     check_inline_command("loadgen run --scenario poisson --target-qps 2000")
     check_inline_command("loadgen merge DIR... --output DIR")
     check_inline_command("loadgen run --output")
+
+
+def test_ci_runs_the_readme_test_command():
+    # The README's second set-up line is the suite as CI runs it: .ci/run has both of its
+    # commands, each on a line of its own, in that order.
+    install, tests = shell_blocks(README)[0].body.splitlines()[1].split(" && ")
+    ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert install in ci_lines and tests in ci_lines, (install, tests)
+    assert ci_lines.index(install) < ci_lines.index(tests)

@@ -529,6 +529,7 @@ def test_async_function_sut(tmp_path):
     assert doc["latency_ns"]["min"] >= seen["min_ns"] * 0.999
 
 
+@pytest.mark.alone
 def test_python_sut_is_imported_and_instantiated_once(tmp_path):
     log = tmp_path / "count.log"
     sut = write(tmp_path / "counted.py", COUNTING_SRC.format(log=str(log)))
@@ -537,6 +538,7 @@ def test_python_sut_is_imported_and_instantiated_once(tmp_path):
     assert log.read_text().splitlines() == ["import", "init"]
 
 
+@pytest.mark.alone
 def test_python_sut_by_module_name_from_the_current_directory(tmp_path):
     write(tmp_path / "my_local_sut.py", "def f(i):\n    return i\n")
     _, doc = run_json("--scenario", "constant", "--target-qps", "200", "--duration-s", "0.2",
@@ -674,6 +676,7 @@ def test_latency_bound_is_optional_outside_server():
     assert any(r.startswith("latency bound missed") for r in doc["invalid_reasons"])
 
 
+@pytest.mark.alone
 def test_invalid_failures_above_the_allowed_error_rate_then_valid_when_allowed(tmp_path):
     sut = write(tmp_path / "failing.py", FAILING_SRC)
     base = ["--scenario", "constant", "--target-qps", "400", "--duration-s", "0.4",

@@ -88,6 +88,7 @@ def demo_rate_search(out: Path) -> Tuple[subprocess.CompletedProcess, Dict[str, 
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_rate_search_on_the_demo_sut_finds_its_capacity_and_the_answer_holds_on_rerun(tmp_path):
     proc, doc, tries = two_tries(lambda k: demo_rate_search(tmp_path / f"peak{k}"), 0.6 * 1000, 1000)
     out = tmp_path / f"peak{len(tries) - 1}"
@@ -122,6 +123,7 @@ def test_rate_search_on_the_demo_sut_finds_its_capacity_and_the_answer_holds_on_
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_concurrency_search_on_the_demo_sut_finds_where_throughput_stops_growing(tmp_path):
     """Six workers of 2 ms: throughput grows by 500 queries/s per query in flight up to 6,
     then stays at 3,000."""
@@ -155,6 +157,7 @@ def mlserver(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_rate_search_against_mlserver_over_rest(mlserver, tmp_path):
     url = f"{mlserver.http_url}/v2/models/add_one/infer"
     proc, doc = find_peak("--sut", url, "--latency-bound-ms", "200", "--start", "50", "--growth", "4",
@@ -169,6 +172,7 @@ def test_rate_search_against_mlserver_over_rest(mlserver, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_rate_search_against_a_streaming_server_of_known_capacity(tmp_path):
     """Four connections, one stream each at a time, 5 ms to the first token and 3 more
     2 ms apart: the server answers about 4 / 11 ms = 364 streams/s."""
@@ -223,6 +227,7 @@ def test_no_answer_when_the_start_does_not_hold_exits_1(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.alone
 def test_ctrl_c_stops_the_probe_under_way_and_keeps_the_probes_so_far(tmp_path):
     # A bound the demo SUT meets however busy the machine is: the first probe must hold.
     cmd = [sys.executable, "-m", "loadgen", "find-peak", "--sut", DEMO, "--latency-bound-ms", "1000", "--start", "100",

@@ -220,6 +220,7 @@ def _kill_mid_run(server, url, tmp_path, kill_after_s=2.0, extra=()):
     return doc
 
 
+@pytest.mark.alone
 def test_mlserver_killed_mid_run_gives_counted_errors_and_a_result(tmp_path, engine):
     _server_or_skip(find_mlserver, "MLServer")
     server = start_mlserver(str(tmp_path / "srv"))
@@ -231,6 +232,7 @@ def test_mlserver_killed_mid_run_gives_counted_errors_and_a_result(tmp_path, eng
     assert doc["errors"]["counts"].get("connect_refused", 0) > 0
 
 
+@pytest.mark.alone
 def test_triton_killed_mid_run_over_grpc_gives_counted_errors(tmp_path):
     _server_or_skip(find_triton, "Triton")
     server = start_triton(str(tmp_path / "srv"))

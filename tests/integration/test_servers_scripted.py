@@ -424,6 +424,7 @@ def test_non_streaming(start, chat):
 TRIES = 3
 
 
+@pytest.mark.alone
 def test_single_stream_timing(start):
     """Every event of one stream is written within 2 ms of its due time, and a raw client
     receives it within 2 ms of the write."""
@@ -470,6 +471,7 @@ def run_streams(s: Scripted, n: int) -> None:
     assert results == [32 + 3] * n  # tokens, final chunk, usage, [DONE]
 
 
+@pytest.mark.alone
 def test_64_concurrent_streams_first_token(start):
     """64 streams started together: the first token is written within 3 ms of recv + ttft
     at p99."""

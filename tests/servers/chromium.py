@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests.servers.procs import REPO, ServerProcess
+from tests.servers.procs import REPO, ServerProcess, install_lock
 
 __all__ = ["Browser", "PageLoad", "find_chromium"]
 
@@ -36,9 +36,7 @@ def find_chromium(timeout_s: float = 600.0) -> Optional[str]:
         return _INSTALLED["chromium"]
     found = shutil.which("chromium")
     if found is None and os.environ.get("LOADGEN_TEST_NO_INSTALL", "") in ("", "0"):
-        log_dir = os.path.join(REPO, ".servers")
-        os.makedirs(log_dir, exist_ok=True)
-        with open(os.path.join(log_dir, "chromium.install.log"), "wb") as log:
+        with install_lock("chromium"), open(os.path.join(REPO, ".servers", "chromium.install.log"), "wb") as log:
             try:
                 subprocess.run(["bash", os.path.join(REPO, "tests", "servers", "install_chromium.sh")],
                                stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=REPO, check=False)

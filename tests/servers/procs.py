@@ -6,6 +6,8 @@ Every process is started here with its own PID recorded and is ended by that PID
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -14,9 +16,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
-__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "get_json", "http_get", "install_server", "post_json",
+__all__ = ["ServerProcess", "ServerUnavailable", "free_port", "get_json", "http_get", "install_lock", "install_server", "post_json",
            "require_servers", "wait_for_count", "check_add_one_over_rest"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -96,11 +98,24 @@ def check_add_one_over_rest(http_url: str, n_requests: int) -> dict:
     return meta
 
 
+@contextlib.contextmanager
+def install_lock(name: str) -> Iterator[None]:
+    """Holds ``<repo>/.servers/<name>.lock`` (an exclusive ``flock``) while installing
+    ``name``: the test processes of one run (pytest-xdist's workers) each ask for the
+    servers they use, and the second one waits for the first one's install instead of
+    writing into the same folder at the same time, then finds it there."""
+    os.makedirs(os.path.join(REPO, ".servers"), exist_ok=True)
+    with open(os.path.join(REPO, ".servers", f"{name}.lock"), "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
 def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
     """The virtual environment ``<repo>/.servers/<name>`` holding a test server, made by
     ``tests/servers/install_<name>.sh`` when first asked for in this process (the script
-    returns at once when the install is already there). None when LOADGEN_TEST_NO_INSTALL
-    is set and there is no install, or when installing failed (the reason is kept in
+    returns at once when the install is already there; :func:`install_lock` keeps two
+    processes from running it at once). None when LOADGEN_TEST_NO_INSTALL is set and there
+    is no install, or when installing failed (the reason is kept in
     ``<repo>/.servers/<name>.install.log``)."""
     if name in _INSTALLED:
         return _INSTALLED[name]
@@ -108,7 +123,14 @@ def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
     if os.environ.get("LOADGEN_TEST_NO_INSTALL", "") not in ("", "0"):
         _INSTALLED[name] = dest if os.path.isdir(dest) else None
         return _INSTALLED[name]
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with install_lock(name):
+        _INSTALLED[name] = _run_install_script(name, dest, timeout_s)
+    return _INSTALLED[name]
+
+
+def _run_install_script(name: str, dest: str, timeout_s: float) -> Optional[str]:
+    """Runs ``tests/servers/install_<name>.sh DEST``, its output in ``DEST.install.log``;
+    ``dest`` when it succeeded, else None."""
     script = os.path.join(REPO, "tests", "servers", f"install_{name}.sh")
     log_path = dest + ".install.log"
     with open(log_path, "wb") as log:
@@ -117,8 +139,7 @@ def install_server(name: str, timeout_s: float = 900.0) -> Optional[str]:
                                 timeout=timeout_s, cwd=REPO).returncode
         except subprocess.TimeoutExpired:
             rc = -1
-    _INSTALLED[name] = dest if rc == 0 else None
-    return _INSTALLED[name]
+    return dest if rc == 0 else None
 
 
 def free_port() -> int:

@@ -1271,6 +1271,7 @@ class CapacitySUT:
 FIND_PEAK_BUDGET_S = 120  # the whole search, confirmation included
 
 
+@pytest.mark.alone
 def test_find_peak_performance(tmp_path, restore_options, no_gc_pauses):
     """A SUT of ~1000 queries/s capacity and a 20 ms p99 bound: the search (300 ms
     probes, then full 1 s runs) finds a rate between the lower bound and the capacity,
