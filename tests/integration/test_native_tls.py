@@ -70,6 +70,20 @@ def test_https_runs_natively_verified_against_the_ca_file(tmp_path, certs, host)
     assert net["connections_opened_before_run"] == 4  # handshakes made before the run, not in a latency
 
 
+def test_connections_reopened_mid_run_shake_hands_without_blocking_and_resume(tmp_path, certs):
+    """The server closes every 25th request's connection unanswered: the client opens a
+    new one during the run (its handshake on the I/O thread), which resumes the session."""
+    with _tls_server(tmp_path, certs.good, "--close-every", "25") as srv:
+        doc = _run("--sut", f"https://127.0.0.1:{srv.port}/v2/models/m/infer", "--ca-file", certs.ca, "--scenario",
+                   "concurrency", "--concurrency", "4", "--query-count", "500", "--max-error-rate", "1")
+    c, net = doc["counts"], doc["network"]
+    assert net["http_engine"] == "native" and c["failed"] == 20 and c["completed"] == 480
+    assert doc["errors"]["counts"] == {"connection_reset": 20}, doc["errors"]
+    # A connection closed near the end need not be replaced: most are.
+    assert 4 + 10 <= net["connects"] <= 4 + 20 and net["connect_failures"] == 0
+    _assert_handshakes(net, net["connects"])
+
+
 def test_streams_run_natively_over_https(tmp_path, certs):
     with _tls_server(tmp_path, certs.good, "--ttft-ms", "5", "--itl-ms", "1", "--tokens", "6") as srv:
         doc = _run("--sut", f"openai+https://127.0.0.1:{srv.port}/v1/chat/completions", "--model", "m", "--ca-file",
@@ -192,6 +206,28 @@ def test_grpcs_runs_natively_verified_against_the_ca_file(certs):
     assert net["grpc_engine"] == "native"
     assert c["completed"] == 300 == answered and c["failed"] == 0
     _assert_handshakes(net, 3)
+
+
+@pytest.mark.parametrize("mode", ["goaway", "drop"])
+def test_grpcs_reconnects_mid_run_shake_hands_without_blocking_and_resume(certs, mode):
+    """Every third call ends its connection (GOAWAY, or dropped): the client opens a new one
+    during the run, its handshake on the I/O thread, and resumes the session."""
+    pytest.importorskip("h2")
+    pytest.importorskip("grpc")
+    from loadgen.engine import Engine, EngineSettings
+    from loadgen.net import open_target
+    from loadgen.net.native import NativeGrpcSUT
+    from loadgen.net.options import NetOptions
+    from tests.servers.h2_scripted import H2Scripted
+
+    with H2Scripted(mode, every=3, tls=certs.good) as srv:
+        sut = open_target(srv.url(), NetOptions(grpc_engine="native", ca_file=certs.ca, ready_timeout_s=5), pool_size=1)
+        assert isinstance(sut, NativeGrpcSUT)
+        res = Engine(EngineSettings(mode="closed", concurrency=1, query_count=60), sut).run()
+    report = sut.report()
+    assert res.counts["completed"] == (60 if mode == "goaway" else 40)
+    assert report["connects"] == 20
+    assert report["native"]["tls_handshakes"] == 20 and report["native"]["tls_resumed"] == 19
 
 
 def test_grpcs_with_a_certificate_that_does_not_verify_is_exit_2(certs):
