@@ -25,6 +25,7 @@ import pytest
 from loadgen import _core
 from tests.helpers import run_cli
 from tests.servers.certs import Certs, make_certs
+from tests.servers.h2_scripted import H2Scripted
 from tests.servers.scripted_proc import start_scripted
 
 pytestmark = [pytest.mark.integration,
@@ -211,19 +212,25 @@ def test_grpcs_runs_natively_verified_against_the_ca_file(certs):
 @pytest.mark.parametrize("mode", ["goaway", "drop"])
 def test_grpcs_reconnects_mid_run_shake_hands_without_blocking_and_resume(certs, mode):
     """Every third call ends its connection (GOAWAY, or dropped): the client opens a new one
-    during the run, its handshake on the I/O thread, and resumes the session."""
-    pytest.importorskip("h2")
+    during the run, its handshake on the I/O thread, and resumes the session. Nothing of
+    grpcio runs (the requests are prepared from --input, no readiness calls), so that the
+    sanitizer runs can drive it."""
     pytest.importorskip("grpc")
     from loadgen.engine import Engine, EngineSettings
-    from loadgen.net import open_target
-    from loadgen.net.native import NativeGrpcSUT
+    from loadgen.net.kserve_grpc import KServeGrpcSUT
+    from loadgen.net.native import NativeGrpcSUT, check_tls
     from loadgen.net.options import NetOptions
-    from tests.servers.h2_scripted import H2Scripted
+    from loadgen.net.targets import parse_target
+    from loadgen.net.tensors import parse_input_spec
 
     with H2Scripted(mode, every=3, tls=certs.good) as srv:
-        sut = open_target(srv.url(), NetOptions(grpc_engine="native", ca_file=certs.ca, ready_timeout_s=5), pool_size=1)
-        assert isinstance(sut, NativeGrpcSUT)
-        res = Engine(EngineSettings(mode="closed", concurrency=1, query_count=60), sut).run()
+        net = NetOptions(grpc_engine="native", ca_file=certs.ca, inputs=(parse_input_spec("INPUT0:FP32:1x16"),))
+        target = parse_target(srv.url())
+        check_tls(target, net, "grpc")
+        inner = KServeGrpcSUT(target, net, pool_size=1)
+        inner.prepare_requests()
+        sut = NativeGrpcSUT(inner, io_threads=2)
+        res = Engine(EngineSettings(mode="closed", concurrency=1, query_count=60, interval_s=0), sut).run()
     report = sut.report()
     assert res.counts["completed"] == (60 if mode == "goaway" else 40)
     assert report["connects"] == 20
