@@ -59,6 +59,11 @@ def _bad_token_count_text(digits: bytes) -> str:
            f"(0 to {_core.MAX_TOKEN_COUNT})"
 
 
+# Why a build without OpenSSL refuses a TLS target natively (the scheme follows).
+_NO_TLS = ("this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it was built: "
+           "install libssl-dev and reinstall), so no ")
+
+
 def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     """None when the native client's HTTP/1.1 protocol can run a ``--sut`` target
     (:class:`~loadgen.net.targets.Target`) with client options ``net``
@@ -66,7 +71,7 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     error; ``auto`` then takes the asyncio client)."""
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls and not _core.tls_available():
-        what = "TLS (https://) in a build without OpenSSL (install libssl-dev and reinstall)"
+        return _NO_TLS + "https://"
     llm = getattr(net, "llm", None)
     if what is None and target.kind == "openai":
         if target.endpoint not in ("completions", "chat"):
@@ -88,8 +93,7 @@ def grpc_refusal(target: Any) -> Optional[str]:
         return ("this build of loadgen has no native gRPC client (nghttp2's header was missing when it was built: "
                 "install libnghttp2-dev and reinstall)")
     if target.tls and not _core.tls_available():
-        return ("this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it was "
-                "built: install libssl-dev and reinstall), so no grpcs://")
+        return _NO_TLS + "grpcs://"
     return None
 
 
