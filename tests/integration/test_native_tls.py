@@ -114,6 +114,39 @@ def test_a_certificate_that_does_not_verify_is_exit_2_naming_why(tmp_path, certs
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_a_server_that_refuses_the_handshake_is_exit_2_saying_so():
+    """A server that closes each connection as it comes (no TLS spoken): one line, exit 2."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+
+    def refuse():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    try:
+        proc = _run("--sut", f"https://127.0.0.1:{port}/v2/models/m/infer", "--insecure", "--http-engine", "native",
+                    "--query-count", "5", expect=2)
+    finally:
+        try:  # wakes the accept() in progress
+            listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        listener.close()
+        thread.join(5)
+    assert proc.stderr == (f"error: TLS with 127.0.0.1:{port}: the server closed the connection during the TLS "
+                           "handshake\n"), proc.stderr
+
+
 @pytest.mark.parametrize("leaf, name, reason", [
     ("expired", "127.0.0.1", "certificate verify failed: certificate has expired"),
     ("wrong_host", "127.0.0.1", "certificate verify failed: IP address mismatch (the certificate is not valid for "
