@@ -610,9 +610,9 @@ ssize_t GrpcClient::receive(Conn* c, char* buf, size_t len, int64_t* kernel_t, i
     if (r < 0) *err = errno;
     return r;
   }
-  *kernel_t = 0;  // OpenSSL reads the socket: no receive stamp
   size_t n = 0;
   const TlsStatus st = c->tls->read(buf, len, &n);
+  *kernel_t = c->tls->take_kernel_ns();  // the stamp of the socket read that brought these bytes
   c->read_wants_write = st == TlsStatus::kWantWrite;
   switch (st) {
     case TlsStatus::kOk:

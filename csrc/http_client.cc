@@ -731,15 +731,16 @@ void HttpClient::read_responses(Conn* c, std::vector<char>& buf, EventOutcome* o
 }
 
 void HttpClient::read_tls(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept {
-  // As read_responses(), over TLS: no kernel receive stamps (OpenSSL reads the socket),
-  // and a read that fills no buffer ends the event only once OpenSSL holds nothing more
-  // (what it holds, epoll cannot report).
+  // As read_responses(), over TLS (the kernel's receive stamps kept by the TLS layer's
+  // socket reads); a read that fills no buffer ends the event only once OpenSSL holds
+  // nothing more (what it holds, epoll cannot report).
   for (int reads = 0; c->fd >= 0 && reads < kMaxReadsPerEvent; ++reads) {
     size_t n = 0;
     const TlsStatus st = c->tls->read(buf.data(), buf.size(), &n);
     c->read_wants_write = st == TlsStatus::kWantWrite;
     if (st == TlsStatus::kWantRead || st == TlsStatus::kWantWrite) break;
     const int64_t t = now_ns();
+    if (st == TlsStatus::kOk) note_receive_wait(*c->io, t, c->tls->take_kernel_ns());
     if (st == TlsStatus::kOk && c->state == Conn::kBusy && c->deadline != 0 && t >= c->deadline) {
       closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
       close_locked(c, nullptr, "");

@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,6 +79,47 @@ std::string last_error_reason() {
 }
 
 }  // namespace
+
+// OpenSSL reads and writes the socket through this BIO rather than its own socket BIO:
+// reads keep the kernel's receive stamp (as the plain clients' reads do), and writes to a
+// socket the server closed say EPIPE instead of raising SIGPIPE.
+struct TlsSocketBio {
+  static int read(BIO* bio, char* buf, int len) {
+    auto* conn = static_cast<TlsConn*>(BIO_get_data(bio));
+    BIO_clear_retry_flags(bio);
+    int64_t kernel_ns = 0;
+    const ssize_t n = netio::read_stamped(conn->fd_, buf, static_cast<size_t>(len), &kernel_ns);
+    if (n > 0 && kernel_ns > 0) conn->kernel_ns_ = kernel_ns;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
+    return static_cast<int>(n);
+  }
+  static int write(BIO* bio, const char* buf, int len) {
+    auto* conn = static_cast<TlsConn*>(BIO_get_data(bio));
+    BIO_clear_retry_flags(bio);
+    const ssize_t n = ::send(conn->fd_, buf, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(bio);
+    return static_cast<int>(n);
+  }
+  static long ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+  static int create(BIO* bio) {
+    BIO_set_init(bio, 1);
+    return 1;
+  }
+  // The one method, made once; it lives as long as the process.
+  static const BIO_METHOD* method() {
+    static const BIO_METHOD* m = [] {
+      BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "loadgen socket");
+      if (made != nullptr) {
+        BIO_meth_set_read(made, &TlsSocketBio::read);
+        BIO_meth_set_write(made, &TlsSocketBio::write);
+        BIO_meth_set_ctrl(made, &TlsSocketBio::ctrl);
+        BIO_meth_set_create(made, &TlsSocketBio::create);
+      }
+      return made;
+    }();
+    return m;
+  }
+};
 
 struct TlsContext::Impl {
   SSL_CTX* ctx = nullptr;
@@ -148,7 +190,15 @@ TlsConn::TlsConn(TlsContext& ctx, int fd, const std::string& server_name)
   SSL* ssl = SSL_new(ctx.impl_->ctx);
   if (ssl == nullptr) throw std::runtime_error("TLS: cannot make a connection: " + last_error_reason());
   ssl_ = ssl;
-  SSL_set_fd(ssl, fd);
+  const BIO_METHOD* method = TlsSocketBio::method();
+  BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
+  if (bio == nullptr) {
+    SSL_free(ssl);
+    ssl_ = nullptr;
+    throw std::runtime_error("TLS: cannot make a connection's BIO: " + last_error_reason());
+  }
+  BIO_set_data(bio, this);
+  SSL_set_bio(ssl, bio, bio);  // one reference, for both directions
   SSL_set_connect_state(ssl);
   const bool ip = is_ip_literal(server_name);
   if (!ip && !server_name.empty()) SSL_set_tlsext_host_name(ssl, server_name.c_str());  // SNI names no address

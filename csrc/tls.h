@@ -80,6 +80,14 @@ class TlsConn {
   TlsStatus write(const char* buf, size_t len, size_t* n) noexcept;
   /// Bytes OpenSSL holds already read from the socket (epoll cannot say they wait).
   bool pending() const noexcept;
+  /// When the kernel received the bytes of the last socket read that returned any (the
+  /// now_ns() clock; netio::read_stamped()), then 0 until the next such read: after a
+  /// read(), the receive stamp of the bytes it decrypted (0: none read from the socket).
+  int64_t take_kernel_ns() noexcept {
+    const int64_t t = kernel_ns_;
+    kernel_ns_ = 0;
+    return t;
+  }
   /// The handshake resumed an earlier session.
   bool resumed() const noexcept;
   /// Waits (poll, at most `timeout_ns`) for a TLS 1.3 session ticket after the
@@ -94,7 +102,11 @@ class TlsConn {
 
  private:
   TlsStatus fail(int ret, const char* what) noexcept;
+  // The socket BIO's reads and writes (recvmsg with the kernel's stamp, send with
+  // MSG_NOSIGNAL); the BIO's data is the TlsConn.
+  friend struct TlsSocketBio;
   TlsContext& ctx_;
+  int64_t kernel_ns_ = 0;
   void* ssl_ = nullptr;  // SSL*
   int fd_ = -1;
   std::string server_name_;

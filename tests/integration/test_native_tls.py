@@ -69,6 +69,7 @@ def test_https_runs_natively_verified_against_the_ca_file(tmp_path, certs, host)
     assert net["native"]["responses"] == 400
     _assert_handshakes(net, 4)
     assert net["connections_opened_before_run"] == 4  # handshakes made before the run, not in a latency
+    assert net["native"]["receive_wait_ns"]["max"] >= net["native"]["receive_wait_ns"]["p50"] > 0  # stamped reads
 
 
 def test_connections_reopened_mid_run_shake_hands_without_blocking_and_resume(tmp_path, certs):
@@ -240,6 +241,7 @@ def test_grpcs_runs_natively_verified_against_the_ca_file(certs):
     assert net["grpc_engine"] == "native"
     assert c["completed"] == 300 == answered and c["failed"] == 0
     _assert_handshakes(net, 3)
+    assert net["native"]["receive_wait_ns"]["p50"] > 0  # the TLS layer's socket reads keep the kernel's stamp
 
 
 @pytest.mark.parametrize("mode", ["goaway", "drop"])
