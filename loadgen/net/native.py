@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import Counter
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
@@ -102,21 +103,36 @@ def check_tls(target: Any, net: Any, protocol: str) -> None:
     (verification against ``net.ca_file`` or the system store unless ``net.insecure``,
     the host name, ALPN ``h2`` for ``protocol`` "grpc", else ``http/1.1``): a
     certificate that does not verify, or a server that refuses the handshake, is said
-    before anything else is asked of the server.
+    before anything else is asked of the server. A server not listening yet is waited for
+    as the readiness check waits (``net.ready_timeout_s``), and left to that check to
+    name when it never comes.
 
     Raises:
         ValueError: the handshake failed; the message says why.
     """
-    host = _numeric_host(target.host, target.port)
-    try:
-        why = _core.tls_check(host, int(target.port), target.host, net.ca_file or "", bool(net.insecure),
-                              "h2" if protocol == "grpc" else "http/1.1", s_to_ns(defaults.TLS_CHECK_TIMEOUT_S))
-    except RuntimeError as e:  # a CA file that does not load
-        raise ValueError(str(e)) from None
-    if why:
-        raise ValueError(f"TLS with {target.host}:{target.port}: {why}"
-                         + ("" if net.insecure else " (--ca-file names the CA that signed the server's certificate; "
-                            "--insecure skips the check)"))
+    deadline = time.monotonic() + max(0.0, float(net.ready_timeout_s))
+    while True:
+        try:
+            host = _numeric_host(target.host, target.port)
+            why = _core.tls_check(host, int(target.port), target.host, net.ca_file or "", bool(net.insecure),
+                                  "h2" if protocol == "grpc" else "http/1.1", s_to_ns(defaults.TLS_CHECK_TIMEOUT_S))
+        except ValueError:  # not resolved (yet)
+            why = _NOT_CONNECTED
+        except RuntimeError as e:  # a CA file that does not load
+            raise ValueError(str(e)) from None
+        if not why:
+            return
+        if not why.startswith(_NOT_CONNECTED):
+            raise ValueError(f"TLS with {target.host}:{target.port}: {why}"
+                             + ("" if net.insecure else " (--ca-file names the CA that signed the server's "
+                                "certificate; --insecure skips the check)"))
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+# How the core's tls_check() begins a connect that failed (the server is not there yet).
+_NOT_CONNECTED = "connecting to "
 
 
 def _numeric_host(host: str, port: int) -> str:

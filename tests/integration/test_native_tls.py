@@ -115,6 +115,33 @@ def test_a_certificate_that_does_not_verify_is_exit_2_naming_why(tmp_path, certs
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_a_server_not_listening_yet_is_waited_for_then_named_by_the_readiness_check(tmp_path, certs):
+    port = _free_port()
+    started = time.monotonic()
+    proc = _run("--sut", f"https://127.0.0.1:{port}/v2/models/m/infer", "--ca-file", certs.ca, "--http-engine",
+                "native", "--ready-timeout-s", "1", "--query-count", "5", expect=2)
+    assert time.monotonic() - started >= 1
+    assert "not ready within 1 s" in proc.stderr and "TLS with" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_tls_server_that_comes_up_late_is_waited_for(tmp_path, certs):
+    import threading
+
+    port = _free_port()
+    servers = []
+    timer = threading.Timer(1.0, lambda: servers.append(_tls_server(tmp_path, certs.good, "--port", port)))
+    timer.start()
+    try:
+        doc = _run("--sut", f"https://127.0.0.1:{port}/v2/models/m/infer", "--ca-file", certs.ca, "--ready-timeout-s",
+                   "30", "--scenario", "concurrency", "--concurrency", "2", "--query-count", "50")
+    finally:
+        timer.join()
+        for srv in servers:
+            srv.stop()
+    assert doc["network"]["http_engine"] == "native" and doc["counts"]["completed"] == 50
+
+
 def test_a_server_that_refuses_the_handshake_is_exit_2_saying_so():
     """A server that closes each connection as it comes (no TLS spoken): one line, exit 2."""
     import threading
