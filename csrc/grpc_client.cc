@@ -746,7 +746,7 @@ void GrpcClient::start(CompletionSink& sink) {
     // TLS 1.3 sends the session after the handshake: the first connection waits for it
     // (briefly), so that the others resume it.
     if (ok && c->tls && !tls_->has_session()) {
-      c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, 1'000'000'000));
+      c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, kTicketWaitNs));
     }
     c->ended = nullptr;
     if (!ok || !c->settings_seen) {

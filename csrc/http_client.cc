@@ -231,7 +231,7 @@ bool HttpClient::handshake_blocking(Conn* c) noexcept {
   count_handshake(c);
   // TLS 1.3 sends the session after the handshake: the first connection waits for it
   // (briefly), so that the others resume it.
-  if (!tls_->has_session()) c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, 1'000'000'000));
+  if (!tls_->has_session()) c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, kTicketWaitNs));
   return true;
 }
 

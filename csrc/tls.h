@@ -22,6 +22,11 @@ bool tls_available() noexcept;
 /// The OpenSSL version the native clients' TLS runs on ("" without it).
 const char* tls_library_version() noexcept;
 
+/// How long the first connection before a run waits for a TLS 1.3 session ticket (the
+/// server sends it right after the handshake; on a busy host it may come late): only
+/// TLS 1.3 servers that send no ticket make a run wait this long, once.
+constexpr int64_t kTicketWaitNs = 3'000'000'000;
+
 /// What a TlsConn call needs next.
 enum class TlsStatus {
   kOk,         ///< done (a handshake finished; a read or write moved bytes)
