@@ -18,6 +18,11 @@ What is measured (``--cases`` takes these names, comma-separated):
            tool may add one or two, a readiness probe or a test connect), and nginx's CPU
            is its busy share of its one core: near 100% means the server, not the client,
            set the rate. The client's user and sys CPU per request are printed as well.
+  nginx-tls  the same over HTTPS: nginx with a certificate of a CA made here
+           (tests/servers/certs.py; TLS 1.3, sessions resumable), loadgen (the native
+           client over TLS, --ca-file) against wrk (which speaks TLS and does not verify),
+           both on the same OpenSSL. Figures as above, and loadgen's client CPU per
+           request over wrk's, with and without loadgen's start-up (goal: at most 1.1x).
   profile  loadgen alone at the largest --conns against that nginx: once plainly (its
            user/sys split) and once under ``py-spy record --nonblocking --format raw``
            (py-spy on the server core). It prints the 15 functions with the most own time
@@ -77,6 +82,7 @@ Usage:
     python bench/bench_http.py --quick                       # smoke run, ~1 min
     python bench/bench_http.py --json /tmp/bench_http.json   # full run, ~10 min
     python bench/bench_http.py --cases nginx --conns 8,64,256 --rounds 5
+    python bench/bench_http.py --cases nginx-tls --rounds 3  # HTTPS: loadgen against wrk
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from bench_engine import fmt_ns, fmt_qps, fmt_ratio, machine_context, med, ratio, spread
@@ -109,7 +116,7 @@ from tests.servers.procs import ServerProcess, free_port, http_get
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-CASES = ("nginx", "profile", "triton")
+CASES = ("nginx", "nginx-tls", "profile", "triton")
 AIOHTTP_CLIENT = os.path.join(HERE, "aiohttp_client.py")
 SMALL_BODY = '{"ok":true,"model":"x","outputs":[1,2,3]}'
 TRITON_BODY = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
@@ -303,30 +310,41 @@ http {{
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fastcgi;
   uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port}{tls};
     location = /small.json {{ default_type application/json; return 200 '{body}'; }}
     location = /nginx_status {{ stub_status; }}
-  }}
+  }}{status}
 }}
 """
+# Over TLS: the certificate, resumable sessions; stub_status on a plain port of its own.
+NGINX_TLS = """ ssl;
+    ssl_certificate {cert}; ssl_certificate_key {key}; ssl_session_cache shared:tls:1m"""
+NGINX_STATUS = """
+  server {{ listen 127.0.0.1:{port}; location = /nginx_status {{ stub_status; }} }}"""
 
 
 class Nginx:
-    """nginx with one worker pinned to cpu, serving /small.json from a config in workdir."""
+    """nginx with one worker pinned to cpu, serving /small.json from a config in workdir;
+    over HTTPS with ``tls`` (certificate and key files; the clients get ``client_args``,
+    the CA to verify it with)."""
 
-    def __init__(self, workdir: str, cpu: int) -> None:
+    def __init__(self, workdir: str, cpu: int, tls: tuple[str, str, str] | None = None) -> None:
         self.port = free_port()
+        status_port = free_port() if tls else self.port
         conf = os.path.join(workdir, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(NGINX_CONF.format(d=workdir, port=self.port, body=SMALL_BODY))
-        self.url = f"http://127.0.0.1:{self.port}/small.json"
-        self.status_url = f"http://127.0.0.1:{self.port}/nginx_status"
+            f.write(NGINX_CONF.format(d=workdir, port=self.port, body=SMALL_BODY,
+                                      tls=NGINX_TLS.format(cert=tls[0], key=tls[1]) if tls else "",
+                                      status=NGINX_STATUS.format(port=status_port) if tls else ""))
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/small.json"
+        self.status_url = f"http://127.0.0.1:{status_port}/nginx_status"
+        self.client_args = ["--ca-file", tls[2]] if tls else []
         self.proc = ServerProcess(["taskset", "-c", str(cpu), "nginx", "-p", workdir, "-c", conf,
                                    "-e", os.path.join(workdir, "error.log")],
                                   os.path.join(workdir, "nginx.out"), cwd=workdir)
         self.pid = self.proc.pid
         try:
-            self.proc.wait_http_ok(self.url, 20)
+            self.proc.wait_http_ok(self.status_url, 20)
         except BaseException:
             self.proc.stop()
             raise
@@ -432,8 +450,8 @@ class Bench:
             print("   !! " + msg, flush=True)
 
     def loadgen(self, sut: str, *extra: str) -> list[str]:
-        # The native HTTP client over plain http:// (a later --http-engine in extra wins).
-        native = ["--http-engine", "native"] if sut.startswith("http://") else []
+        # The native HTTP client over http:// and https:// (a later --http-engine in extra wins).
+        native = ["--http-engine", "native"] if sut.startswith(("http://", "https://")) else []
         return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--json", "--quiet",
                 "--interval-s", "0", *native, *extra]
 
@@ -455,7 +473,7 @@ class Bench:
         tools: dict[str, Callable[[int], tuple]] = {
             "loadgen": lambda n: (self.loadgen(
                 srv.url, "--request-template", tpl, "--scenario", "concurrency",
-                "--concurrency", str(n), "--connections", str(n), "--duration-s", str(d)),
+                "--concurrency", str(n), "--connections", str(n), "--duration-s", str(d), *srv.client_args),
                 parse_loadgen),
             "loadgen-asyncio": lambda n: (self.loadgen(
                 srv.url, "--request-template", tpl, "--scenario", "concurrency", "--http-engine", "asyncio",
@@ -483,12 +501,13 @@ class Bench:
                                                     *extra),
                             parse_loadgen, case="startup", **tags)
 
-    def case_nginx(self, srv: Nginx, tpl: str) -> None:
+    def case_nginx(self, srv: Nginx, tpl: str, key: str = "nginx", only: tuple[str, ...] = ()) -> None:
+        """The nginx case (``key`` names it in the tables), with the tools in ``only`` (all: empty)."""
         a = self.a
-        res = self.header(f"nginx: closed loop at {a.conns} connections, {a.duration_s} s, "
+        res = self.header(f"{key}: closed loop at {a.conns} connections, {a.duration_s} s, "
                           f"{a.rounds} round(s); client on cpu {a.client_cpu}, nginx on cpu "
                           f"{a.server_cpu}")
-        tools = self.nginx_tools(srv, tpl)
+        tools = {k: v for k, v in self.nginx_tools(srv, tpl).items() if not only or k in only}
         names = list(tools)
         runs: list[dict[str, Any]] = []
         startup: list[dict[str, Any]] = []
@@ -499,7 +518,7 @@ class Bench:
                     argv, parse = tools[tool](n)
                     runs.append(self.measure(tool, argv, parse, srv.pid, srv.status,
                                              conns=n, round=rnd + 1))
-            startup.append(self.startup_run(srv.url, "--request-template", tpl, round=rnd + 1))
+            startup.append(self.startup_run(srv.url, "--request-template", tpl, *srv.client_args, round=rnd + 1))
         fixed_s = med([s["cpu_s"] for s in startup if s.get("ok")])
         rows = []
         for n in a.conns:
@@ -546,9 +565,15 @@ class Bench:
                          "it, loadgen does " + ", ".join(
                              f"{fmt_qps(r.get('steady_req_per_cpu_s'))} req/CPU-s at {r['conns']}"
                              for r in rows if r["tool"] == "loadgen") + ".")
-        self.tables["nginx"] = "\n".join(lines + [""] + notes)
+        for n in a.conns if "wrk" in names else ():
+            lg = next(r for r in rows if r["tool"] == "loadgen" and r["conns"] == n)
+            wrk = med(next(r for r in rows if r["tool"] == "wrk" and r["conns"] == n)["req_per_cpu_s"])
+            notes.append(f"loadgen / wrk, client CPU per request at {n} connections: "
+                         f"{fmt_ratio(ratio(wrk, med(lg['req_per_cpu_s'])))} with loadgen's start-up, "
+                         f"{fmt_ratio(ratio(wrk, lg.get('steady_req_per_cpu_s')))} net of it.")
+        self.tables[key] = "\n".join(lines + [""] + notes)
         res.update(runs=runs, startup_runs=startup, startup_cpu_s=fixed_s, rows=rows)
-        self.results["nginx"] = res
+        self.results[key] = res
 
     # ------------------------------------------------------------ profile
     def case_profile(self, srv: Nginx, tpl: str) -> None:
@@ -815,6 +840,22 @@ def _csv_ints(s: str) -> list[int]:
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+def run_nginx_tls(bench: Bench, tmp: str) -> None:
+    """The nginx-tls case: nginx over HTTPS with a CA made here; loadgen against wrk."""
+    from tests.servers.certs import make_certs
+
+    certs = make_certs(Path(tmp) / "certs")
+    tpl = os.path.join(tmp, "small-tls.json.tpl")
+    with open(tpl, "w") as f:
+        json.dump({"method": "GET", "path": "/small.json"}, f)
+    os.makedirs(os.path.join(tmp, "nginx-tls"))
+    srv = Nginx(os.path.join(tmp, "nginx-tls"), bench.a.server_cpu, tls=(*certs.good, certs.ca))
+    try:
+        bench.case_nginx(srv, tpl, key="nginx-tls", only=("loadgen", "wrk"))
+    finally:
+        srv.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -882,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
                     bench.guarded("profile", bench.case_profile, srv, tpl)
             finally:
                 srv.stop()
+        if "nginx-tls" in cases:
+            bench.guarded("nginx-tls", run_nginx_tls, bench, tmp)
         if "triton" in cases:
             bench.guarded("triton", bench.case_triton)
     total_s = time.perf_counter() - t0

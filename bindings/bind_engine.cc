@@ -443,6 +443,8 @@ void def_net_client(EngineClass& c) {
              d["closed_by_timeout"] = st.closed_by_timeout;
              d["queued"] = st.queued;
              d["handed_over"] = st.handed_over;
+             d["tls_handshakes"] = st.tls_handshakes;
+             d["tls_resumed"] = st.tls_resumed;
              return d;
            },
            "The native network client's counters ({} for other SUTs).")

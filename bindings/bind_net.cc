@@ -17,6 +17,7 @@
 #include "http_parser.h"
 #include "net_client.h"
 #include "sse.h"
+#include "tls.h"
 
 namespace py = pybind11;
 using loadgen::HttpParserLimits;
@@ -86,7 +87,20 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("grpc_method", &NetClientSettings::grpc_method)
       .def_readwrite("authority", &NetClientSettings::authority)
       .def_readwrite("metadata", &NetClientSettings::metadata)
-      .def_readwrite("max_in_flight", &NetClientSettings::max_in_flight);
+      .def_readwrite("max_in_flight", &NetClientSettings::max_in_flight)
+      .def_readwrite("tls", &NetClientSettings::tls)
+      .def_readwrite("server_name", &NetClientSettings::server_name)
+      .def_readwrite("ca_file", &NetClientSettings::ca_file)
+      .def_readwrite("insecure", &NetClientSettings::insecure);
+  m.def("tls_available", &loadgen::tls_available,
+        "Whether this build's network client speaks TLS (it was built with OpenSSL).");
+  m.def("tls_library_version", &loadgen::tls_library_version,
+        "The OpenSSL version the network client's TLS runs on (\"\" without it).");
+  m.def("tls_check", &loadgen::tls_check, py::call_guard<py::gil_scoped_release>(),
+        "One TLS handshake with host:port (numeric), as the network client's connections make it: \"\" when it "
+        "succeeds, else why not (a certificate that does not verify, the server's refusal, ALPN not chosen).",
+        py::arg("host"), py::arg("port"), py::arg("server_name"), py::arg("ca_file"), py::arg("insecure"),
+        py::arg("alpn"), py::arg("timeout_ns"));
   m.def("grpc_client_available", &loadgen::grpc_client_available,
         "Whether this build's network client has its gRPC protocol (it was built with nghttp2).");
   m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,

@@ -26,6 +26,7 @@
 #include "affinity.h"
 #include "clock.h"
 #include "native_suts.h"
+#include "tls.h"
 #endif
 
 namespace loadgen {
@@ -213,7 +214,7 @@ struct InboxNode {
 struct Io;
 
 struct Conn {
-  enum State { kClosed, kConnecting, kOpen, kDraining };
+  enum State { kClosed, kConnecting, kHandshaking, kOpen, kDraining };
   GrpcClient* client = nullptr;
   Io* io = nullptr;
   std::mutex mu;
@@ -232,6 +233,10 @@ struct Conn {
   bool corked = false;  // calls submitted on its I/O thread wait for that thread's flush
   // Calls the issue thread handed over because the lock was held (see hand_over_call).
   std::atomic<InboxNode*> inbox{nullptr};
+  // TLS: the connection's session, and what its last read and write wait for.
+  std::unique_ptr<TlsConn> tls;
+  bool read_wants_write = false;
+  bool write_wants_read = false;
 };
 
 struct Io : NetClient::IoThread {
@@ -259,6 +264,9 @@ class GrpcClient final : public NetClient {
  private:
   // Starts c's session once its socket is connected (c->mu held): the preface and settings.
   bool begin_session(Conn* c) noexcept;
+  // Starts c's session on an event that found it connected (and its TLS done): true once
+  // it is open (counted), else c is closed.
+  bool open_session(Conn* c) noexcept;
   // Writes what nghttp2 has to send on c (c->mu held); false when the connection failed.
   bool flush(Conn* c) noexcept;
   // Closes c (c->mu held); its calls end as UNAVAILABLE with `why` (into c->ended).
@@ -282,8 +290,16 @@ class GrpcClient final : public NetClient {
   void refill(int64_t n) noexcept;
   // Opens a closed connection (non-blocking) when queries wait and none is open.
   void reconnect() noexcept;
-  // A connect of c failed (c->mu held): every waiting query fails as UNAVAILABLE.
-  void connect_failed(Conn* c, int err) noexcept;
+  // A connect of c failed (c->mu held): every waiting query fails as UNAVAILABLE, with
+  // `why` (empty: errno `err`'s text).
+  void connect_failed(Conn* c, int err, const std::string& why = "") noexcept;
+  // Reads from c's socket, or its TLS (c->mu held): > 0 bytes, 0 at the end, -1 with
+  // *err (EAGAIN: nothing now; a TLS failure also sets *why).
+  ssize_t receive(Conn* c, char* buf, size_t len, int64_t* kernel_t, int* err, std::string* why) noexcept;
+  // TLS: the next step of c's handshake (c->mu held); true once it is done.
+  bool step_handshake(Conn* c) noexcept;
+  // TLS: counts a finished handshake of c.
+  void count_handshake(Conn* c) noexcept;
   void expire(Io* io, int64_t now) noexcept;
   void io_loop(Io* io);
   void on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vector<Ended>& ended) noexcept;
@@ -295,6 +311,7 @@ class GrpcClient final : public NetClient {
   }
 
   NetClientSettings s_;
+  std::unique_ptr<TlsContext> tls_;  // TLS: the connections' context (null: plain TCP)
   std::vector<std::string> framed_;  // each request with its 5-byte gRPC prefix
   std::vector<std::string> names_, values_;
   std::vector<nghttp2_nv> nva_;
@@ -313,6 +330,10 @@ GrpcClient::GrpcClient(const NetClientSettings& settings)
     : NetClient(settings.cache_entries, settings.cache_body_bytes, true), s_(settings) {
   require(s_.protocol == NetProtocol::kGrpc, "the gRPC client needs net.protocol grpc");
   validate(s_);
+  if (s_.tls) {
+    if (s_.server_name.empty()) s_.server_name = s_.host;
+    tls_ = std::make_unique<TlsContext>(s_.ca_file, s_.insecure, "h2");
+  }
   if (s_.authority.empty()) {
     s_.authority = (s_.host.find(':') != std::string::npos ? "[" + s_.host + "]" : s_.host) + ":" +
                    std::to_string(s_.port);
@@ -331,7 +352,7 @@ GrpcClient::GrpcClient(const NetClientSettings& settings)
   s_.requests.clear();
   s_.requests.shrink_to_fit();
   const std::pair<std::string, std::string> fixed[] = {
-      {":method", "POST"}, {":scheme", "http"}, {":path", s_.grpc_method}, {":authority", s_.authority},
+      {":method", "POST"}, {":scheme", s_.tls ? "https" : "http"}, {":path", s_.grpc_method}, {":authority", s_.authority},
       {"content-type", "application/grpc"}, {"te", "trailers"}, {"user-agent", "loadgen-native-grpc"}};
   for (const auto& [n, v] : fixed) {
     names_.push_back(n);
@@ -510,6 +531,16 @@ void GrpcClient::watch(Conn* c, bool out) noexcept {
   c->want_out = out;
 }
 
+bool GrpcClient::open_session(Conn* c) noexcept {
+  c->want_out = true;  // flush() asks for readable only once all is written
+  if (begin_session(c) && flush(c)) {
+    connects_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (c->state.load() != Conn::kClosed) close_conn(c, "failed to start HTTP/2");
+  return false;
+}
+
 bool GrpcClient::begin_session(Conn* c) noexcept {
   if (nghttp2_session_client_new2(&c->session, callbacks_, c, option_) != 0) return false;
   const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
@@ -535,6 +566,23 @@ bool GrpcClient::flush(Conn* c) noexcept {
     if (n == 0) break;
     c->out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
   }
+  while (c->tls && c->out_off < c->out.size()) {
+    size_t n = 0;
+    const TlsStatus st = c->tls->write(c->out.data() + c->out_off, c->out.size() - c->out_off, &n);
+    c->write_wants_read = st == TlsStatus::kWantRead;
+    if (st == TlsStatus::kOk) {
+      c->out_off += n;
+      bytes_sent_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+      continue;
+    }
+    if (st == TlsStatus::kWantWrite) {
+      if (!c->want_out) watch(c, true);
+      return true;
+    }
+    if (st == TlsStatus::kWantRead) return true;  // the socket's readiness to read, always watched
+    close_conn(c, "lost while sending: " + c->tls->error());
+    return false;
+  }
   while (c->out_off < c->out.size()) {
     const ssize_t w = ::send(c->fd, c->out.data() + c->out_off, c->out.size() - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
@@ -552,16 +600,69 @@ bool GrpcClient::flush(Conn* c) noexcept {
   }
   c->out.clear();
   c->out_off = 0;
-  if (c->want_out) watch(c, false);
+  if (c->want_out && !c->read_wants_write) watch(c, false);
+  return true;
+}
+
+ssize_t GrpcClient::receive(Conn* c, char* buf, size_t len, int64_t* kernel_t, int* err, std::string* why) noexcept {
+  if (!c->tls) {
+    const ssize_t r = netio::read_stamped(c->fd, buf, len, kernel_t);
+    if (r < 0) *err = errno;
+    return r;
+  }
+  size_t n = 0;
+  const TlsStatus st = c->tls->read(buf, len, &n);
+  *kernel_t = c->tls->take_kernel_ns();  // the stamp of the socket read that brought these bytes
+  c->read_wants_write = st == TlsStatus::kWantWrite;
+  switch (st) {
+    case TlsStatus::kOk:
+      return static_cast<ssize_t>(n);
+    case TlsStatus::kWantWrite:
+      if (!c->want_out) watch(c, true);
+      *err = EAGAIN;
+      return -1;
+    case TlsStatus::kWantRead:
+      *err = EAGAIN;
+      return -1;
+    case TlsStatus::kClosed:
+      return 0;
+    case TlsStatus::kError:
+      break;
+  }
+  *err = c->tls->sys_errno() != 0 ? c->tls->sys_errno() : EPROTO;
+  *why = c->tls->error();
+  return -1;
+}
+
+void GrpcClient::count_handshake(Conn* c) noexcept {
+  tls_handshakes_.fetch_add(1, std::memory_order_relaxed);
+  if (c->tls->resumed()) tls_resumed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool GrpcClient::step_handshake(Conn* c) noexcept {
+  const TlsStatus st = c->tls->handshake();
+  if (st == TlsStatus::kWantRead || st == TlsStatus::kWantWrite) {
+    watch(c, st == TlsStatus::kWantWrite);
+    return false;
+  }
+  if (st != TlsStatus::kOk) {
+    const std::string why = "TLS handshake: " + c->tls->error();
+    connect_failed(c, c->tls->sys_errno(), why);
+    return false;
+  }
+  count_handshake(c);
   return true;
 }
 
 void GrpcClient::close_conn(Conn* c, const std::string& why) noexcept {
   if (c->fd >= 0) {
     epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    c->tls.reset();
     ::close(c->fd);
     c->fd = -1;
   }
+  c->tls.reset();
+  c->read_wants_write = c->write_wants_read = false;
   c->want_out = false;
   c->state = Conn::kClosed;
   const std::string text = unavailable(why);
@@ -598,7 +699,18 @@ void GrpcClient::start(CompletionSink& sink) {
     int err = 0;
     c->fd = netio::connect_nonblocking(s_.host, s_.port, &err);
     if (c->fd < 0) continue;
-    if (netio::finish_connect(c->fd, s_.connect_timeout_ns) != 0 || !begin_session(c)) {
+    bool ok = netio::finish_connect(c->fd, s_.connect_timeout_ns) == 0;
+    if (ok && tls_) {
+      try {
+        c->tls = std::make_unique<TlsConn>(*tls_, c->fd, s_.server_name);
+        ok = c->tls->handshake_blocking(s_.connect_timeout_ns) == TlsStatus::kOk;
+        if (ok) count_handshake(c);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok || !begin_session(c)) {
+      c->tls.reset();
       ::close(c->fd);
       c->fd = -1;
       continue;
@@ -612,17 +724,29 @@ void GrpcClient::start(CompletionSink& sink) {
     // The server's settings before the run, so that the first call goes out on a
     // connection in its final state.
     const int64_t deadline = now_ns() + s_.connect_timeout_ns;
-    bool ok = flush(c);
+    ok = flush(c);
     while (ok && !c->settings_seen && now_ns() < deadline) {
-      pollfd p{c->fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, (deadline - now_ns()) / 1'000'000))) <= 0) break;
-      const ssize_t r = ::read(c->fd, buf.data(), buf.size());
+      pollfd p{c->fd, static_cast<short>(c->read_wants_write ? POLLOUT : POLLIN), 0};
+      if (!(c->tls && c->tls->pending()) &&
+          ::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, (deadline - now_ns()) / 1'000'000))) <= 0) {
+        break;
+      }
+      int64_t kernel_t = 0;
+      int err = 0;
+      std::string why;
+      const ssize_t r = receive(c, buf.data(), buf.size(), &kernel_t, &err, &why);
+      if (r < 0 && (err == EAGAIN || err == EINTR)) continue;
       if (r <= 0 || nghttp2_session_mem_recv(c->session, reinterpret_cast<const uint8_t*>(buf.data()),
                                              static_cast<size_t>(r)) < 0) {
         ok = false;
         break;
       }
       ok = flush(c);
+    }
+    // TLS 1.3 sends the session after the handshake: the first connection waits for it
+    // (briefly), so that the others resume it.
+    if (ok && c->tls && !tls_->has_session()) {
+      c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, kTicketWaitNs));
     }
     c->ended = nullptr;
     if (!ok || !c->settings_seen) {
@@ -848,7 +972,7 @@ void GrpcClient::reconnect() noexcept {
   }
   for (auto& cp : conns_) {
     const Conn::State st = cp->state.load();
-    if (st == Conn::kOpen || st == Conn::kConnecting) return;  // one is open, or opening
+    if (st == Conn::kOpen || st == Conn::kConnecting || st == Conn::kHandshaking) return;  // one is open, or opening
   }
   for (auto& cp : conns_) {
     Conn* c = cp.get();
@@ -875,12 +999,14 @@ void GrpcClient::reconnect() noexcept {
   }
 }
 
-void GrpcClient::connect_failed(Conn* c, int err) noexcept {
+void GrpcClient::connect_failed(Conn* c, int err, const std::string& why) noexcept {
   if (c->fd >= 0) {
     epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    c->tls.reset();
     ::close(c->fd);
     c->fd = -1;
   }
+  c->tls.reset();
   c->state = Conn::kClosed;
   c->want_out = false;
   connect_failures_.fetch_add(1);
@@ -890,7 +1016,8 @@ void GrpcClient::connect_failed(Conn* c, int err) noexcept {
     std::lock_guard<std::mutex> pool(pool_mutex_);
     failed.swap(pending_);
   }
-  const std::string text = "failed to connect to " + s_.host + ":" + std::to_string(s_.port) + ": " + errno_text(err);
+  const std::string text =
+      "failed to connect to " + s_.host + ":" + std::to_string(s_.port) + ": " + (why.empty() ? errno_text(err) : why);
   for (const Pending& p : failed) judge(p.id, now_ns(), kUnavailable, std::string(text));
 }
 
@@ -901,6 +1028,10 @@ void GrpcClient::expire(Io* io, int64_t now) noexcept {
       std::lock_guard<std::mutex> lock(c->mu);
       if (c->state.load() == Conn::kConnecting && now >= c->connect_deadline) {
         connect_failed(c, ETIMEDOUT);
+        continue;
+      }
+      if (c->state.load() == Conn::kHandshaking && now >= c->connect_deadline) {
+        connect_failed(c, ETIMEDOUT, "TLS handshake: timed out");
         continue;
       }
       if (c->session == nullptr || s_.timeout_ns <= 0) continue;
@@ -932,27 +1063,34 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
       const int err = netio::finish_connect(c->fd, 0);
       if (err != 0 || (ev & (EPOLLERR | EPOLLHUP))) {
         connect_failed(c, err != 0 ? err : ECONNREFUSED);
-      } else if (ev & EPOLLOUT) {
-        c->want_out = true;
-        if (begin_session(c) && flush(c)) {
-          connects_.fetch_add(1, std::memory_order_relaxed);
-          opened = true;
-        } else if (c->state.load() != Conn::kClosed) {
-          close_conn(c, "failed to start HTTP/2");
+      } else if ((ev & EPOLLOUT) && tls_) {
+        try {
+          c->tls = std::make_unique<TlsConn>(*tls_, c->fd, s_.server_name);
+          c->state = Conn::kHandshaking;
+        } catch (const std::exception& e) {
+          connect_failed(c, 0, std::string("TLS: ") + e.what());
         }
+        opened = c->state.load() == Conn::kHandshaking && step_handshake(c) && open_session(c);
+      } else if (ev & EPOLLOUT) {
+        opened = open_session(c);
       }
+    } else if (st == Conn::kHandshaking) {
+      opened = step_handshake(c) && open_session(c);
     } else if (st != Conn::kClosed) {
+      if (c->tls && c->write_wants_read && (ev & EPOLLIN) && c->out_off < c->out.size()) flush(c);
       if ((ev & EPOLLOUT) && c->out_off < c->out.size()) flush(c);
-      if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      if (c->fd >= 0 && ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) || (c->read_wants_write && (ev & EPOLLOUT)))) {
         // At most 16 reads (1 MiB) per event, as in the HTTP client: a server writing
         // faster than this thread reads must not keep it from the others and the timeouts.
         for (int reads = 0; c->fd >= 0 && reads < 16; ++reads) {
           int64_t kernel_t = 0;
-          const ssize_t r = netio::read_stamped(c->fd, buf.data(), buf.size(), &kernel_t);
-          if (r < 0 && errno == EINTR) continue;
-          if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+          int err = 0;
+          std::string why;
+          const ssize_t r = receive(c, buf.data(), buf.size(), &kernel_t, &err, &why);
+          if (r < 0 && err == EINTR) continue;
+          if (r < 0 && (err == EAGAIN || err == EWOULDBLOCK)) break;
           if (r <= 0) {
-            close_conn(c, r == 0 ? "closed by the server" : "lost: " + errno_text(errno));
+            close_conn(c, r == 0 ? "closed by the server" : "lost: " + (why.empty() ? errno_text(err) : why));
             break;
           }
           c->read_t = now_ns();
@@ -964,8 +1102,10 @@ void GrpcClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf, std::vec
             break;
           }
           if (!flush(c)) break;
-          if (static_cast<size_t>(r) < buf.size()) break;  // drained (epoll is level-triggered)
+          // Drained (epoll is level-triggered), unless OpenSSL holds bytes it has read.
+          if (static_cast<size_t>(r) < buf.size() && !(c->tls && c->tls->pending())) break;
         }
+        if (c->fd >= 0 && c->want_out && !c->read_wants_write && c->out_off >= c->out.size()) watch(c, false);
         c->read_t = 0;
         if (c->session != nullptr && !nghttp2_session_want_read(c->session) &&
             !nghttp2_session_want_write(c->session)) {

@@ -38,6 +38,8 @@ constexpr size_t kReadChunk = 64 * 1024;
 // Reads of one connection per readiness event (1 MiB): then the other connections and
 // the timeout scan get their turn.
 constexpr int kMaxReadsPerEvent = 16;
+// write_some()'s error for a TLS failure (the TlsConn's error() says what): no errno.
+constexpr int kTlsFailed = -1;
 
 // `text` cut to 200 bytes, with CR, LF, tabs and other control bytes written as escapes.
 std::string shown(const std::string& text) {
@@ -112,7 +114,7 @@ SseFigures::SseFigures(int significant_figures)
       stream(significant_figures) {}
 
 struct HttpClient::Conn {
-  enum State { kClosed, kConnecting, kIdle, kBusy };
+  enum State { kClosed, kConnecting, kHandshaking, kIdle, kBusy };
   explicit Conn(const HttpParserLimits& limits) : parser(limits) {}
   std::mutex mu;
   int fd = -1;
@@ -131,6 +133,12 @@ struct HttpClient::Conn {
   int64_t read_t = 0;           // when the bytes being parsed arrived
   bool first_reported = false;  // its first token went to the sink
   bool sse_over = false;        // an event went over the limit: the rest is not read
+  // TLS: the connection's session; what its last read and write wait for; the epoll
+  // events asked for.
+  std::unique_ptr<TlsConn> tls;
+  bool read_wants_write = false;
+  bool write_wants_read = false;
+  uint32_t interest = 0;
 };
 
 struct HttpClient::Io : IoThread {
@@ -146,6 +154,10 @@ HttpClient::HttpClient(NetClientSettings settings)
     : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse), s_(std::move(settings)) {
   require(s_.protocol == NetProtocol::kHttp1, "the HTTP/1.1 client needs net.protocol http1");
   validate(s_);
+  if (s_.tls) {
+    if (s_.server_name.empty()) s_.server_name = s_.host;
+    tls_ = std::make_unique<TlsContext>(s_.ca_file, s_.insecure, "http/1.1");
+  }
   HttpParserLimits limits;
   limits.max_body_bytes = s_.max_response_bytes;
   const int64_t nio = std::min<int64_t>(s_.io_threads, s_.connections);
@@ -193,7 +205,8 @@ bool HttpClient::connect_blocking(Conn* c, int64_t timeout_ns) {
   std::string error;
   int err = 0;
   if (!open(c, &error, &err)) return false;
-  if (netio::finish_connect(c->fd, timeout_ns) != 0) {
+  if (netio::finish_connect(c->fd, timeout_ns) != 0 || (tls_ && !handshake_blocking(c))) {
+    c->tls.reset();
     ::close(c->fd);
     c->fd = -1;
     c->state = Conn::kClosed;
@@ -203,8 +216,80 @@ bool HttpClient::connect_blocking(Conn* c, int64_t timeout_ns) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.ptr = c;
+  c->interest = ev.events;
   epoll_ctl(c->io->epfd, EPOLL_CTL_ADD, c->fd, &ev);
   return true;
+}
+
+bool HttpClient::handshake_blocking(Conn* c) noexcept {
+  try {
+    c->tls = std::make_unique<TlsConn>(*tls_, c->fd, s_.server_name);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (c->tls->handshake_blocking(s_.connect_timeout_ns) != TlsStatus::kOk) return false;
+  count_handshake(c);
+  // TLS 1.3 sends the session after the handshake: the first connection waits for it
+  // (briefly), so that the others resume it.
+  if (!tls_->has_session()) c->tls->await_ticket(std::min<int64_t>(s_.connect_timeout_ns, kTicketWaitNs));
+  return true;
+}
+
+void HttpClient::count_handshake(Conn* c) noexcept {
+  tls_handshakes_.fetch_add(1, std::memory_order_relaxed);
+  if (c->tls->resumed()) tls_resumed_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void HttpClient::drop_socket(Conn* c) noexcept {
+  if (c->fd < 0) return;
+  epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+  c->tls.reset();
+  ::close(c->fd);
+  c->fd = -1;
+  c->read_wants_write = c->write_wants_read = false;
+  c->interest = 0;
+}
+
+void HttpClient::update_interest(Conn* c) noexcept {
+  const bool writing = c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size();
+  uint32_t want = EPOLLIN | EPOLLRDHUP;
+  if ((writing && !c->write_wants_read) || c->read_wants_write) want |= EPOLLOUT;
+  if (want == c->interest || c->fd < 0) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.ptr = c;
+  epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  c->interest = want;
+}
+
+void HttpClient::step_handshake(Conn* c, EventOutcome* out) noexcept {
+  const TlsStatus st = c->tls->handshake();
+  if (st == TlsStatus::kWantRead || st == TlsStatus::kWantWrite) {
+    const uint32_t want = EPOLLRDHUP | (st == TlsStatus::kWantRead ? EPOLLIN : EPOLLOUT);
+    if (want != c->interest) {
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.ptr = c;
+      epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+      c->interest = want;
+    }
+    return;
+  }
+  if (st != TlsStatus::kOk) {
+    const std::string why = c->tls->error();
+    const int err = c->tls->sys_errno();
+    if (err != 0) {
+      connect_failed(c, err, why);
+    } else {
+      connect_failed(c, 0, why, "tls_error");
+    }
+    return;
+  }
+  count_handshake(c);
+  connects_.fetch_add(1, std::memory_order_relaxed);
+  c->state = Conn::kIdle;
+  update_interest(c);
+  out->reuse = true;
 }
 
 void HttpClient::start(CompletionSink& sink) {
@@ -278,7 +363,9 @@ void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
   const size_t before = c->written;
   const int err = write_some(c);
   bytes_sent_.fetch_add(static_cast<int64_t>(c->written - before), std::memory_order_relaxed);
-  if (err == EAGAIN) {  // the rest when the socket has room
+  if (c->tls && (err == 0 || err == EAGAIN)) {
+    update_interest(c);
+  } else if (err == EAGAIN) {  // the rest when the socket has room
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
     ev.data.ptr = c;
@@ -290,6 +377,17 @@ void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
 
 int HttpClient::write_some(Conn* c) noexcept {
   const std::string& r = *c->req;
+  while (c->tls && c->written < r.size()) {
+    size_t n = 0;
+    const TlsStatus st = c->tls->write(r.data() + c->written, r.size() - c->written, &n);
+    c->write_wants_read = st == TlsStatus::kWantRead;
+    if (st == TlsStatus::kOk) {
+      c->written += n;
+      continue;
+    }
+    if (st == TlsStatus::kWantRead || st == TlsStatus::kWantWrite) return EAGAIN;
+    return c->tls->sys_errno() != 0 ? c->tls->sys_errno() : kTlsFailed;
+  }
   while (c->written < r.size()) {
     const ssize_t n = ::send(c->fd, r.data() + c->written, r.size() - c->written, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
@@ -304,7 +402,10 @@ int HttpClient::write_some(Conn* c) noexcept {
 }
 
 void HttpClient::fail_write(Conn* c, int err) noexcept {
-  if (err == EPIPE || err == ECONNRESET) {
+  if (err == kTlsFailed) {
+    const std::string why = c->tls->error();
+    close_locked(c, "tls_error", "sending the request: " + why);
+  } else if (err == EPIPE || err == ECONNRESET) {
     close_locked(c, "connection_reset", "connection closed by the server before any response");
   } else {
     close_locked(c, "connection_error", "sending the request: " + errno_text(err));
@@ -315,7 +416,9 @@ void HttpClient::on_writable(Conn* c) noexcept {
   const size_t before = c->written;
   const int err = write_some(c);
   bytes_sent_.fetch_add(static_cast<int64_t>(c->written - before), std::memory_order_relaxed);
-  if (err == 0) {
+  if (c->tls && (err == 0 || err == EAGAIN)) {
+    update_interest(c);
+  } else if (err == 0) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = c;
@@ -328,11 +431,7 @@ void HttpClient::on_writable(Conn* c) noexcept {
 void HttpClient::close_locked(Conn* c, const char* kind, const std::string& message) noexcept {
   const Conn::State was = c->state.load();
   const int64_t query = c->query;
-  if (c->fd >= 0) {
-    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
-    ::close(c->fd);
-    c->fd = -1;
-  }
+  drop_socket(c);
   c->state = Conn::kClosed;
   c->query = -1;
   if (was == Conn::kClosed) return;
@@ -383,14 +482,10 @@ void HttpClient::want_connection() noexcept {
   }
 }
 
-void HttpClient::connect_failed(Conn* c, int err, const std::string& what) noexcept {
+void HttpClient::connect_failed(Conn* c, int err, const std::string& what, const char* kind) noexcept {
   // c->mu is held. One waiting query fails per failed connect, as in the asyncio client,
   // so that a dead server fails queries at the rate they arrive.
-  if (c->fd >= 0) {
-    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
-    ::close(c->fd);
-    c->fd = -1;
-  }
+  drop_socket(c);
   if (c->state.load() != Conn::kClosed) open_.fetch_sub(1);
   c->state = Conn::kClosed;
   connect_failures_.fetch_add(1);
@@ -403,7 +498,7 @@ void HttpClient::connect_failed(Conn* c, int err, const std::string& what) noexc
     }
   }
   if (victim) {
-    sink_->fail_native(victim->id, connect_kind(err),
+    sink_->fail_native(victim->id, kind != nullptr ? kind : connect_kind(err),
                        "connecting to " + s_.host + ":" + std::to_string(s_.port) + ": " + what);
   }
 }
@@ -508,6 +603,8 @@ void HttpClient::expire(Io* io, int64_t now) noexcept {
       close_locked(c, nullptr, "");  // the engine counts the timeout
     } else if (c->state == Conn::kConnecting && now >= c->connect_deadline) {
       connect_failed(c, ETIMEDOUT, "timed out");
+    } else if (c->state == Conn::kHandshaking && now >= c->connect_deadline) {
+      connect_failed(c, ETIMEDOUT, "the TLS handshake timed out", "tls_error");
     }
   }
 }
@@ -550,6 +647,15 @@ void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept
     std::unique_lock<std::mutex> lock(c->mu);
     if (c->state == Conn::kConnecting) {
       on_connected(c, ev, &out);
+    } else if (c->state == Conn::kHandshaking) {
+      step_handshake(c, &out);
+    } else if (c->tls) {
+      // A TLS write may wait for the socket to be readable, a read for it to be writable.
+      const bool writing = c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size();
+      if (writing && ((ev & EPOLLOUT) || (c->write_wants_read && (ev & EPOLLIN)))) on_writable(c);
+      if (c->fd >= 0 && ((ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) || (c->read_wants_write && (ev & EPOLLOUT)))) {
+        read_tls(c, buf, &out);
+      }
     } else {
       if ((ev & EPOLLOUT) && c->state == Conn::kBusy && c->req != nullptr && c->written < c->req->size()) {
         on_writable(c);
@@ -571,6 +677,16 @@ void HttpClient::on_connected(Conn* c, uint32_t ev, EventOutcome* out) noexcept 
   if (so_error != 0 || (ev & (EPOLLERR | EPOLLHUP))) {
     const int err = so_error != 0 ? so_error : ECONNREFUSED;
     connect_failed(c, err, errno_text(err));
+  } else if ((ev & EPOLLOUT) && tls_) {
+    try {
+      c->tls = std::make_unique<TlsConn>(*tls_, c->fd, s_.server_name);
+    } catch (const std::exception& e) {
+      connect_failed(c, 0, e.what(), "tls_error");
+      return;
+    }
+    c->state = Conn::kHandshaking;
+    c->interest = EPOLLOUT | EPOLLRDHUP;
+    step_handshake(c, out);
   } else if (ev & EPOLLOUT) {
     connects_.fetch_add(1, std::memory_order_relaxed);
     c->state = Conn::kIdle;
@@ -612,6 +728,41 @@ void HttpClient::read_responses(Conn* c, std::vector<char>& buf, EventOutcome* o
     }
     if (!parse_read(c, buf.data(), static_cast<size_t>(r), t, static_cast<size_t>(r) == buf.size(), out)) break;
   }
+}
+
+void HttpClient::read_tls(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept {
+  // As read_responses(), over TLS (the kernel's receive stamps kept by the TLS layer's
+  // socket reads); a read that fills no buffer ends the event only once OpenSSL holds
+  // nothing more (what it holds, epoll cannot report).
+  for (int reads = 0; c->fd >= 0 && reads < kMaxReadsPerEvent; ++reads) {
+    size_t n = 0;
+    const TlsStatus st = c->tls->read(buf.data(), buf.size(), &n);
+    c->read_wants_write = st == TlsStatus::kWantWrite;
+    if (st == TlsStatus::kWantRead || st == TlsStatus::kWantWrite) break;
+    const int64_t t = now_ns();
+    if (st == TlsStatus::kOk) note_receive_wait(*c->io, t, c->tls->take_kernel_ns());
+    if (st == TlsStatus::kOk && c->state == Conn::kBusy && c->deadline != 0 && t >= c->deadline) {
+      closed_by_timeout_.fetch_add(1, std::memory_order_relaxed);
+      close_locked(c, nullptr, "");
+      break;
+    }
+    if (st == TlsStatus::kError) {
+      const int err = c->tls->sys_errno();
+      if (err != 0) {
+        close_after_read_error(c, err);
+      } else {
+        const std::string why = c->tls->error();
+        close_locked(c, "tls_error", "reading the response: " + why);
+      }
+      break;
+    }
+    if (st == TlsStatus::kClosed) {
+      close_at_eof(c, t, out);
+      break;
+    }
+    if (!parse_read(c, buf.data(), n, t, n == buf.size() || c->tls->pending(), out)) break;
+  }
+  if (c->fd >= 0) update_interest(c);
 }
 
 void HttpClient::close_after_read_error(Conn* c, int err) noexcept {
@@ -686,10 +837,7 @@ void HttpClient::close() noexcept {
   join_io_threads();
   for (auto& c : conns_) {
     std::lock_guard<std::mutex> lock(c->mu);
-    if (c->fd >= 0) {
-      ::close(c->fd);
-      c->fd = -1;
-    }
+    drop_socket(c.get());
     c->state = Conn::kClosed;
   }
   close_checks();

@@ -23,6 +23,7 @@
 #include "hdr_histogram.h"
 #include "net_client.h"
 #include "sse.h"
+#include "tls.h"
 
 namespace loadgen {
 
@@ -100,6 +101,19 @@ class HttpClient final : public NetClient {
   void on_connected(Conn* c, uint32_t ev, EventOutcome* out) noexcept;
   // Reads and parses what c has (c's lock held), at most kMaxReadsPerEvent reads.
   void read_responses(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept;
+  // TLS: read_responses over c's TlsConn; a read that needs the socket writable waits for it.
+  void read_tls(Conn* c, std::vector<char>& buf, EventOutcome* out) noexcept;
+  // TLS: the next step of c's handshake (c's lock held): idle and reusable once done.
+  void step_handshake(Conn* c, EventOutcome* out) noexcept;
+  // TLS: the whole handshake of a warm connection, before the run; false when it failed.
+  bool handshake_blocking(Conn* c) noexcept;
+  // TLS: counts a finished handshake of c.
+  void count_handshake(Conn* c) noexcept;
+  // TLS: asks epoll for what c waits for: readable always, writable while a write has
+  // more to send (and the socket is what it waits for) or a read waits for the socket.
+  void update_interest(Conn* c) noexcept;
+  // Closes c's socket (and its TLS first), out of the epoll set. c's lock held.
+  void drop_socket(Conn* c) noexcept;
   // A read failed with errno `err`: c closes, failing its query.
   void close_after_read_error(Conn* c, int err) noexcept;
   // The server closed c at `t`: a response that ends at EOF is whole, else its query fails.
@@ -133,10 +147,13 @@ class HttpClient final : public NetClient {
   // stream whose event went over the limit (true: c was closed, *out says why).
   bool sse_read(Conn* c, StreamEnd* out) noexcept;
   void want_connection() noexcept;
-  void connect_failed(Conn* c, int err, const std::string& what) noexcept;
+  // A connect (or its TLS handshake) of c failed: one waiting query fails as `kind`
+  // (null: the class of errno `err`).
+  void connect_failed(Conn* c, int err, const std::string& what, const char* kind = nullptr) noexcept;
   void expire(Io* io, int64_t now) noexcept;
 
   NetClientSettings s_;
+  std::unique_ptr<TlsContext> tls_;  // TLS: the connections' context (null: plain TCP)
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<std::unique_ptr<Io>> ios_;
   // The idle connections and the queries waiting for one.

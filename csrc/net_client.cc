@@ -23,6 +23,7 @@
 #include "http_client.h"
 #include "native_suts.h"
 #include "require.h"
+#include "tls.h"
 
 namespace loadgen {
 
@@ -289,6 +290,8 @@ NetClientStats NetClient::stats() const {
   st.closed_by_timeout = closed_by_timeout_.load();
   st.queued = queued_.load();
   st.handed_over = handed_over_.load();
+  st.tls_handshakes = tls_handshakes_.load();
+  st.tls_resumed = tls_resumed_.load();
   return st;
 }
 
@@ -311,6 +314,9 @@ void validate(const NetClientSettings& s) {
   require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
           "net.input_tokens must be empty or hold one count per request");
   require(s.significant_figures >= 1 && s.significant_figures <= 5, "net.significant_figures must be in 1..5");
+  require(!s.tls || tls_available(),
+          "net.tls: this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it "
+          "was built: install libssl-dev and reinstall)");
   if (s.protocol == NetProtocol::kHttp1) {
     validate_http1(s);
   } else {

@@ -106,6 +106,16 @@ struct NetClientSettings {
   std::vector<std::pair<std::string, std::string>> metadata;
   /// gRPC: calls in flight at most, over all connections (>= 1); the rest wait in order.
   int64_t max_in_flight = 64;
+  /// TLS (https://, grpcs://; tls.h): every connection is TLS, with ALPN http/1.1 or h2
+  /// by protocol. Needs a build with OpenSSL (tls_available()).
+  bool tls = false;
+  /// TLS: the URL's host: the SNI name and what the certificate must be valid for
+  /// (empty: `host`).
+  std::string server_name;
+  /// TLS: the PEM CA bundle that verifies the server (empty: the system's store).
+  std::string ca_file;
+  /// TLS: the server's certificate is not verified.
+  bool insecure = false;
 };
 
 /// Checks every field, then the protocol's own (validate_http1(), validate_grpc()).
@@ -149,6 +159,10 @@ struct NetClientStats {
   /// gRPC: queries the issuing thread handed to an I/O thread, which sent them, because
   /// that thread held the connection's lock (the issuing thread never waits for it).
   int64_t handed_over = 0;
+  /// TLS: handshakes completed (each connection that opened: before the run and during
+  /// it), and those that resumed an earlier connection's session.
+  int64_t tls_handshakes = 0;
+  int64_t tls_resumed = 0;
 };
 
 /// A native network client: a native SUT whose queries go to a real server.
@@ -231,7 +245,7 @@ class NetClient {
   std::atomic<bool> closing_{false};
   std::vector<IoThread*> io_threads_;
   std::atomic<int64_t> connects_{0}, connect_failures_{0}, warm_{0}, bytes_sent_{0}, responses_{0},
-      closed_by_timeout_{0}, queued_{0}, handed_over_{0};
+      closed_by_timeout_{0}, queued_{0}, handed_over_{0}, tls_handshakes_{0}, tls_resumed_{0};
 
  private:
   struct Verdict {

@@ -495,11 +495,22 @@ class NetClientSettings:
     authority: str
     metadata: List[Tuple[str, str]]
     max_in_flight: int
+    # TLS (https://, grpcs://): SNI and certificate name, CA bundle, no verification.
+    tls: bool
+    server_name: str
+    ca_file: str
+    insecure: bool
     def __init__(self) -> None: ...
 
 # Whether this build has the gRPC protocol (built with nghttp2), and nghttp2's version.
 def grpc_client_available() -> bool: ...
 def grpc_client_nghttp2_version() -> str: ...
+# Whether this build's network client has TLS (built with OpenSSL), and OpenSSL's version;
+# one handshake as its connections make it ("" when it succeeds, else why not).
+def tls_available() -> bool: ...
+def tls_library_version() -> str: ...
+def tls_check(host: str, port: int, server_name: str, ca_file: str, insecure: bool, alpn: str,
+              timeout_ns: int) -> str: ...
 
 # The HTTP/1.1 response parser and the SSE scanner, on their own (tests, fuzzing).
 

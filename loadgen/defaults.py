@@ -75,6 +75,8 @@ MIN_OFFERED_FRACTION = 0.95  # ... or when it offered less than this share of th
 
 # ---------------------------------------------------------------------------- network
 READY_TIMEOUT_S = 30.0
+#: How long the native client's TLS check before a run (one handshake) waits, in seconds.
+TLS_CHECK_TIMEOUT_S = 10.0
 OPEN_LOOP_CONNECTIONS = 64  # an uncapped open loop
 OPEN_LOOP_GRPC_CALLS = 4096  # an uncapped open loop on the native gRPC client: calls in flight at most
 CONNECTIONS = 0  # 0: sized from the load (the concurrency, the in-flight cap, or the above)

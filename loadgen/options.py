@@ -482,12 +482,13 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)", default=False),
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
-               "REST, templates, streamed OpenAI; plain http://), asyncio, or auto (native where it can; default {default})",
+               "REST, templates, streamed OpenAI; http:// and https://), asyncio, or auto (native where it can; "
+               "default {default})",
                "ENGINE", default=D.HTTP_ENGINE),
     OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default {default})", "N",
                default=D.IO_THREADS),
     OptionSpec("grpc_engine", _choice("auto", "native", "grpcio", "callback", "asyncio"), "gRPC: the client: native "
-               "(HTTP/2 in the core; plain grpc://), grpcio (grpcio's public API; TLS too), or auto (native where it "
+               "(HTTP/2 in the core; grpc:// and grpcs://), grpcio (grpcio's public API), or auto (native where it "
                "can, else grpcio; default {default}); callback and asyncio mean grpcio", "ENGINE", default=D.GRPC_ENGINE),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
                "or typed (typed contents) (default {default})", default=D.GRPC_CONTENTS),

@@ -12,14 +12,16 @@
 #   --build-only     system build packages and the wheel only (the image's builder stage)
 #   --install-only   the runtime library and the wheel already in --wheel-dir only (its runtime stage)
 #
-# 1. System packages: to build, a C++17 compiler (g++), zlib's and nghttp2's headers
-#    (zlib1g-dev, libnghttp2-dev); to run, nghttp2's shared library (libnghttp2-14).
+# 1. System packages: to build, a C++17 compiler (g++), zlib's, nghttp2's and OpenSSL's
+#    headers (zlib1g-dev, libnghttp2-dev, libssl-dev); to run, nghttp2's and OpenSSL's
+#    shared libraries (libnghttp2-14, libssl3).
 #    Missing ones are installed with apt-get when run as root, else named in an error.
-# 2. Build: `pip wheel --no-deps` of the source tree with LOADGEN_NGHTTP2=1, so that the
-#    build fails without nghttp2 rather than leaving the native gRPC client out. pip's
+# 2. Build: `pip wheel --no-deps` of the source tree with LOADGEN_NGHTTP2=1 and
+#    LOADGEN_OPENSSL=1, so that the build fails without nghttp2 or OpenSSL rather than
+#    leaving the native gRPC client or the native clients' TLS out. pip's
 #    cache is used as configured (PIP_NO_CACHE_DIR=1 turns it off).
 # 3. Install: that wheel with its dependencies and the extras, then `loadgen env --json`
-#    of the installed package must report both native clients.
+#    of the installed package must report both native clients, with TLS.
 set -euo pipefail
 
 src="$(cd "$(dirname "$0")/.." && pwd)"
@@ -74,18 +76,18 @@ need_packages() {
 if [ "$build" = 1 ]; then
   # Any C++17 compiler on the PATH will do; Debian's g++ where there is none.
   if command -v c++ >/dev/null || command -v g++ >/dev/null; then
-    need_packages zlib1g-dev libnghttp2-dev
+    need_packages zlib1g-dev libnghttp2-dev libssl-dev
   else
-    need_packages g++ zlib1g-dev libnghttp2-dev
+    need_packages g++ zlib1g-dev libnghttp2-dev libssl-dev
   fi
   rm -f "$wheel_dir"/loadgen-*.whl
   # pip builds in an isolated environment with pyproject.toml's build requirements
   # (setuptools, pybind11); --no-deps: only loadgen's own wheel.
-  LOADGEN_NGHTTP2=1 "$python" -m pip wheel --no-deps -w "$wheel_dir" "$src"
+  LOADGEN_NGHTTP2=1 LOADGEN_OPENSSL=1 "$python" -m pip wheel --no-deps -w "$wheel_dir" "$src"
 fi
 
 if [ "$install" = 1 ]; then
-  need_packages libnghttp2-14
+  need_packages libnghttp2-14 libssl3
   wheels=("$wheel_dir"/loadgen-*.whl)
   [ -e "${wheels[0]}" ] || { echo "build_image.sh: no loadgen wheel in $wheel_dir" >&2; exit 1; }
   [ ${#wheels[@]} -eq 1 ] || { echo "build_image.sh: more than one loadgen wheel in $wheel_dir" >&2; exit 1; }
@@ -104,8 +106,9 @@ import loadgen
 
 native = json.load(open("env.json"))["native_clients"]
 print(f"build_image.sh: loadgen {loadgen.__version__} in {loadgen.__path__[0]}; native clients: {native}")
-if not (native["http"] and native["grpc"]):
-    raise SystemExit("build_image.sh: the installed loadgen lacks a native client (HTTP and gRPC both needed)")
+if not (native["http"] and native["grpc"] and native["tls"]):
+    raise SystemExit("build_image.sh: the installed loadgen lacks a native client or its TLS (HTTP, gRPC and TLS "
+                     "all needed)")
 EOF
   )
 fi

@@ -44,7 +44,9 @@ case "$mode" in
            tests/unit/test_native_sse.py::test_native_scanner_agrees_on_events_over_the_limit
            tests/unit/test_native_sse.py::test_native_scanner_agrees_on_any_bytes
            tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
-           tests/integration/test_native_grpc.py)
+           tests/integration/test_native_grpc.py
+           tests/integration/test_native_tls.py::test_in_process_runs_over_tls_through_the_python_api
+           tests/integration/test_native_tls.py::test_grpcs_reconnects_mid_run_shake_hands_without_blocking_and_resume)
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
@@ -58,7 +60,9 @@ case "$mode" in
            tests/unit/test_mlperf_runtime.py::test_offline_10k_samples_completed_in_chunks_from_three_threads
            tests/unit/test_records.py::test_every_sut_form_gets_one_row_per_query
            tests/integration/test_native_sse.py::test_in_process_native_streams_through_the_python_api
-           tests/integration/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread)
+           tests/integration/test_native_grpc.py::test_in_process_calls_with_no_grpcio_thread
+           "tests/integration/test_native_tls.py::test_in_process_runs_over_tls_through_the_python_api[http]"
+           tests/integration/test_native_tls.py::test_grpcs_reconnects_mid_run_shake_hands_without_blocking_and_resume)
     ;;
   *)
     echo "usage: $0 asan|tsan [-- pytest arguments]" >&2

@@ -52,13 +52,16 @@ def environment_report(pin: str = "auto") -> Dict[str, Any]:
 
 
 def native_clients() -> Dict[str, Any]:
-    """Which protocols this build's native network client has: HTTP/1.1 (always built)
-    and gRPC (only when nghttp2 was found at build time)."""
+    """Which protocols this build's native network client has: HTTP/1.1 (always built),
+    gRPC (only when nghttp2 was found at build time) and TLS for both (only when OpenSSL
+    was)."""
     from loadgen import _core
 
     grpc = bool(_core.grpc_client_available())
+    tls = bool(_core.tls_available())
     return {"http": "http1" in _core.NetProtocol.__members__, "grpc": grpc,
-            "nghttp2": _core.grpc_client_nghttp2_version() if grpc else None}
+            "nghttp2": _core.grpc_client_nghttp2_version() if grpc else None,
+            "tls": tls, "openssl": _core.tls_library_version() if tls else None}
 
 
 def _cpu_model() -> str:
@@ -89,7 +92,9 @@ def _lines(rep: Dict[str, Any]) -> List[str]:
                      f"local cpus {fmt(g['local_cpus']) or 'unknown'}" + (f" ({g['note']})" if g["note"] else ""))
     n = rep["native_clients"]
     lines.append(f"native       HTTP client {'yes' if n['http'] else 'no'}, gRPC client "
-                 + (f"yes (nghttp2 {n['nghttp2']})" if n["grpc"] else "no (built without nghttp2: grpcio instead)"))
+                 + (f"yes (nghttp2 {n['nghttp2']})" if n["grpc"] else "no (built without nghttp2: grpcio instead)")
+                 + ", TLS " + (f"yes ({n['openssl']})" if n["tls"] else "no (built without OpenSSL: https:// and "
+                               "grpcs:// run on the Python clients)"))
     if p["ok"]:
         lines.append(f"plan (--pin {p['pin']})  issue thread cpu {fmt(p['issue_cpus'])}, dispatcher cpu "
                      f"{fmt(p['dispatcher_cpus'])}, in-process SUT cpus {fmt(p['sut_cpus']) or 'none left'}")

@@ -147,7 +147,7 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
             from loadgen.net.openai_stream import OpenAISUT
 
             sut = OpenAISUT(target, net, pool_size, significant_figures)
-    from loadgen.net.native import http_refusal, native_sut
+    from loadgen.net.native import check_tls, http_refusal, native_sut
 
     refused = http_refusal(target, net)
     if net.http_engine == "native" and refused:  # said before the server is asked anything
@@ -155,9 +155,12 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
         raise ValueError(f"--http-engine native: {refused}; use {hint}")
     if target.kind == "kserve_grpc":
         return _grpc_sut(target, net, pool_size, uncapped)
-    sut.prepare()
     # auto: the native client wherever it runs the target.
-    if net.http_engine in ("native", "auto") and not refused:
+    native = net.http_engine in ("native", "auto") and not refused
+    if native and target.tls:  # its own handshake, checked before the server is asked anything
+        check_tls(target, net, "http1")
+    sut.prepare()
+    if native:
         return native_sut(sut, net.io_threads)
     return sut
 
@@ -169,9 +172,9 @@ _alias_noted = False
 
 def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> Any:
     """The KServe gRPC client ``net.grpc_engine`` asks for, prepared: native (the core's
-    network client over gRPC; auto where this build has it and the target is plain grpc://) or
-    grpcio (grpcio's public API; auto elsewhere: TLS, or a build without the native
-    client). "callback" and "asyncio" mean grpcio, with a note on stderr (once a process)."""
+    network client over gRPC; auto where this build has it, and for grpcs:// where it also has
+    TLS) or grpcio (grpcio's public API; auto elsewhere: a build without the native client,
+    or grpcs:// in a build without OpenSSL). "callback" and "asyncio" mean grpcio, with a note on stderr (once a process)."""
     global _alias_noted
     engine = net.grpc_engine
     if engine not in ("auto", "native", "grpcio", *GRPC_ENGINE_ALIASES):
@@ -184,13 +187,15 @@ def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> 
             _alias_noted = True
         engine = "grpcio"
     from loadgen.net.kserve_grpc import KServeGrpcSUT
-    from loadgen.net.native import NativeGrpcSUT, grpc_refusal
+    from loadgen.net.native import NativeGrpcSUT, check_tls, grpc_refusal
 
     refused = grpc_refusal(target)
     if engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine grpcio (or auto)")
     native = engine == "native" or (engine == "auto" and refused is None)
     sut = KServeGrpcSUT(target, net, pool_size)
+    if native and target.tls:  # its own handshake, checked before grpcio asks the server anything
+        check_tls(target, net, "grpc")
     sut.prepare()
     if not native:
         return sut

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections import Counter
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from loadgen import _core
+from loadgen import _core, defaults
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
+from loadgen.units import s_to_ns
 
-__all__ = ["Checker", "NativeClientSUT", "NativeGrpcSUT", "NativeHttpSUT", "NativeOpenAISUT", "grpc_refusal",
-           "http_refusal", "native_sut"]
+__all__ = ["Checker", "NativeClientSUT", "NativeGrpcSUT", "NativeHttpSUT", "NativeOpenAISUT", "check_tls",
+           "grpc_refusal", "http_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
@@ -58,14 +60,19 @@ def _bad_token_count_text(digits: bytes) -> str:
            f"(0 to {_core.MAX_TOKEN_COUNT})"
 
 
+# Why a build without OpenSSL refuses a TLS target natively (the scheme follows).
+_NO_TLS = ("this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it was built: "
+           "install libssl-dev and reinstall), so no ")
+
+
 def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     """None when the native client's HTTP/1.1 protocol can run a ``--sut`` target
     (:class:`~loadgen.net.targets.Target`) with client options ``net``
     (:class:`~loadgen.net.options.NetOptions`), else why not (``--http-engine native``'s
     error; ``auto`` then takes the asyncio client)."""
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
-    if what is None and target.tls:
-        what = "TLS (https://)"
+    if what is None and target.tls and not _core.tls_available():
+        return _NO_TLS + "https://"
     llm = getattr(net, "llm", None)
     if what is None and target.kind == "openai":
         if target.endpoint not in ("completions", "chat"):
@@ -77,7 +84,7 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     if what is None:
         return None
     return ("the native HTTP/1.1 client runs KServe REST, --request-template and streamed OpenAI completions "
-            f"and chat targets over plain http://, not {what}")
+            f"and chat targets over http:// and https://, not {what}")
 
 
 def grpc_refusal(target: Any) -> Optional[str]:
@@ -86,9 +93,46 @@ def grpc_refusal(target: Any) -> Optional[str]:
     if not _core.grpc_client_available():
         return ("this build of loadgen has no native gRPC client (nghttp2's header was missing when it was built: "
                 "install libnghttp2-dev and reinstall)")
-    if target.tls:
-        return "the native gRPC client runs plain grpc:// targets, not TLS (grpcs://)"
+    if target.tls and not _core.tls_available():
+        return _NO_TLS + "grpcs://"
     return None
+
+
+def check_tls(target: Any, net: Any, protocol: str) -> None:
+    """One TLS handshake with ``target`` as the native client's connections make it
+    (verification against ``net.ca_file`` or the system store unless ``net.insecure``,
+    the host name, ALPN ``h2`` for ``protocol`` "grpc", else ``http/1.1``): a
+    certificate that does not verify, or a server that refuses the handshake, is said
+    before anything else is asked of the server. A server not listening yet is waited for
+    as the readiness check waits (``net.ready_timeout_s``), and left to that check to
+    name when it never comes.
+
+    Raises:
+        ValueError: the handshake failed; the message says why.
+    """
+    deadline = time.monotonic() + max(0.0, float(net.ready_timeout_s))
+    while True:
+        try:
+            host = _numeric_host(target.host, target.port)
+            why = _core.tls_check(host, int(target.port), target.host, net.ca_file or "", bool(net.insecure),
+                                  "h2" if protocol == "grpc" else "http/1.1", s_to_ns(defaults.TLS_CHECK_TIMEOUT_S))
+        except ValueError:  # not resolved (yet)
+            why = _NOT_CONNECTED
+        except RuntimeError as e:  # a CA file that does not load
+            raise ValueError(str(e)) from None
+        if not why:
+            return
+        if not why.startswith(_NOT_CONNECTED):
+            raise ValueError(f"TLS with {target.host}:{target.port}: {why}"
+                             + ("" if net.insecure else " (--ca-file names the CA that signed the server's "
+                                "certificate; --insecure skips the check)"))
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+# How the core's tls_check() begins a connect that failed (the server is not there yet).
+_NOT_CONNECTED = "connecting to "
 
 
 def _numeric_host(host: str, port: int) -> str:
@@ -144,6 +188,11 @@ class NativeClientSUT:
         h.max_response_bytes = int(self.inner.net.max_response_bytes)
         h.timeout_ns = int(self.inner.timeout_ns or 0)
         h.cpus = self.cpus
+        if self.inner.target.tls:
+            h.tls = True
+            h.server_name = self.inner.target.host
+            h.ca_file = self.inner.net.ca_file or ""
+            h.insecure = bool(self.inner.net.insecure)
         return h
 
     def start_checker(self, core: _core.Engine) -> Checker:
@@ -201,6 +250,9 @@ class NativeClientSUT:
                          "queued_in_client": stats.get("queued", 0), "check_errors": self.check_errors}
         if stats.get("handed_over"):
             out["native"]["handed_to_io_thread"] = stats["handed_over"]
+        if self.inner.target.tls:  # handshakes, all made as connections opened (most before the run)
+            out["native"]["tls_handshakes"] = stats.get("tls_handshakes", 0)
+            out["native"]["tls_resumed"] = stats.get("tls_resumed", 0)
         wait = self._receive_wait()
         if wait is not None:
             out["native"]["receive_wait_ns"] = {"p50": wait.value_at_percentile(50),
@@ -395,6 +447,10 @@ class NativeGrpcSUT(NativeClientSUT):
         h.metadata = list(self.inner.metadata_md or ())
         h.max_in_flight = self.max_calls
         h.warm_connections = h.connections
+        if self.inner.target.tls:  # the name the certificate is for, as grpcio sends it
+            from loadgen.net.targets import host_port
+
+            h.authority = host_port(self.inner.target) or ""
         return h
 
     def verdict(self, status: int, body: bytes) -> Optional[Tuple[str, str]]:

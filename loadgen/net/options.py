@@ -138,10 +138,11 @@ class NetOptions:
             a request whose response is larger fails as ``response_too_large``.
         http_engine: "native", "asyncio" or "auto" (see ``--http-engine``).
         io_threads: the native HTTP client's epoll threads.
-        grpc_engine: the gRPC client: "native" (HTTP/2 in the core; plain grpc://),
-            "grpcio" (grpcio's public API: synchronous channels, calls completed on
-            their completion threads, no event loop; TLS too), or "auto" (native where
-            it runs the target, else grpcio). "callback" and "asyncio" mean "grpcio".
+        grpc_engine: the gRPC client: "native" (HTTP/2 in the core; grpc:// and, with
+            OpenSSL built in, grpcs://), "grpcio" (grpcio's public API: synchronous
+            channels, calls completed on their completion threads, no event loop), or
+            "auto" (native where it runs the target, else grpcio). "callback" and
+            "asyncio" mean "grpcio".
         llm: the OpenAI workload options (a :class:`loadgen.llm.LlmOptions`; None: the
             defaults from ``max_tokens``, ``prompt_words``, ``sample_count`` and the sample
             seed of ``seed``, :func:`loadgen.defaults.sample_seed_of`, as a CLI run has it).

@@ -6,7 +6,9 @@
 // server sends. Each input is parsed three times: collected and split, streamed and split,
 // collected and whole. Each run must end in exactly one verdict with sane results; a
 // response complete when collected must be the same response streamed and whole (the
-// limits only ever turn a response into an error). Anything else is a crash.
+// limits only ever turn a response into an error). Anything else is a crash. Over TLS
+// (csrc/tls.cc) the parser is fed what OpenSSL decrypted, in the pieces it returns: the
+// same input space, so this target covers that path too.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

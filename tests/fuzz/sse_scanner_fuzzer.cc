@@ -1,5 +1,6 @@
 // libFuzzer target for the native SSE scanner of OpenAI streams (csrc/sse.cc). Built by
-// scripts/fuzz.sh with clang -fsanitize=fuzzer,address,undefined.
+// scripts/fuzz.sh with clang -fsanitize=fuzzer,address,undefined. A stream read over TLS
+// (csrc/tls.cc) reaches the scanner decrypted, in the pieces OpenSSL returns: the same input.
 //
 // Byte 0 seeds how the input is split into pieces (some empty), byte 1 picks the event
 // bound. The rest is a stream's body. Each piece is stamped one tick later. Every run

@@ -599,10 +599,10 @@ def test_the_dockerfile_builds_in_one_stage_and_runs_in_another_without_a_compil
     installs = " ".join(rest for i, rest in runtime if i == "RUN")
     assert re.search(r"build_image\.sh --install-only .*--extras grpc\b", installs), installs
     build, install = _script_branches()
-    assert "g++" in build and "zlib1g-dev" in build and "libnghttp2-dev" in build
-    assert "LOADGEN_NGHTTP2=1" in build and "pip wheel --no-deps" in build
-    # The runtime part installs nghttp2's shared library and nothing to compile with.
-    assert "libnghttp2-14" in install and not _COMPILER.search(install), install
+    assert "g++" in build and "zlib1g-dev" in build and "libnghttp2-dev" in build and "libssl-dev" in build
+    assert "LOADGEN_NGHTTP2=1" in build and "LOADGEN_OPENSSL=1" in build and "pip wheel --no-deps" in build
+    # The runtime part installs nghttp2's and OpenSSL's shared libraries and nothing to compile with.
+    assert "libnghttp2-14" in install and "libssl3" in install and not _COMPILER.search(install), install
 
 
 def test_the_image_runs_loadgen_as_a_numeric_non_root_user():
@@ -683,7 +683,7 @@ def _venv_python(venv):
 @pytest.mark.integration
 def test_the_build_script_installs_a_wheel_with_the_native_clients_into_a_fresh_venv(tmp_path):
     """scripts/build_image.sh as the image and CI run it, into a new virtual environment:
-    the installed package (not this source tree) reports both native clients, and has its
+    the installed package (not this source tree) reports both native clients and their TLS, and has its
     metadata and its default dependencies. The build reuses the in-tree objects a
     `pip install .` left (CI's); LOADGEN_WHEEL_DIR, a folder holding a wheel this script
     built, installs that wheel instead of building again."""
@@ -710,6 +710,7 @@ def test_the_build_script_installs_a_wheel_with_the_native_clients_into_a_fresh_
     rep = json.loads(report.stdout)
     assert rep["native_clients"]["http"] is True
     assert rep["native_clients"]["grpc"] is True and rep["native_clients"]["nghttp2"], rep["native_clients"]
+    assert rep["native_clients"]["tls"] is True and rep["native_clients"]["openssl"], rep["native_clients"]
     # nvidia-ml-py is there by default: no GPU here is NVML's own answer, never "not installed".
     assert "not installed" not in (rep["topology"]["gpu_note"] or ""), rep["topology"]["gpu_note"]
     probe = subprocess.run([python, "-c", """

@@ -109,8 +109,7 @@ def test_a_response_too_large_fails_and_closes_its_connection(tmp_path):
 
 
 @pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc"),
-                                       ("openai+http://127.0.0.1:{port}/v1/embeddings", "not openai /v1/embeddings"),
-                                       ("https://127.0.0.1:{port}/v2/models/m/infer", "not TLS")])
+                                       ("openai+http://127.0.0.1:{port}/v1/embeddings", "not openai /v1/embeddings")])
 def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
     with start_scripted(tmp_path) as srv:
         proc = _run("--sut", url.format(port=srv.port), *NATIVE, "--query-count", "5", "--ready-timeout-s", "2",

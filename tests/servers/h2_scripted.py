@@ -7,15 +7,17 @@ It serves the KServe v2 methods the clients call before a run (ServerReady, Mode
 ModelMetadata of model ``m``: INPUT0 FP32 [1, 16] -> OUTPUT0 FP32 [1, 16]) properly, and
 answers ModelInfer as ``mode`` says (see ``MODES``); ``every`` > 1 answers only each
 every-th call so and the others properly. Each connection is served by a thread of its
-own; ``close()`` (or leaving the ``with``) ends them all.
+own; ``close()`` (or leaving the ``with``) ends them all. With ``tls`` (certificate and
+key files, PEM) it serves ``grpcs://`` (ALPN h2).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import h2.config
 import h2.connection
@@ -60,7 +62,7 @@ _OK_TRAILERS = [("grpc-status", "0")]
 class H2Scripted:
     """Use as a context manager; ``url()`` is the ``--sut`` URL."""
 
-    def __init__(self, mode: str = "ok", every: int = 1) -> None:
+    def __init__(self, mode: str = "ok", every: int = 1, tls: Optional[Tuple[str, str]] = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -76,9 +78,14 @@ class H2Scripted:
         self._conns: List[socket.socket] = []
         self._threads: List[threading.Thread] = []
         self._closed = threading.Event()
+        self._tls: Optional[ssl.SSLContext] = None
+        if tls:
+            self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self._tls.load_cert_chain(*tls)
+            self._tls.set_alpn_protocols(["h2"])
 
     def url(self, model: str = "m") -> str:
-        return f"grpc://127.0.0.1:{self.port}/{model}"
+        return f"{'grpcs' if self._tls else 'grpc'}://127.0.0.1:{self.port}/{model}"
 
     def __enter__(self) -> "H2Scripted":
         t = threading.Thread(target=self._accept, name="h2-scripted-accept", daemon=True)
@@ -113,6 +120,8 @@ class H2Scripted:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            if self._tls is not None:  # the handshake is the connection's thread's
+                conn = self._tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
             with self._lock:
                 self._conns.append(conn)
                 self.connections += 1
@@ -126,6 +135,8 @@ class H2Scripted:
         paths = {}
         goaway = False
         try:
+            if isinstance(sock, ssl.SSLSocket):
+                sock.do_handshake()
             sock.sendall(h2c.data_to_send())
             while not self._closed.is_set():
                 data = sock.recv(65536)

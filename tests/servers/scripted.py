@@ -2,7 +2,8 @@
 """A scripted HTTP/1.1 server for the integration tests: exact timing, injected faults.
 
 ``python tests/servers/scripted.py --port 0 [options]`` binds 127.0.0.1, prints one line
-``PORT <n>`` once listening, and serves until SIGTERM/SIGINT or --max-runtime-s.
+``PORT <n>`` once listening, and serves until SIGTERM/SIGINT or --max-runtime-s. With
+--tls-cert and --tls-key it serves HTTPS (ALPN http/1.1), with the same timing.
 
 Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
   POST /v1/completions, /v1/chat/completions  OpenAI style; Server-Sent Events (chunked)
@@ -47,6 +48,7 @@ import platform
 import selectors
 import signal
 import socket
+import ssl
 import struct
 import time
 from collections import Counter
@@ -159,7 +161,10 @@ class Connection:
         if not data:
             self.close()
             return
-        recv_ns = _kernel_recv_ns(ancillary)
+        self._got(data, _kernel_recv_ns(ancillary))
+
+    def _got(self, data: bytes, recv_ns: int) -> None:
+        """Bytes read, received by the kernel at ``recv_ns``: the requests they complete."""
         self._buf += data
         while (req := self._parse(recv_ns)) is not None:
             self.requests.put_nowait(req)
@@ -234,6 +239,56 @@ class Connection:
         self._drained.set()
         self.sock.close()
         self.requests.put_nowait(None)
+
+
+class TlsConnection(Connection):
+    """A :class:`Connection` over TLS (``--tls-cert``, ``--tls-key``): the same reads
+    with the kernel's receive stamps, decrypted by an ``ssl.SSLObject`` on memory BIOs;
+    what it writes (the handshake's answers, session tickets, responses) goes out
+    through the plain connection's buffered writes."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, context: ssl.SSLContext) -> None:
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._handshaken = False
+        super().__init__(sock, loop)
+
+    def _got(self, data: bytes, recv_ns: int) -> None:
+        self._incoming.write(data)
+        plain = bytearray()
+        try:
+            if not self._handshaken:
+                self._tls.do_handshake()
+                self._handshaken = True
+            while True:
+                plain += self._tls.read(1 << 16)
+        except ssl.SSLWantReadError:
+            pass
+        except (ssl.SSLZeroReturnError, ssl.SSLError):  # the client's close_notify, or its refusal
+            self._flush()
+            self.close()
+            return
+        self._flush()
+        super()._got(bytes(plain), recv_ns)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._tls.write(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self._outgoing.read()
+        if out:
+            Connection.write(self, out)
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """The server's TLS context: its certificate chain and key (PEM), ALPN http/1.1."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 class ScriptedServer:
@@ -533,13 +588,15 @@ async def serve(args: argparse.Namespace) -> None:
     listener.bind(("127.0.0.1", args.port))
     listener.listen(1024)
     listener.setblocking(False)
+    context = tls_context(args.tls_cert, args.tls_key) if args.tls_cert else None
 
     def accept() -> None:
         try:
             sock, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
             return
-        loop.create_task(server.handle(Connection(sock, loop)))
+        conn = TlsConnection(sock, loop, context) if context is not None else Connection(sock, loop)
+        loop.create_task(server.handle(conn))
 
     loop.add_reader(listener.fileno(), accept)
     print(f"PORT {listener.getsockname()[1]}", flush=True)
@@ -566,6 +623,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0, help="0 (default): a free port")
     p.add_argument("--max-runtime-s", type=float, default=600.0, help="default %(default)s")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate chain (and --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--selector", choices=("select", "epoll"), default="select",
                    help="the event loop's selector: select (microsecond waits, file descriptors below 1024) "
                         "or epoll (waits in whole milliseconds, no descriptor limit); default select")

@@ -21,10 +21,10 @@ _log_numbers = itertools.count()
 class Scripted:
     """A running scripted server: its URL, its PID, its record of what it sent."""
 
-    def __init__(self, proc: ServerProcess, port: int) -> None:
+    def __init__(self, proc: ServerProcess, port: int, scheme: str = "http") -> None:
         self.proc = proc
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{scheme}://127.0.0.1:{port}"
         self.pid = proc.pid
 
     def stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -67,4 +67,4 @@ def start_scripted(tmp_path: Any, *args: object, timeout_s: float = 10) -> Scrip
                                f"{timeout_s:g} s (exit code {proc.proc.returncode}); log tail:\n{proc.log_tail()}")
         else:
             time.sleep(0.02)
-    return Scripted(proc, port)
+    return Scripted(proc, port, "https" if "--tls-cert" in map(str, args) else "http")

@@ -25,11 +25,12 @@ def _settings(protocol, requests=(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",), **fiel
     return h
 
 
-def _prepared(cls, **inner):
+def _prepared(cls, tls=False, **inner):
     """A native SUT over a stand-in for a prepared client: what client_settings() reads."""
     sut = cls.__new__(cls)
-    sut.inner = SimpleNamespace(target=SimpleNamespace(port=8000), connections=3, requests=[b"r"],
-                                net=SimpleNamespace(max_response_bytes=1 << 20), timeout_ns=0, **inner)
+    sut.inner = SimpleNamespace(target=SimpleNamespace(port=8000, tls=tls, host="svc.example"), connections=3,
+                                requests=[b"r"], net=SimpleNamespace(max_response_bytes=1 << 20, ca_file="/ca.pem",
+                                                                     insecure=False), timeout_ns=0, **inner)
     sut.host, sut.io_threads, sut.cpus = "127.0.0.1", 1, []
     return sut
 
@@ -91,9 +92,35 @@ def test_http1_only_fields_are_refused_for_grpc():
         net_client_engine(_settings(_core.NetProtocol.grpc, requests=[b"m"], grpc_method="/p.S/M", sse=True))
 
 
-def test_loadgen_env_says_the_native_client_has_http1_and_whether_it_has_grpc():
+def test_loadgen_env_says_the_native_client_has_http1_and_whether_it_has_grpc_and_tls():
     from loadgen.cli.env import native_clients
 
     got = native_clients()
     assert got["http"] is True
     assert got["grpc"] is _core.grpc_client_available()
+    assert got["tls"] is _core.tls_available()
+    assert (got["openssl"] or "").startswith("OpenSSL") is _core.tls_available()
+
+
+def test_a_tls_target_asks_for_tls_with_its_host_name_and_ca():
+    h = _prepared(NativeHttpSUT, tls=True).client_settings()
+    assert h.tls and h.server_name == "svc.example" and h.ca_file == "/ca.pem" and not h.insecure
+    assert not _prepared(NativeHttpSUT).client_settings().tls
+
+
+def test_tls_is_no_reason_to_refuse_where_the_core_has_it():
+    from loadgen.net.native import grpc_refusal, http_refusal
+    from loadgen.net.targets import parse_target
+
+    https, grpcs = parse_target("https://127.0.0.1:8443/v2/models/m/infer"), parse_target("grpcs://127.0.0.1:8443/m")
+    if _core.tls_available():
+        assert http_refusal(https) is None
+        assert grpc_refusal(grpcs) == grpc_refusal(parse_target("grpc://127.0.0.1:8443/m"))
+    else:
+        assert "OpenSSL" in (http_refusal(https) or "") and "OpenSSL" in (grpc_refusal(grpcs) or "")
+
+
+@pytest.mark.skipif(not _core.tls_available(), reason="a build without OpenSSL")
+def test_a_ca_file_that_does_not_load_is_named_when_the_client_is_made():
+    with pytest.raises(RuntimeError, match="--ca-file: cannot load /nonexistent/ca.pem"):
+        net_client_engine(_settings(_core.NetProtocol.http1, tls=True, ca_file="/nonexistent/ca.pem"))
