@@ -83,6 +83,7 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("sse_check", &NetClientSettings::sse_check)
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
+      .def_readwrite("check_each", &NetClientSettings::check_each)
       .def_readwrite("grpc_method", &NetClientSettings::grpc_method)
       .def_readwrite("authority", &NetClientSettings::authority)
       .def_readwrite("metadata", &NetClientSettings::metadata)

@@ -60,6 +60,8 @@ class HttpClient final : public NetClient {
   /// `scheduled_ns`. Called by the issue thread.
   void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept override;
   void close() noexcept override;
+  /// Takes a one-off request for the next query of `sample` (see NetClient::add_request).
+  bool add_request(int64_t sample, std::string request, int64_t input_tokens) override;
   /// sse: the figures so far, over all I/O threads. Any thread, during a run too.
   SseFigures sse_figures() const;
 
@@ -81,6 +83,14 @@ class HttpClient final : public NetClient {
     int status = 0;
     int problem = 0;
     std::string body;
+    bool check = false;  // check_each: a good stream goes to the Python side's check (body: its bytes)
+    int64_t sample = 0;
+    int64_t scheduled = 0;
+  };
+  // A one-off request (add_request()) and its input tokens.
+  struct OneOff {
+    std::string request;
+    int64_t input_tokens = -1;
   };
   // What one readiness event on a connection leaves to do once its lock is released.
   struct EventOutcome {
@@ -88,6 +98,9 @@ class HttpClient final : public NetClient {
     int64_t done_t = 0;
     int done_status = 0;
     std::string done_body;
+    int64_t done_sample = 0;  // check_each: what the Python side's check is told besides
+    int64_t done_scheduled = 0;
+    int64_t done_input = -1;
     StreamEnd stream_end;  // sse: a stream that ended (id >= 0)
     bool reuse = false;    // the connection is idle again: it goes back to the pool
   };
@@ -146,6 +159,16 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> open_{0};  // connections open or opening
 
   std::atomic<int64_t> input_tokens_sent_{0};
+
+  // One-off requests by sample index (add_request()); one_offs_ counts them, so that
+  // submit() takes the lock only while there are any.
+  std::mutex one_off_mutex_;
+  std::unordered_map<int64_t, OneOff> one_off_;
+  std::atomic<int64_t> one_offs_{0};
+  // Takes the one-off request of `sample` into c (its lock held); false when none.
+  bool take_one_off(Conn* c, int64_t sample) noexcept;
+  // The input tokens of query sample `sample`: its one-off's, else the prepared request's.
+  int64_t input_tokens_of(int64_t sample) noexcept;
 };
 
 }  // namespace loadgen

@@ -192,7 +192,9 @@ bool NetClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, 
 
 void NetClient::resolve(std::vector<ResponseVerdict>& verdicts) {
   for (ResponseVerdict& v : verdicts) {
-    if (v.ok) {
+    if (v.ok && (v.output_tokens >= 0 || v.input_tokens >= 0)) {
+      sink_->complete_tokens_native(v.id, v.t_ns, v.output_tokens, v.input_tokens);
+    } else if (v.ok) {
       sink_->complete_native(v.id, v.t_ns);
     } else {
       sink_->fail_native(v.id, v.kind, v.message);

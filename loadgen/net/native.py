@@ -21,7 +21,15 @@ OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events a
 tokens, completions with their token counts and the client's figures (gaps between token
 chunks, the per-token inter-token latency, times to the first reasoning and answer token,
 reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
-the Python side, for its message.
+the Python side, for its message. Answers not streamed (``--no-stream``, and
+``/v1/embeddings``) are sent and read natively and each comes to the Python side
+(``check_each``: not cached, since counting them needs the answer and its query), where
+the asyncio client's own code checks and counts it
+(:class:`~loadgen.net.openai_stream.WholeResponse`) and the verdict carries the token
+counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
+stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
+reply, hands the next turn's request to the core (``net_add_request``) and schedules it
+as the engine's follow-up, before the turn is completed.
 """
 
 from __future__ import annotations
@@ -66,18 +74,12 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls:
         what = "TLS (https://)"
-    llm = getattr(net, "llm", None)
-    if what is None and target.kind == "openai":
-        if target.endpoint not in ("completions", "chat"):
-            what = f"OpenAI {target.path}"
-        elif llm is not None and llm.turns > 1:
-            what = "multi-turn conversations (--turns > 1)"
-        elif llm is not None and not llm.stream:
-            what = "OpenAI answers not streamed (--no-stream)"
+    if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "embeddings"):
+        what = f"OpenAI {target.path}"
     if what is None:
         return None
-    return ("the native HTTP/1.1 client runs KServe REST, --request-template and streamed OpenAI completions "
-            f"and chat targets over plain http://, not {what}")
+    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, chat and "
+            f"embeddings targets over plain http://, not {what}")
 
 
 def grpc_refusal(target: Any) -> Optional[str]:
@@ -163,6 +165,15 @@ class NativeClientSUT:
             self.check_errors += 1
             return "check_error", f"the response check raised {type(e).__name__}: {e}"
 
+    def verdicts(self, batch: List[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
+        """The verdicts on a batch of responses from ``net_take_unchecked`` (id, t_ns,
+        status, body, problem, ...), as ``net_resolve`` takes them."""
+        out: List[Tuple[Any, ...]] = []
+        for qid, t, status, body, problem, *_ in batch:
+            bad = self.stream_verdict(problem, status, body) if problem else self.verdict(status, body)
+            out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
+        return out
+
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error of a stream the core failed (OpenAI streams only: see :class:`NativeOpenAISUT`)."""
         raise RuntimeError(f"{self.protocol}: the core reported a stream problem ({problem}) for a client without "
@@ -228,7 +239,7 @@ class Checker:
         self.thread.join(timeout_s)
 
     def _run(self) -> None:
-        core, verdict = self.core, self.sut.verdict
+        core, verdicts = self.core, self.sut.verdicts
         try:
             while True:
                 batch = core.net_take_unchecked(_TAKE_MAX, 0.05)
@@ -236,11 +247,7 @@ class Checker:
                     return
                 if not batch:
                     continue
-                out: List[Tuple[int, int, int, bytes, Optional[str], str]] = []
-                for qid, t, status, body, problem in batch:
-                    bad = self.sut.stream_verdict(problem, status, body) if problem else verdict(status, body)
-                    out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
-                core.net_resolve(out)
+                core.net_resolve(verdicts(batch))
         except BaseException as e:  # reported by the engine's wait()
             self.error = e
 
@@ -273,10 +280,43 @@ class NativeHttpSUT(NativeClientSUT):
         return h
 
 
+class _AnswerSink:
+    """The sink of the asyncio client's own checks (:class:`~loadgen.net.openai_stream.WholeResponse`,
+    :class:`~loadgen.net.openai_turns.ConversationSUT`) when they judge the native client's
+    answers on its checker thread: the outcome they report (:attr:`outcome`: error kind or
+    None, message, output and input tokens) becomes the answer's verdict; follow-ups go to
+    the engine as they come (before the verdict completes the turn)."""
+
+    def __init__(self, core: _core.Engine) -> None:
+        self.core = core
+        self.outcome: Tuple[Optional[str], str, int, int] = (None, "", -1, -1)
+
+    def complete(self, qid: int, t_ns: int) -> None:
+        self.outcome = (None, "", -1, -1)
+
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int, n_input: int = -1) -> None:
+        self.outcome = (None, "", n_tokens, n_input)
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        self.outcome = (kind, message, -1, -1)
+
+    def first_token(self, qid: int, t_ns: int) -> None:
+        """The core reported it as the stream came."""
+
+    def follow_up(self, tag: int, at_ns: int) -> bool:
+        return bool(self.core.follow_up(tag, at_ns))
+
+    def follow_ups(self) -> Dict[str, int]:
+        return dict(self.core.follow_ups())
+
+
 class NativeOpenAISUT(NativeHttpSUT):
-    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (streamed completions or
-    chat) whose streams the core reads: its histograms, counts and ``llm`` section are
-    the core's figures, with the asyncio client's keys and meaning.
+    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (completions, chat or
+    embeddings; streamed or not; or a multi-turn :class:`~loadgen.net.openai_turns.ConversationSUT`)
+    whose requests the core sends and whose answers it reads: a stream's histograms, counts
+    and ``llm`` section are the core's figures; an answer not streamed, and each turn of a
+    conversation, is checked and counted by the inner client's own code on the checker
+    thread (:meth:`verdicts`). Either way the asyncio client's keys and meaning.
 
     Args:
         inner: the prepared OpenAISUT (its requests serialized).
@@ -284,15 +324,72 @@ class NativeOpenAISUT(NativeHttpSUT):
         cpus: the I/O threads' CPUs (empty: not pinned).
     """
 
+    @property
+    def follow_ups(self) -> bool:
+        """Whether the engine takes follow-up queries from this SUT (``--turns``)."""
+        return bool(getattr(self.inner, "follow_ups", False))
+
+    @property
+    def check_each(self) -> bool:
+        """Every answer goes to :meth:`verdicts` (not streamed, or a conversation's turn)."""
+        return not self.inner.stream_responses or self.follow_ups
+
     def client_settings(self) -> _core.NetClientSettings:
         h = super().client_settings()
         inner = self.inner
-        h.sse = True
+        h.sse = bool(inner.stream_responses)
         h.sse_check = bool(inner.check)
+        h.check_each = self.check_each
         h.input_tokens = [int(n) for n in inner.input_lens]
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
         return h
+
+    def start_checker(self, core: _core.Engine) -> Checker:
+        """The checker; with :attr:`check_each`, the inner client's checks report to it."""
+        if self.check_each:
+            self._answers = _AnswerSink(core)
+            self.inner.sink = self._answers
+            if self.follow_ups:
+                self.inner.add_request = core.net_add_request
+                self.inner.engine_counts = core.counts
+        return super().start_checker(core)
+
+    def verdicts(self, batch: List[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
+        """The verdicts on a batch from the core: with :attr:`check_each` each answer is
+        judged and counted by the inner client's code (:meth:`_answer`), and an ok
+        verdict carries the answer's token counts; else as any native client's."""
+        if not self.check_each:
+            return super().verdicts(batch)
+        return [self._answer(*item) for item in batch]
+
+    def _answer(self, qid: int, t: int, status: int, body: bytes, problem: int, sample: int, scheduled: int,
+                n_input: int, n_output: int) -> Tuple[Any, ...]:
+        """One answer's verdict (see :meth:`verdicts`)."""
+        from loadgen.net.openai_stream import WholeResponse
+
+        inner, sink = self.inner, self._answers
+        sink.outcome = ("check_error", "the answer's check reported no outcome", -1, -1)
+        try:
+            if self.follow_ups:
+                inner.native_turn(qid, sample)
+            if problem:
+                inner.fail_query(qid, *self.stream_verdict(problem, status, body))
+            elif inner.stream_responses:  # a conversation's good stream: its figures are the core's
+                if self.follow_ups:
+                    inner.native_stream(qid, body, n_output, t)
+                sink.complete_tokens(qid, t, n_output, n_input)
+            else:
+                whole = WholeResponse(inner, qid, scheduled)
+                whole.n_input = n_input
+                whole.on_response(None, status, body, t)
+        except Exception as e:  # a bug in a check must not end the run
+            self.check_errors += 1
+            sink.outcome = ("check_error", f"the response check raised {type(e).__name__}: {e}", -1, -1)
+        kind, message, n_tokens, n_in = sink.outcome
+        if kind is not None:
+            return qid, t, status, b"", kind, message
+        return qid, t, status, b"", None, "", n_tokens, n_in
 
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error (kind, message) of a stream the core failed, worded (and redacted) as
@@ -323,6 +420,9 @@ class NativeOpenAISUT(NativeHttpSUT):
             return
         f = self.core.sse_figures()
         inner = self.inner
+        inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
+        if not inner.stream_responses:  # the rest are the inner client's own (its checks counted them)
+            return
         inner._itl = Histogram.from_core(f["itl_ns"])
         inner.tokens_per_s = Histogram.from_core(f["tokens_per_s_milli"])
         inner.input_lengths = Histogram.from_core(f["input_length_tokens"])
