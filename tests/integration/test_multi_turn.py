@@ -9,13 +9,15 @@ test's tmp_path as its working directory; every server is ended by its PID."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import socket
 
 import numpy as np
 import pytest
 
 from tests.servers.scripted_proc import start_scripted
-from tests.helpers import run_cli
+from tests.helpers import _send, _Server, run_cli
 
 FOLLOW_TAG = 1 << 62
 TOKENS = 6
@@ -165,6 +167,46 @@ def test_both_clients_hold_the_same_conversations(tmp_path, stream):
     # The same requests, history and all, reached the server from both clients.
     assert [e["messages"] for e in logs["native"]] == [e["messages"] for e in logs["asyncio"]]
     _check_histories(logs["native"])
+
+
+def _every_third_fails(stream: bool):
+    """A chat server whose every third POST answers HTTP 500 (the rest one token)."""
+    posts = itertools.count(1)
+    answer = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n' if stream
+              else b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}]}')
+
+    def route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
+        if method != "POST":
+            return _send(sock, 404, b"")
+        if next(posts) % 3 == 0:
+            return _send(sock, 500, b'{"error": "busy"}')
+        return _send(sock, 200, answer, content_type="text/event-stream" if stream else "application/json")
+    return route
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_failed_turn_cuts_its_conversation_short_on_both_clients(tmp_path, stream):
+    """One user, every third request failed: each conversation's third turn fails, and
+    both clients count the conversations, turns and errors alike."""
+    docs = {}
+    for engine in ENGINES:
+        srv = _Server(_every_third_fails(stream))
+        try:
+            docs[engine] = _run(tmp_path, "--sut", f"openai+http://127.0.0.1:{srv.port}/v1/chat/completions",
+                                "--model", "m", "--concurrency", "1", "--query-count", "12", "--turns", "3",
+                                "--max-error-rate", "1", *(() if stream else ("--no-stream",)),
+                                engine=engine)
+        finally:
+            srv.stop()
+    native, asyncio_ = docs["native"], docs["asyncio"]
+    assert native["errors"] == asyncio_["errors"] and native["errors"]["counts"] == {"http_500": 4}
+    assert native["llm"]["conversations"] == asyncio_["llm"]["conversations"]
+    conv = native["llm"]["conversations"]
+    assert conv["started"] == 4 and conv["finished"] == 0 and conv["turns_completed"] == [4, 4, 0]
+    assert conv["cut_short"] == {"failed_turn": 4, "run_ended": 0}
+    assert conv["follow_ups"]["issued"] == 8
+    for doc in docs.values():
+        assert doc["counts"]["completed"] == 8 and doc["counts"]["failed"] == 4
 
 
 @pytest.mark.parametrize("engine", ENGINES)

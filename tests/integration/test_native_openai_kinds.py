@@ -149,3 +149,48 @@ def test_an_answer_without_usage_counts_its_words_as_on_asyncio():
     for doc in docs.values():
         assert doc["counts"]["completed"] == 6 and doc["counts"]["tokens"] == 18
     assert docs["native"]["network"]["tokens"] == docs["asyncio"]["network"]["tokens"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("kind", ["no-stream", "embeddings", "turns", "turns-no-stream"])
+@pytest.mark.parametrize("mode", ["closed", "poisson"])
+def test_in_process_kinds_through_the_python_api(tmp_path, kind, mode):
+    """Each kind on the native client in this process (as the sanitizer runs drive it):
+    the engine API, the checker thread's verdicts with their token counts, a
+    conversation's follow-ups, and the counts against the server's."""
+    from loadgen.engine import Engine, EngineSettings
+    from loadgen.llm.workload import LlmOptions
+    from loadgen.net import open_target
+    from loadgen.net.native import NativeOpenAISUT
+    from loadgen.net.options import NetOptions
+
+    turns = 3 if kind.startswith("turns") else 1
+    llm = LlmOptions(max_tokens=5, prompt_words=8, sample_count=16, seed=1, stream=kind == "turns", turns=turns,
+                     think_time_ms="1")
+    endpoint = "embeddings" if kind == "embeddings" else "chat/completions"
+    with start_scripted(tmp_path, "--ttft-ms", "2", "--itl-ms", "1", "--tokens", "5", "--log-messages") as srv:
+        sut = open_target(f"openai+{srv.url}/v1/{endpoint}",
+                          NetOptions(http_engine="native", connections=4, model="m", llm=llm), pool_size=4)
+        assert isinstance(sut, NativeOpenAISUT)
+        settings = (EngineSettings(mode="closed", concurrency=4, query_count=120) if mode == "closed" else
+                    EngineSettings(mode="poisson", target_qps=400, query_count=120, max_in_flight=4))
+        result = Engine(settings, sut).run()
+        stats = srv.stats()
+    report = sut.report()
+    c = result.counts
+    assert report["http_engine"] == "native" and c["issued"] == 120 and c["failed"] == 0 and c["timed_out"] == 0
+    answered = stats["requests"].get("embeddings" if kind == "embeddings" else "chat_completions", 0)
+    assert answered == c["completed"] + c["cancelled"] and c["completed"] >= 100
+    assert report["native"]["checked_in_python"] == report["native"]["responses"] == answered
+    if kind == "embeddings":
+        assert report["llm"]["requests"]["embeddings"] == c["completed"] and c["tokens"] == 0
+    else:
+        assert c["tokens"] == 5 * c["completed"] == report["tokens"]["output_tokens"]
+    if turns > 1:
+        conv = report["llm"]["conversations"]
+        assert sum(conv["turns_completed"]) == c["completed"] and conv["follow_ups"]["issued"] > 0
+        assert conv["started"] == conv["finished"] + conv["cut_short"]["failed_turn"] + conv["cut_short"]["run_ended"]
+        log = stats["completion_log"]
+        assert max(len(e["messages"]) for e in log) == 5
+        # Each later turn carries the replies the server gave (5 tokens each).
+        assert all(m["content"] == " tok" * 5 for e in log for m in e["messages"][1::2])
