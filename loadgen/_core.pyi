@@ -471,8 +471,8 @@ class NetProtocol(enum.Enum):
 
 class NetClientSettings:
     """The native network client's settings (``NativeSutSettings.net``): one client,
-    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, input_tokens and head_only are
-    HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
+    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, check_each, input_tokens and
+    head_only are HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
     protocol: NetProtocol
     host: str
     port: int

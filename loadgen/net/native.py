@@ -78,8 +78,8 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
         what = f"OpenAI {target.path}"
     if what is None:
         return None
-    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, chat and "
-            f"embeddings targets over plain http://, not {what}")
+    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings "
+            f"and chat targets over plain http://, not {what}")
 
 
 def grpc_refusal(target: Any) -> Optional[str]:
@@ -221,9 +221,10 @@ class NativeClientSUT:
 
 class Checker:
     """The thread that judges the responses the core has no verdict for yet: it takes
-    them in batches, asks the SUT's :meth:`NativeClientSUT.verdict`, and hands the verdicts
-    back (the core completes or fails the queries and caches the verdicts). It ends when
-    the client has closed and nothing is left."""
+    them in batches, asks the SUT's :meth:`NativeClientSUT.verdicts` (each response's
+    :meth:`NativeClientSUT.verdict`, or an OpenAI answer's check and count), and hands the
+    verdicts back (the core completes or fails the queries and caches the verdicts it
+    may). It ends when the client has closed and nothing is left."""
 
     def __init__(self, core: _core.Engine, sut: NativeClientSUT) -> None:
         self.core = core

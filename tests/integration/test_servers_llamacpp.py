@@ -130,10 +130,12 @@ def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path, http
     _check_stream_timing(doc, n, tokens)
 
 
-def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tmp_path):
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tmp_path, http_engine):
     n = 12
     prompts_before = len(server.prompt_lengths())
-    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--concurrency", "4", "--query-count", str(n),
+    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--http-engine", http_engine,
+                               "--concurrency", "4", "--query-count", str(n),
                                "--tokenizer", word_tokenizer, "--input-tokens", "20", "--output-tokens", "6:12",
                                "--ignore-eos", "--no-stream")
     _check_counts(doc, n, answered, runs)
@@ -147,6 +149,7 @@ def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tm
     assert len(lengths) >= n - 1 and set(lengths) == {21}, lengths
     assert not doc.get("ttft_ns", {}).get("count")  # not streamed: no first token
     assert doc["output_tokens_per_s"]["count"] == n
+    assert doc["network"]["http_engine"] == http_engine
 
 
 @pytest.mark.parametrize("http_engine", ["asyncio", "native"])
