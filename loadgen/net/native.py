@@ -2,7 +2,7 @@
 client in the core (``csrc/net_client.h``) whose requests go out, and whose responses are
 read and judged, with no Python per query, over either of two protocols on one I/O core:
 HTTP/1.1 (``csrc/http_client.cc``; :class:`NativeHttpSUT` for KServe REST and request
-templates, :class:`NativeOpenAISUT` for OpenAI streams) or gRPC over HTTP/2
+templates, :class:`NativeOpenAISUT` for OpenAI targets) or gRPC over HTTP/2
 (``csrc/grpc_client.cc``, on nghttp2, no gRPC library per call; :class:`NativeGrpcSUT` for
 KServe v2 ``ModelInfer``).
 
