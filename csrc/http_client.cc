@@ -158,7 +158,7 @@ HttpClient::HttpClient(NetClientSettings settings)
   for (int64_t i = 0; i < nio; ++i) {
     auto io = std::make_unique<Io>();
     open_io_thread(io.get(), "http client");
-    if (s_.sse) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
+    if (s_.sse || s_.whole_answers) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
     ios_.push_back(std::move(io));
   }
   for (int64_t i = 0; i < s_.connections; ++i) {
@@ -488,26 +488,56 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   out->n = n;
   std::lock_guard<std::mutex> lock(io.fig_mu);
   SseFigures& f = *io.fig;
+  for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
+  f.stream.record(s, c->scheduled);
+  record_answer(io, n, usage, t - c->scheduled, c->n_input);
+  if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
+    out->check = true;
+    out->body = std::move(c->kept);
+  }
+}
+
+void HttpClient::record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept {
+  SseFigures& f = *io.fig;
   ++(usage ? f.tokens_from_usage : f.tokens_from_chunks);
   f.output_tokens += n;
   try {
     ++io.output_lengths[n];
   } catch (...) {  // out of memory for a new length: the count is lost, the run goes on
   }
-  for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
-  f.stream.record(s, c->scheduled);
-  const int64_t elapsed = t - c->scheduled;
-  if (elapsed > 0 && n > 0) {
+  if (elapsed_ns > 0 && n > 0) {
     // Python's round(n * 1e12 / elapsed): the same double, rounded half to even.
-    const double milli = std::nearbyint(static_cast<double>(n) * 1e12 / static_cast<double>(elapsed));
+    const double milli = std::nearbyint(static_cast<double>(n) * 1e12 / static_cast<double>(elapsed_ns));
     f.tokens_per_s_milli.record(milli >= 9.2e18 ? INT64_MAX : std::max<int64_t>(1, static_cast<int64_t>(milli)));
   }
-  if (c->n_input > 0) f.input_length_tokens.record(c->n_input);
+  if (n_input > 0) f.input_length_tokens.record(n_input);
   if (n > 0) f.output_length_tokens.record(n);
-  if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
-    out->check = true;
-    out->body = std::move(c->kept);
+}
+
+void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
+  WholeAnswer a;
+  if (s_.whole_answers && out.done_status == 200 &&
+      read_whole_answer(out.done_body.data(), out.done_body.size(), &a)) {
+    {
+      std::lock_guard<std::mutex> lock(io.fig_mu);
+      SseFigures& f = *io.fig;
+      if (s_.sse_check) ++f.checked;
+      record_answer(io, a.tokens, true, out.done_t - out.done_scheduled, out.done_input);
+      // The reasoning count is usage's, as the asyncio client records a whole answer's.
+      if (a.reasoning_tokens >= 0) {
+        ++f.stream.reasoning_from_usage;
+        f.stream.reasoning_tokens += a.reasoning_tokens;
+        if (a.reasoning_tokens > 0) f.stream.reasoning_length_tokens.record(a.reasoning_tokens);
+      }
+    }
+    sink_->complete_tokens_native(out.done_id, out.done_t, a.tokens, out.done_input);
+    return;
   }
+  UncheckedResponse u{out.done_id, out.done_t, out.done_status, std::move(out.done_body), 0};
+  u.sample = out.done_sample;
+  u.scheduled_ns = out.done_scheduled;
+  u.input_tokens = out.done_input;
+  hand_over(std::move(u));
 }
 
 void HttpClient::finish_stream(StreamEnd&& e) noexcept {
@@ -614,11 +644,7 @@ void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept
   }
   if (out.reuse) release(c);
   if (out.done_id >= 0 && s_.check_each) {
-    UncheckedResponse u{out.done_id, out.done_t, out.done_status, std::move(out.done_body), 0};
-    u.sample = out.done_sample;
-    u.scheduled_ns = out.done_scheduled;
-    u.input_tokens = out.done_input;
-    hand_over(std::move(u));
+    check_whole(*c->io, out);
   } else if (out.done_id >= 0) {
     judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
   }

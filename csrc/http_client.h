@@ -142,6 +142,13 @@ class HttpClient final : public NetClient {
   void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
   // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
   void finish_stream(StreamEnd&& e) noexcept;
+  // check_each: out's whole response (no lock held) goes to the Python side's check, unless
+  // (whole_answers) it is an answer read_whole_answer() counts, which completes here.
+  void check_whole(Io& io, EventOutcome& out) noexcept;
+  // An answer of `n` output tokens (`usage`: from usage, else counted from its chunks),
+  // `elapsed_ns` from its scheduled time, of `n_input` input tokens (-1: not known), in
+  // io's figures; io.fig_mu held.
+  static void record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept;
   // sse: after a read was parsed (c's lock held): reports a first token, or ends a
   // stream whose event went over the limit (true: c was closed, *out says why).
   bool sse_read(Conn* c, StreamEnd* out) noexcept;

@@ -313,6 +313,7 @@ void validate(const NetClientSettings& s) {
   require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
           "net.input_tokens must be empty or hold one count per request");
   require(s.significant_figures >= 1 && s.significant_figures <= 5, "net.significant_figures must be in 1..5");
+  require(!s.whole_answers || (s.check_each && !s.sse), "net.whole_answers needs net.check_each and not net.sse");
   if (s.protocol == NetProtocol::kHttp1) {
     validate_http1(s);
   } else {

@@ -103,6 +103,11 @@ struct NetClientSettings {
   /// reads the reply's text). The check's verdict may carry token counts
   /// (ResponseVerdict::output_tokens).
   bool check_each = false;
+  /// HTTP/1.1 with check_each, not sse: the responses are non-streamed OpenAI completions
+  /// or chat answers. A 200 answer that read_whole_answer() (sse.h) reads is counted and
+  /// completed natively, its figures kept as a stream's are (HttpClient::sse_figures());
+  /// any other goes to the Python side's check.
+  bool whole_answers = false;
   /// gRPC: the path of the unary method every call invokes, /package.Service/Method
   /// (e.g. /inference.GRPCInferenceService/ModelInfer).
   std::string grpc_method;

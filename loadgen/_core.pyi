@@ -471,8 +471,8 @@ class NetProtocol(enum.Enum):
 
 class NetClientSettings:
     """The native network client's settings (``NativeSutSettings.net``): one client,
-    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, check_each, input_tokens and
-    head_only are HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
+    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, check_each, whole_answers,
+    input_tokens and head_only are HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
     protocol: NetProtocol
     host: str
     port: int
@@ -490,6 +490,7 @@ class NetClientSettings:
     sse: bool
     sse_check: bool
     check_each: bool
+    whole_answers: bool
     input_tokens: List[int]
     significant_figures: int
     # The unary method's path, /package.Service/Method.
@@ -566,4 +567,5 @@ class SseScanner:
     def token_itl(self, total_tokens: int) -> List[Tuple[int, int]]: ...  # (value_ns, count)
 
 def time_sse_scan_ns(stream: bytes, pieces: int = 1, iterations: int = 100000) -> float: ...
+def read_whole_answer(body: bytes) -> Optional[Tuple[int, int]]: ...  # (output tokens, reasoning tokens or -1)
 def time_http_parse_ns(response: bytes, pieces: int = 1, iterations: int = 1000000) -> float: ...

@@ -22,11 +22,13 @@ tokens, completions with their token counts and the client's figures (gaps betwe
 chunks, the per-token inter-token latency, times to the first reasoning and answer token,
 reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
 the Python side, for its message. Answers not streamed (``--no-stream``, and
-``/v1/embeddings``) are sent and read natively and each comes to the Python side
-(``check_each``: not cached, since counting them needs the answer and its query), where
-the asyncio client's own code checks and counts it
-(:class:`~loadgen.net.openai_stream.WholeResponse`) and the verdict carries the token
-counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
+``/v1/embeddings``) are sent and read natively (``check_each``: no verdict cache, since
+counting them needs the answer and its query). A completions or chat answer whose count
+is certain (a JSON object with choices and ``usage.completion_tokens``:
+``read_whole_answer`` in ``csrc/sse.h``) is counted and completed in the core; every other
+answer, and every embeddings answer, comes to the Python side, where the asyncio client's
+own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`) and the
+verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
 stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
 reply, hands the next turn's request to the core (``net_add_request``) and schedules it
 as the engine's follow-up, before the turn is completed.
@@ -55,6 +57,12 @@ _NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_L
 # The core's stream histograms and the OpenAISUT attributes that hold them.
 _STREAM_HISTOGRAMS = (("ttfrt_ns", "ttfrt"), ("ttfat_ns", "ttfat"), ("itl_per_token_ns", "itl_per_token"),
                       ("reasoning_length_tokens", "reasoning_length_hist"))
+# What answers not streamed add to: the counts and histograms that the core (the answers
+# it counted) and the inner client's own check (the rest) both keep.
+_WHOLE_COUNTS = ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "checked", "reasoning_tokens",
+                 "reasoning_from_usage", "reasoning_from_chunks")
+_WHOLE_HISTOGRAMS = (("tokens_per_s_milli", "tokens_per_s"), ("input_length_tokens", "input_lengths"),
+                     ("output_length_tokens", "output_length_hist"), ("reasoning_length_tokens", "reasoning_length_hist"))
 
 
 def _bad_token_count_text(digits: bytes) -> str:
@@ -332,8 +340,17 @@ class NativeOpenAISUT(NativeHttpSUT):
 
     @property
     def check_each(self) -> bool:
-        """Every answer goes to :meth:`verdicts` (not streamed, or a conversation's turn)."""
+        """Every answer goes to :meth:`verdicts` (not streamed, or a conversation's turn),
+        but those :attr:`whole_answers` lets the core count."""
         return not self.inner.stream_responses or self.follow_ups
+
+    @property
+    def whole_answers(self) -> bool:
+        """Completions or chat answers not streamed, outside a conversation: the core counts
+        an answer whose verdict is certain (a JSON object with choices and
+        ``usage.completion_tokens``; ``read_whole_answer`` in ``csrc/sse.h``) itself."""
+        inner = self.inner
+        return not inner.stream_responses and not self.follow_ups and inner.target.endpoint != "embeddings"
 
     def client_settings(self) -> _core.NetClientSettings:
         h = super().client_settings()
@@ -341,6 +358,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         h.sse = bool(inner.stream_responses)
         h.sse_check = bool(inner.check)
         h.check_each = self.check_each
+        h.whole_answers = self.whole_answers
         h.input_tokens = [int(n) for n in inner.input_lens]
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
@@ -422,6 +440,9 @@ class NativeOpenAISUT(NativeHttpSUT):
         f = self.core.sse_figures()
         inner = self.inner
         inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
+        if self.whole_answers:
+            self._whole_figures(f)
+            return
         if not inner.stream_responses:  # the rest are the inner client's own (its checks counted them)
             return
         inner._itl = Histogram.from_core(f["itl_ns"])
@@ -435,6 +456,22 @@ class NativeOpenAISUT(NativeHttpSUT):
             setattr(inner, key, f[key])
         for key, attr in _STREAM_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]))
+
+    def _whole_figures(self, f: Dict[str, Any]) -> None:
+        """Answers not streamed: the figures of those the core counted added to those the
+        inner client's check counted (taken once, when first asked after the run)."""
+        inner = self.inner
+        own = getattr(self, "_own", None)
+        if own is None:
+            own = {key: getattr(inner, key) for key in _WHOLE_COUNTS}
+            own.update({attr: getattr(inner, attr).copy() for _, attr in _WHOLE_HISTOGRAMS})
+            own["output_lengths"] = Counter(inner.output_lengths)
+            self._own = own
+        for key in _WHOLE_COUNTS:
+            setattr(inner, key, own[key] + f[key])
+        inner.output_lengths = own["output_lengths"] + Counter(dict(f["output_lengths"]))
+        for key, attr in _WHOLE_HISTOGRAMS:
+            setattr(inner, attr, Histogram.from_core(f[key]).add(own[attr]))
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
         """The token histograms in ns so far (live metrics); any thread."""

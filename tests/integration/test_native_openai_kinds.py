@@ -6,6 +6,7 @@ conversations on both clients are in tests/integration/test_multi_turn.py."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 
@@ -62,9 +63,10 @@ def test_answers_not_streamed_count_as_on_asyncio_and_as_the_server_sent(tmp_pat
     assert native["counts"]["tokens"] == 7 * 60
     # usage.completion_tokens_details.reasoning_tokens: a chat answer's (the server says 3).
     assert tokens["reasoning_tokens"] == (3 * 60 if endpoint.startswith("chat") else 0)
-    # Answers not streamed have no first token; each is checked (by Python's check, natively read).
+    # Answers not streamed have no first token; each is checked, and these (JSON objects
+    # with choices and usage) natively, none by the Python check.
     assert not native.get("ttft_ns", {}).get("count")
-    assert native["network"]["responses_checked"] == 60 and native["network"]["native"]["checked_in_python"] == 60
+    assert native["network"]["responses_checked"] == 60 and native["network"]["native"]["checked_in_python"] == 0
     # Each request's input tokens are the server's prompt words, on both clients (the
     # native run went first).
     for e, answered in (("native", log[:60]), ("asyncio", log[60:])):
@@ -143,6 +145,44 @@ def test_a_bad_answer_fails_as_on_asyncio(endpoint, answer, says):
     assert native["errors"]["messages"][0] == says
 
 
+def _alternating_route(answers):
+    """Every POST answered with the next of ``answers`` in turn; a GET with 404."""
+    posts = itertools.count()
+
+    def route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
+        if method != "POST":
+            return _send(sock, 404, b"")
+        return _send(sock, 200, answers[next(posts) % len(answers)])
+    return route
+
+
+@pytest.mark.integration
+def test_answers_counted_natively_and_in_python_add_up_as_on_asyncio():
+    """One user; every other answer has no usage (its words are counted, by the Python
+    check on the native client), the rest usage with reasoning tokens (counted in the
+    core): the figures of both add up to the asyncio client's."""
+    answers = (b'{"choices": [{"text": "one two"}], "usage": {"completion_tokens": 5, '
+               b'"completion_tokens_details": {"reasoning_tokens": 2}}}',
+               b'{"choices": [{"text": "one two three"}]}')
+    docs = {}
+    for engine in ENGINES:
+        srv = _Server(_alternating_route(answers))
+        try:
+            docs[engine] = run_doc("--sut", f"openai+http://127.0.0.1:{srv.port}/v1/completions", "--model", "m",
+                                   "--http-engine", engine, "--no-stream", "--scenario", "concurrency",
+                                   "--concurrency", "1", "--query-count", "8")
+        finally:
+            srv.stop()
+    native, asyncio_ = docs["native"], docs["asyncio"]
+    _same_result(native, asyncio_)
+    assert native["network"]["native"]["checked_in_python"] == 4 and native["network"]["responses_checked"] == 8
+    assert native["counts"]["tokens"] == 4 * 5 + 4 * 3
+    tokens = native["network"]["tokens"]
+    assert tokens["queries_counted_from_usage"] == 8 and tokens["reasoning_tokens"] == 4 * 2
+    assert native["llm"]["requests"]["output_tokens"]["min"] == 3 and native["output_length_tokens"]["count"] == 8
+    assert native["reasoning_length_tokens"]["count"] == 4 == asyncio_["reasoning_length_tokens"]["count"]
+
+
 @pytest.mark.integration
 def test_an_answer_without_usage_counts_its_words_as_on_asyncio():
     docs = _canned_docs("chat/completions", b'{"choices": [{"message": {"content": "one two three"}}]}', expect=0)
@@ -181,7 +221,10 @@ def test_in_process_kinds_through_the_python_api(tmp_path, kind, mode):
     assert report["http_engine"] == "native" and c["issued"] == 120 and c["failed"] == 0 and c["timed_out"] == 0
     answered = stats["requests"].get("embeddings" if kind == "embeddings" else "chat_completions", 0)
     assert answered == c["completed"] + c["cancelled"] and c["completed"] >= 100
-    assert report["native"]["checked_in_python"] == report["native"]["responses"] == answered
+    assert report["native"]["responses"] == answered
+    # Answers not streamed, outside a conversation, are counted in the core; embeddings and
+    # every turn by the Python check.
+    assert report["native"]["checked_in_python"] == (0 if kind == "no-stream" else answered)
     if kind == "embeddings":
         assert report["llm"]["requests"]["embeddings"] == c["completed"] and c["tokens"] == 0
     else:
