@@ -323,9 +323,11 @@ class NativeOpenAISUT(NativeHttpSUT):
     """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (completions, chat or
     embeddings; streamed or not; or a multi-turn :class:`~loadgen.net.openai_turns.ConversationSUT`)
     whose requests the core sends and whose answers it reads: a stream's histograms, counts
-    and ``llm`` section are the core's figures; an answer not streamed, and each turn of a
-    conversation, is checked and counted by the inner client's own code on the checker
-    thread (:meth:`verdicts`). Either way the asyncio client's keys and meaning.
+    and ``llm`` section are the core's figures; a completions or chat answer not streamed
+    is counted in the core where its count is certain (:attr:`whole_answers`), and the
+    other answers, every embeddings answer and each turn of a conversation are checked and
+    counted by the inner client's own code on the checker thread (:meth:`verdicts`).
+    Either way the asyncio client's keys and meaning.
 
     Args:
         inner: the prepared OpenAISUT (its requests serialized).
