@@ -395,12 +395,17 @@ void def_net_client(EngineClass& c) {
              }
              if (!more) return py::none();
              py::list out;
-             for (auto& u : got) out.append(py::make_tuple(u.id, u.t_ns, u.status, py::bytes(u.body), u.problem));
+             for (auto& u : got) {
+               out.append(py::make_tuple(u.id, u.t_ns, u.status, py::bytes(u.body), u.problem, u.sample, u.scheduled_ns,
+                                         u.input_tokens, u.output_tokens));
+             }
              return out;
            },
            py::arg("max") = 256, py::arg("timeout_s") = 0.05,
-           "Responses waiting for a verdict: [(id, t_ns, status, body, problem)], waiting up to timeout_s; "
-           "None once the client is closed and none is left. problem: 0, or a failed stream's SseProblem.")
+           "Responses waiting for a verdict: [(id, t_ns, status, body, problem, sample, scheduled_ns, input_tokens, "
+           "output_tokens)], waiting up to timeout_s; None once the client is closed and none is left. problem: 0, "
+           "or a failed stream's SseProblem; the last four are the query's (settings.sut.net.check_each; -1: not "
+           "known).")
       .def("net_resolve",
            [](Engine& e, const py::list& verdicts) {
              NetClient* h = e.net_client();
@@ -409,7 +414,10 @@ void def_net_client(EngineClass& c) {
              vs.reserve(verdicts.size());
              for (const py::handle& item : verdicts) {
                const py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-               if (t.size() != 6) throw py::value_error("a verdict is (id, t_ns, status, body, kind or None, message)");
+               if (t.size() != 6 && t.size() != 8) {
+                 throw py::value_error("a verdict is (id, t_ns, status, body, kind or None, message[, output_tokens, "
+                                       "input_tokens])");
+               }
                loadgen::ResponseVerdict v;
                v.id = t[0].cast<int64_t>();
                v.t_ns = t[1].cast<int64_t>();
@@ -419,6 +427,9 @@ void def_net_client(EngineClass& c) {
                if (!v.ok) {
                  v.kind = utf8_text(t[4].cast<py::str>());
                  v.message = utf8_text(t[5].cast<py::str>());
+               } else if (t.size() == 8) {
+                 v.output_tokens = t[6].cast<int64_t>();
+                 v.input_tokens = t[7].cast<int64_t>();
                }
                vs.push_back(std::move(v));
              }
@@ -426,7 +437,19 @@ void def_net_client(EngineClass& c) {
              h->resolve(vs);
            },
            py::arg("verdicts"),
-           "Completes (kind None) or fails each response's query, and caches the verdict by its bytes.")
+           "Completes (kind None; with output_tokens and input_tokens when given, -1: not known) or fails each "
+           "response's query, and caches the verdict by its bytes.")
+      .def("net_add_request",
+           [](Engine& e, int64_t sample, const py::bytes& request, int64_t input_tokens) {
+             NetClient* h = e.net_client();
+             if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
+             std::string bytes = request;
+             py::gil_scoped_release release;
+             return h->add_request(sample, std::move(bytes), input_tokens);
+           },
+           py::arg("sample"), py::arg("request"), py::arg("input_tokens") = -1,
+           "A request the next query of sample index `sample` sends once instead of the prepared one (a "
+           "multi-turn follow-up: call it before follow_up()); False when the client takes none (gRPC).")
       .def("net_stats",
            [](Engine& e) {
              py::dict d;

@@ -84,6 +84,8 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("sse_check", &NetClientSettings::sse_check)
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
+      .def_readwrite("check_each", &NetClientSettings::check_each)
+      .def_readwrite("whole_answers", &NetClientSettings::whole_answers)
       .def_readwrite("grpc_method", &NetClientSettings::grpc_method)
       .def_readwrite("authority", &NetClientSettings::authority)
       .def_readwrite("metadata", &NetClientSettings::metadata)
@@ -223,6 +225,17 @@ void bind_sse_scanner(py::module_& m) {
         return loadgen::time_sse_scan_ns(v.data(), v.size(), pieces, iterations);
       },
       py::arg("stream"), py::arg("pieces") = 1, py::arg("iterations") = 100000);
+  m.def(
+      "read_whole_answer",
+      [](const py::bytes& body) -> py::object {
+        const std::string_view v = view_of(body);
+        loadgen::WholeAnswer a;
+        if (!loadgen::read_whole_answer(v.data(), v.size(), &a)) return py::none();
+        return py::make_tuple(a.tokens, a.reasoning_tokens);
+      },
+      py::arg("body"),
+      "A non-streamed OpenAI answer the native client counts itself: (usage.completion_tokens, reasoning "
+      "tokens or -1), or None when the Python check judges it (csrc/sse.h).");
 }
 
 }  // namespace

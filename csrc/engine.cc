@@ -227,7 +227,7 @@ Engine::Engine(EngineSettings settings)
   // reads a response, so that reading a burst of responses cannot make an arrival late.
   inline_issue_ = (s_.sut.kind == SutKind::kQueue &&
                    (s_.load_mode == LoadMode::kClosedLoop || s_.inline_dispatch)) ||
-                  (network_sut() && !s_.follow_ups && s_.load_mode == LoadMode::kClosedLoop);
+                  (network_sut() && s_.load_mode == LoadMode::kClosedLoop);
   if (s_.records.sink != RecordSink::kNone) {
     records_ = std::make_unique<RequestLog>(s_.records, [this] { done_.notify(); });
   }

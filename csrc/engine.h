@@ -87,9 +87,9 @@ struct EngineSettings {
   /// two, and no cross-thread wake-up in the latency). Closed loop with the queue SUT
   /// always works this way.
   bool inline_dispatch = false;
-  /// Open loop with the queue SUT: the SUT schedules follow-up queries (multi-turn
-  /// conversations, Engine::follow_up()); the issue thread then waits for the next
-  /// arrival and the earliest follow-up alike. Closed loops with the queue SUT take
+  /// Open loop with the queue SUT or the native network client: the SUT schedules
+  /// follow-up queries (multi-turn conversations, Engine::follow_up()); the issue thread
+  /// then waits for the next arrival and the earliest follow-up alike. Closed loops take
   /// follow-ups without it.
   bool follow_ups = false;
 
@@ -180,7 +180,7 @@ class Engine : private CompletionSink {
   /// need no hand-off between threads, so the loop's own overhead is what it measures.
   bool inline_issue() const noexcept { return inline_issue_; }
 
-  // --- multi-turn: follow-up queries (closed loop with the queue SUT) ---
+  // --- multi-turn: follow-up queries (the queue SUT or the native network client) ---
 
   /// Schedules one more query, due at `at_ns` (now_ns() clock) and handed out with `tag`
   /// as its sample index; its latency counts from `at_ns`. Until it is issued it holds a
@@ -189,7 +189,8 @@ class Engine : private CompletionSink {
   /// follows. The issue thread wakes the consumers (eventfd, room) when it falls due.
   /// Returns false, scheduling nothing, once issuing has ended (the run's bounds count
   /// follow-ups like any query). Throws std::logic_error unless the run uses the queue
-  /// SUT with one sample per query, in a closed loop or in an open loop with
+  /// SUT or the native network client (SutKind::kNetClient, whose checker thread calls
+  /// it) with one sample per query, in a closed loop or in an open loop with
   /// settings().follow_ups (not inline_dispatch). In an open loop a follow-up holds no
   /// place: the in-flight cap applies to it when it is issued. Any thread.
   bool follow_up(int64_t tag, int64_t at_ns);

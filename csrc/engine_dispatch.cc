@@ -240,7 +240,14 @@ void Engine::issue_ready() noexcept {
   int64_t ids[kMax], samples[kMax], scheduled[kMax];
   for (;;) {
     if (issuing_done_.load(std::memory_order_relaxed)) return;
-    if (occupancy() >= s_.concurrency && ramp_next_ns_.load(std::memory_order_acquire) > now_ns()) return;
+    // No room, no stream to start and no follow-up due (a conversation's next turn holds
+    // its place while it waits): nothing to issue.
+    if (occupancy() >= s_.concurrency) {
+      const int64_t now = now_ns();
+      if (ramp_next_ns_.load(std::memory_order_acquire) > now && follow_due_.load(std::memory_order_acquire) > now) {
+        return;
+      }
+    }
     int64_t n;
     {
       std::lock_guard<std::mutex> lock(consumer_mutex_);
@@ -253,12 +260,12 @@ void Engine::issue_ready() noexcept {
 }
 
 bool Engine::follow_up(int64_t tag, int64_t at_ns) {
-  const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop && s_.sut.kind == SutKind::kQueue;
-  const bool open = !inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && s_.follow_ups &&
-                    s_.sut.kind == SutKind::kQueue;
+  const bool takes = s_.sut.kind == SutKind::kQueue || network_sut();
+  const bool closed = inline_issue_ && s_.load_mode == LoadMode::kClosedLoop && takes;
+  const bool open = !inline_issue_ && s_.load_mode == LoadMode::kOpenLoop && s_.follow_ups && takes;
   if (!(closed || open) || s_.samples_per_query != 1) {
-    throw std::logic_error("follow_up needs the queue SUT with one sample per query, in a closed loop or an "
-                           "open loop with follow_ups set (not inline_dispatch)");
+    throw std::logic_error("follow_up needs the queue SUT or the native network client with one sample per query, "
+                           "in a closed loop or an open loop with follow_ups set (not inline_dispatch)");
   }
   if (tag < 0) throw std::invalid_argument("follow_up: tag must be >= 0");
   {

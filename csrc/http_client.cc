@@ -126,10 +126,15 @@ struct HttpClient::Conn {
   const std::string* req = nullptr;
   size_t written = 0;
   HttpResponseParser parser;
-  // sse: the stream of the query in progress.
-  std::unique_ptr<SseScanner> sse;
+  // The query in progress: its sample index, scheduled time and input tokens (-1: not
+  // known), and its one-off request (add_request()) when it has one.
+  int64_t sample = 0;
   int64_t scheduled = 0;
   int64_t n_input = -1;
+  std::string own_req;
+  // sse: the stream of the query in progress; with check_each, its bytes (kept).
+  std::unique_ptr<SseScanner> sse;
+  std::string kept;
   int64_t read_t = 0;           // when the bytes being parsed arrived
   bool first_reported = false;  // its first token went to the sink
   bool sse_over = false;        // an event went over the limit: the rest is not read
@@ -151,7 +156,8 @@ struct HttpClient::Io : IoThread {
 };
 
 HttpClient::HttpClient(NetClientSettings settings)
-    : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse), s_(std::move(settings)) {
+    : NetClient(settings.cache_entries, settings.cache_body_bytes, !settings.sse && !settings.check_each),
+      s_(std::move(settings)) {
   require(s_.protocol == NetProtocol::kHttp1, "the HTTP/1.1 client needs net.protocol http1");
   validate(s_);
   if (s_.tls) {
@@ -164,7 +170,7 @@ HttpClient::HttpClient(NetClientSettings settings)
   for (int64_t i = 0; i < nio; ++i) {
     auto io = std::make_unique<Io>();
     open_io_thread(io.get(), "http client");
-    if (s_.sse) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
+    if (s_.sse || s_.whole_answers) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
     ios_.push_back(std::move(io));
   }
   for (int64_t i = 0; i < s_.connections; ++i) {
@@ -175,8 +181,10 @@ HttpClient::HttpClient(NetClientSettings settings)
       // Body pieces go to the scanner as they arrive, stamped with their read's time.
       c->sse = std::make_unique<SseScanner>(s_.max_response_bytes);
       Conn* raw = c.get();
-      c->parser.set_body_callback([raw](const char* data, size_t n) {
+      const bool keep = s_.check_each;
+      c->parser.set_body_callback([raw, keep](const char* data, size_t n) {
         if (raw->sse_over) return;
+        if (keep) raw->kept.append(data, n);
         if (!raw->sse->feed(data, n, raw->read_t)) raw->sse_over = true;
       });
     }
@@ -316,10 +324,8 @@ void HttpClient::start(CompletionSink& sink) {
 
 void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
   const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0, scheduled_ns};
-  if (!s_.input_tokens.empty()) {
-    input_tokens_sent_.fetch_add(s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()],
-                                 std::memory_order_relaxed);
-  }
+  const int64_t n_input = input_tokens_of(sample);
+  if (n_input > 0) input_tokens_sent_.fetch_add(n_input, std::memory_order_relaxed);
   for (;;) {
     Conn* c = nullptr;
     {
@@ -349,14 +355,18 @@ void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
   c->state = Conn::kBusy;
   c->query = p.id;
   c->deadline = p.deadline;
-  c->req = &s_.requests[static_cast<size_t>(p.sample) % s_.requests.size()];
+  c->sample = p.sample;
+  c->scheduled = p.scheduled;
+  if (!take_one_off(c, p.sample)) {
+    c->req = &s_.requests[static_cast<size_t>(p.sample) % s_.requests.size()];
+    c->n_input = s_.input_tokens.empty() ? -1
+                                         : s_.input_tokens[static_cast<size_t>(p.sample) % s_.input_tokens.size()];
+  }
   c->written = 0;
   c->parser.start(s_.head_only);
   if (c->sse) {
     c->sse->start();
-    c->scheduled = p.scheduled;
-    c->n_input = s_.input_tokens.empty() ? -1
-                                         : s_.input_tokens[static_cast<size_t>(p.sample) % s_.input_tokens.size()];
+    c->kept.clear();
     c->first_reported = false;
     c->sse_over = false;
   }
@@ -516,6 +526,10 @@ void HttpClient::release(Conn* c) noexcept {
         next = p;
         break;
       }
+      if (one_offs_.load(std::memory_order_acquire) > 0) {
+        std::lock_guard<std::mutex> lock(one_off_mutex_);
+        one_offs_.fetch_sub(static_cast<int64_t>(one_off_.erase(p.sample)), std::memory_order_release);
+      }
     }
     if (!next) {
       idle_.push_back(c);
@@ -534,6 +548,8 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   out->t = t;
   out->status = status;
   out->n_input = c->n_input;
+  out->sample = c->sample;
+  out->scheduled = c->scheduled;
   if (status != 200) {  // as the asyncio client: the bytes held, not the whole body
     out->problem = static_cast<int>(SseProblem::kHttpStatus);
     out->body = s.held();
@@ -567,30 +583,99 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   out->n = n;
   std::lock_guard<std::mutex> lock(io.fig_mu);
   SseFigures& f = *io.fig;
+  for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
+  f.stream.record(s, c->scheduled);
+  record_answer(io, n, usage, t - c->scheduled, c->n_input);
+  if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
+    out->check = true;
+    out->body = std::move(c->kept);
+  }
+}
+
+void HttpClient::record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept {
+  SseFigures& f = *io.fig;
   ++(usage ? f.tokens_from_usage : f.tokens_from_chunks);
   f.output_tokens += n;
   try {
     ++io.output_lengths[n];
   } catch (...) {  // out of memory for a new length: the count is lost, the run goes on
   }
-  for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
-  f.stream.record(s, c->scheduled);
-  const int64_t elapsed = t - c->scheduled;
-  if (elapsed > 0 && n > 0) {
+  if (elapsed_ns > 0 && n > 0) {
     // Python's round(n * 1e12 / elapsed): the same double, rounded half to even.
-    const double milli = std::nearbyint(static_cast<double>(n) * 1e12 / static_cast<double>(elapsed));
+    const double milli = std::nearbyint(static_cast<double>(n) * 1e12 / static_cast<double>(elapsed_ns));
     f.tokens_per_s_milli.record(milli >= 9.2e18 ? INT64_MAX : std::max<int64_t>(1, static_cast<int64_t>(milli)));
   }
-  if (c->n_input > 0) f.input_length_tokens.record(c->n_input);
+  if (n_input > 0) f.input_length_tokens.record(n_input);
   if (n > 0) f.output_length_tokens.record(n);
 }
 
+void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
+  WholeAnswer a;
+  if (s_.whole_answers && out.done_status == 200 &&
+      read_whole_answer(out.done_body.data(), out.done_body.size(), &a)) {
+    {
+      std::lock_guard<std::mutex> lock(io.fig_mu);
+      SseFigures& f = *io.fig;
+      if (s_.sse_check) ++f.checked;
+      record_answer(io, a.tokens, true, out.done_t - out.done_scheduled, out.done_input);
+      // The reasoning count is usage's, as the asyncio client records a whole answer's.
+      if (a.reasoning_tokens >= 0) {
+        ++f.stream.reasoning_from_usage;
+        f.stream.reasoning_tokens += a.reasoning_tokens;
+        if (a.reasoning_tokens > 0) f.stream.reasoning_length_tokens.record(a.reasoning_tokens);
+      }
+    }
+    sink_->complete_tokens_native(out.done_id, out.done_t, a.tokens, out.done_input);
+    return;
+  }
+  UncheckedResponse u{out.done_id, out.done_t, out.done_status, std::move(out.done_body), 0};
+  u.sample = out.done_sample;
+  u.scheduled_ns = out.done_scheduled;
+  u.input_tokens = out.done_input;
+  hand_over(std::move(u));
+}
+
 void HttpClient::finish_stream(StreamEnd&& e) noexcept {
-  if (e.problem == 0) {
+  if (e.problem == 0 && !e.check) {
     sink_->complete_tokens_native(e.id, e.t, e.n, e.n_input);
     return;
   }
-  hand_over(UncheckedResponse{e.id, e.t, e.status, std::move(e.body), e.problem});
+  UncheckedResponse u{e.id, e.t, e.status, std::move(e.body), e.problem};
+  u.sample = e.sample;
+  u.scheduled_ns = e.scheduled;
+  u.input_tokens = e.n_input;
+  u.output_tokens = e.problem == 0 ? e.n : -1;
+  hand_over(std::move(u));
+}
+
+bool HttpClient::add_request(int64_t sample, std::string request, int64_t input_tokens) {
+  std::lock_guard<std::mutex> lock(one_off_mutex_);
+  auto [it, added] = one_off_.insert_or_assign(sample, OneOff{std::move(request), input_tokens});
+  (void)it;
+  if (added) one_offs_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+bool HttpClient::take_one_off(Conn* c, int64_t sample) noexcept {
+  if (one_offs_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(one_off_mutex_);
+  auto it = one_off_.find(sample);
+  if (it == one_off_.end()) return false;
+  c->own_req = std::move(it->second.request);
+  c->n_input = it->second.input_tokens;
+  c->req = &c->own_req;
+  one_off_.erase(it);
+  one_offs_.fetch_sub(1, std::memory_order_release);
+  return true;
+}
+
+int64_t HttpClient::input_tokens_of(int64_t sample) noexcept {
+  if (one_offs_.load(std::memory_order_acquire) > 0) {
+    std::lock_guard<std::mutex> lock(one_off_mutex_);
+    auto it = one_off_.find(sample);
+    if (it != one_off_.end()) return it->second.input_tokens;
+  }
+  return s_.input_tokens.empty() ? -1 : s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()];
 }
 
 
@@ -664,7 +749,11 @@ void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept
     }
   }
   if (out.reuse) release(c);
-  if (out.done_id >= 0) judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
+  if (out.done_id >= 0 && s_.check_each) {
+    check_whole(*c->io, out);
+  } else if (out.done_id >= 0) {
+    judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
+  }
   if (out.stream_end.id >= 0) finish_stream(std::move(out.stream_end));
   if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
   sink_->issue_ready();  // closed loop: the next request goes out from here
@@ -828,6 +917,9 @@ void HttpClient::take_response(Conn* c, int64_t t, EventOutcome* out) noexcept {
     out->done_t = t;
     out->done_status = c->parser.status();
     out->done_body = c->parser.take_body();
+    out->done_sample = c->sample;
+    out->done_scheduled = c->scheduled;
+    out->done_input = c->n_input;
   }
   responses_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -855,6 +947,8 @@ bool HttpClient::sse_read(Conn* c, StreamEnd* out) noexcept {
     out->status = c->parser.status();
     out->problem = static_cast<int>(SseProblem::kTooLarge);
     out->body = std::to_string(s.held_over());
+    out->sample = c->sample;
+    out->scheduled = c->scheduled;
     c->query = -1;
     close_locked(c, nullptr, "");
     return true;

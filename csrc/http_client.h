@@ -61,6 +61,8 @@ class HttpClient final : public NetClient {
   /// `scheduled_ns`. Called by the issue thread.
   void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept override;
   void close() noexcept override;
+  /// Takes a one-off request for the next query of `sample` (see NetClient::add_request).
+  bool add_request(int64_t sample, std::string request, int64_t input_tokens) override;
   /// sse: the figures so far, over all I/O threads. Any thread, during a run too.
   SseFigures sse_figures() const;
 
@@ -82,6 +84,14 @@ class HttpClient final : public NetClient {
     int status = 0;
     int problem = 0;
     std::string body;
+    bool check = false;  // check_each: a good stream goes to the Python side's check (body: its bytes)
+    int64_t sample = 0;
+    int64_t scheduled = 0;
+  };
+  // A one-off request (add_request()) and its input tokens.
+  struct OneOff {
+    std::string request;
+    int64_t input_tokens = -1;
   };
   // What one readiness event on a connection leaves to do once its lock is released.
   struct EventOutcome {
@@ -89,6 +99,9 @@ class HttpClient final : public NetClient {
     int64_t done_t = 0;
     int done_status = 0;
     std::string done_body;
+    int64_t done_sample = 0;  // check_each: what the Python side's check is told besides
+    int64_t done_scheduled = 0;
+    int64_t done_input = -1;
     StreamEnd stream_end;  // sse: a stream that ended (id >= 0)
     bool reuse = false;    // the connection is idle again: it goes back to the pool
   };
@@ -143,6 +156,13 @@ class HttpClient final : public NetClient {
   void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
   // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
   void finish_stream(StreamEnd&& e) noexcept;
+  // check_each: out's whole response (no lock held) goes to the Python side's check, unless
+  // (whole_answers) it is an answer read_whole_answer() counts, which completes here.
+  void check_whole(Io& io, EventOutcome& out) noexcept;
+  // An answer of `n` output tokens (`usage`: from usage, else counted from its chunks),
+  // `elapsed_ns` from its scheduled time, of `n_input` input tokens (-1: not known), in
+  // io's figures; io.fig_mu held.
+  static void record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept;
   // sse: after a read was parsed (c's lock held): reports a first token, or ends a
   // stream whose event went over the limit (true: c was closed, *out says why).
   bool sse_read(Conn* c, StreamEnd* out) noexcept;
@@ -163,6 +183,16 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> open_{0};  // connections open or opening
 
   std::atomic<int64_t> input_tokens_sent_{0};
+
+  // One-off requests by sample index (add_request()); one_offs_ counts them, so that
+  // submit() takes the lock only while there are any.
+  std::mutex one_off_mutex_;
+  std::unordered_map<int64_t, OneOff> one_off_;
+  std::atomic<int64_t> one_offs_{0};
+  // Takes the one-off request of `sample` into c (its lock held); false when none.
+  bool take_one_off(Conn* c, int64_t sample) noexcept;
+  // The input tokens of query sample `sample`: its one-off's, else the prepared request's.
+  int64_t input_tokens_of(int64_t sample) noexcept;
 };
 
 }  // namespace loadgen

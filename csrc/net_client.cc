@@ -193,7 +193,9 @@ bool NetClient::take_unchecked(std::vector<UncheckedResponse>* out, size_t max, 
 
 void NetClient::resolve(std::vector<ResponseVerdict>& verdicts) {
   for (ResponseVerdict& v : verdicts) {
-    if (v.ok) {
+    if (v.ok && (v.output_tokens >= 0 || v.input_tokens >= 0)) {
+      sink_->complete_tokens_native(v.id, v.t_ns, v.output_tokens, v.input_tokens);
+    } else if (v.ok) {
       sink_->complete_native(v.id, v.t_ns);
     } else {
       sink_->fail_native(v.id, v.kind, v.message);
@@ -317,6 +319,7 @@ void validate(const NetClientSettings& s) {
   require(!s.tls || tls_available(),
           "net.tls: this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it "
           "was built: install libssl-dev and reinstall)");
+  require(!s.whole_answers || (s.check_each && !s.sse), "net.whole_answers needs net.check_each and not net.sse");
   if (s.protocol == NetProtocol::kHttp1) {
     validate_http1(s);
   } else {

@@ -97,6 +97,17 @@ struct NetClientSettings {
   std::vector<int64_t> input_tokens;
   /// sse: the figures' histograms keep this many significant figures (1..5).
   int significant_figures = 3;
+  /// HTTP/1.1: every response goes to the Python side's check, none to the verdict cache:
+  /// whole responses (a non-streamed OpenAI answer, whose check counts its tokens), and
+  /// with sse every good stream too, its bytes kept (a conversation's turn: the check
+  /// reads the reply's text). The check's verdict may carry token counts
+  /// (ResponseVerdict::output_tokens).
+  bool check_each = false;
+  /// HTTP/1.1 with check_each, not sse: the responses are non-streamed OpenAI completions
+  /// or chat answers. A 200 answer that read_whole_answer() (sse.h) reads is counted and
+  /// completed natively, its figures kept as a stream's are (HttpClient::sse_figures());
+  /// any other goes to the Python side's check.
+  bool whole_answers = false;
   /// gRPC: the path of the unary method every call invokes, /package.Service/Method
   /// (e.g. /inference.GRPCInferenceService/ModelInfer).
   std::string grpc_method;
@@ -132,6 +143,13 @@ struct UncheckedResponse {
   /// the stream failed (an SseProblem, sse.h), body holding its data (kNotJson, kNotObject,
   /// kErrorEvent), the bytes held (kHttpStatus) or the event's length in decimal (kTooLarge).
   int problem = 0;
+  /// NetClientSettings::check_each (HTTP/1.1): the query's sample index and scheduled
+  /// time, its input tokens (-1: not known) and, for a good stream, its output tokens as
+  /// the client counted them (-1 otherwise).
+  int64_t sample = 0;
+  int64_t scheduled_ns = 0;
+  int64_t input_tokens = -1;
+  int64_t output_tokens = -1;
 };
 
 /// The Python side's verdict on one response: ok, or failed with an error kind and message.
@@ -143,6 +161,10 @@ struct ResponseVerdict {
   bool ok = true;
   std::string kind;
   std::string message;
+  /// An ok verdict's token counts (-1: not known): either >= 0 completes the query with
+  /// them (CompletionSink::complete_tokens_native), as the answer's check counted them.
+  int64_t output_tokens = -1;
+  int64_t input_tokens = -1;
 };
 
 /// Counters of a client (any thread; approximate while running).
@@ -196,6 +218,16 @@ class NetClient {
   virtual void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept = 0;
   /// Closes every connection and joins the threads. Idempotent.
   virtual void close() noexcept = 0;
+  /// A request sent once, in place of the prepared one, by the next query of sample
+  /// index `sample` (a multi-turn conversation's follow-up turn, whose body holds the
+  /// conversation so far), with `input_tokens` input tokens (-1: not known). Call it
+  /// before the query is scheduled. False when the client takes none (gRPC). Any thread.
+  virtual bool add_request(int64_t sample, std::string request, int64_t input_tokens) {
+    (void)sample;
+    (void)request;
+    (void)input_tokens;
+    return false;
+  }
   /// The client's counters.
   NetClientStats stats() const;
   /// Every I/O thread's receive waits (IoThread::receive_wait), merged: how late the

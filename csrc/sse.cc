@@ -529,6 +529,18 @@ void SseScanner::data(const char* p, size_t n, int64_t t) {
   }
 }
 
+namespace {
+// The members of an answer object that count: whether it has an "error" key, and its
+// "usage" and "choices" (the last of each key counts, as in a Python dict).
+void answer_keys(const JVal& doc, std::string* scratch, bool* error, JVal* usage, JVal* choices) {
+  JsonReader::members(doc, scratch, [&](const char* kb, const char* ke, const JVal& v) {
+    if (JsonReader::key_is(kb, ke, "error")) *error = true;
+    else if (JsonReader::key_is(kb, ke, "usage")) *usage = v;
+    else if (JsonReader::key_is(kb, ke, "choices")) *choices = v;
+  });
+}
+}  // namespace
+
 void SseScanner::json(const char* p, size_t n, int64_t t) {
   std::string scratch;  // only floats need it: a rare event's cost
   JVal doc;
@@ -541,12 +553,8 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
     return;
   }
   bool error = false;
-  JVal usage, choices;  // the last of each key counts, as in a Python dict
-  JsonReader::members(doc, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
-    if (JsonReader::key_is(kb, ke, "error")) error = true;
-    else if (JsonReader::key_is(kb, ke, "usage")) usage = v;
-    else if (JsonReader::key_is(kb, ke, "choices")) choices = v;
-  });
+  JVal usage, choices;
+  answer_keys(doc, &scratch, &error, &usage, &choices);
   if (error) {
     fail(SseProblem::kErrorEvent, p, n);
     return;
@@ -599,6 +607,36 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
     }
     if (reason.truthy) finished_ = true;
   });
+}
+
+bool read_whole_answer(const char* p, size_t n, WholeAnswer* out) {
+  std::string scratch;  // only floats need it
+  JVal doc;
+  if (!JsonReader(p, p + n, &scratch).document(&doc) || doc.kind != JVal::kObject) return false;
+  bool error = false;
+  JVal usage, choices;
+  answer_keys(doc, &scratch, &error, &usage, &choices);
+  // A non-empty "choices" list (truthy: it has an element), as the asyncio check asks.
+  if (error || usage.kind != JVal::kObject || choices.kind != JVal::kArray || !choices.truthy) return false;
+  JVal tokens, details;
+  JsonReader::members(usage, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+    if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
+    else if (JsonReader::key_is(kb, ke, "completion_tokens_details")) details = v;
+  });
+  int64_t x = 0;
+  bool out_of_range = false;
+  if (!JsonReader::token_count(tokens, &x, &out_of_range)) return false;
+  out->tokens = x;
+  out->reasoning_tokens = -1;
+  if (details.kind == JVal::kObject) {
+    JVal reasoning;
+    JsonReader::members(details, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+      if (JsonReader::key_is(kb, ke, "reasoning_tokens")) reasoning = v;
+    });
+    int64_t r = 0;
+    if (JsonReader::token_count(reasoning, &r, &out_of_range)) out->reasoning_tokens = r;
+  }
+  return true;
 }
 
 void SseScanner::token(int64_t t, bool reasoning) {

@@ -188,6 +188,22 @@ struct SseStreamFigures {
   void add(const SseStreamFigures& other);
 };
 
+/// A non-streamed OpenAI answer's counts (read_whole_answer()).
+struct WholeAnswer {
+  int64_t tokens = -1;            ///< usage.completion_tokens
+  int64_t reasoning_tokens = -1;  ///< usage.completion_tokens_details.reasoning_tokens (-1: none)
+};
+
+/// Reads a non-streamed completions or chat answer (one whole JSON body, `n` bytes at
+/// `p`) with the rules of the asyncio client's WholeResponse where its verdict is
+/// certain: true, with the counts in *out, when the body is a JSON object with no "error"
+/// key, a non-empty "choices" list and an int usage.completion_tokens in
+/// 0..kMaxTokenCount (an answer that completes with that count; the reasoning count as
+/// the scanner reads a usage event's). False for anything else (not JSON, an error, no
+/// choices, no usage or a count out of range), which the Python side judges and words.
+/// Allocates only for a float in the body.
+bool read_whole_answer(const char* p, size_t n, WholeAnswer* out);
+
 /// Scans `stream` (one whole body) `iterations` times on one scanner, fed in `pieces`
 /// (>= 1) nearly equal pieces each time, and returns nanoseconds per event (events are
 /// counted on the first pass). Throws std::invalid_argument when it has no event.

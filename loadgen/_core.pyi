@@ -325,8 +325,9 @@ class Engine:
     def follow_up(self, tag: int, at_ns: int) -> bool: ...
     # The native network client (SutKind.net_client): responses waiting for a verdict,
     # the verdicts, its counters ({} for other SUTs).
-    def net_take_unchecked(self, max: int = 256, timeout_s: float = 0.05) -> Optional[List[Tuple[int, int, int, bytes, int]]]: ...
-    def net_resolve(self, verdicts: List[Tuple[int, int, int, bytes, Optional[str], str]]) -> None: ...
+    def net_take_unchecked(self, max: int = 256, timeout_s: float = 0.05) -> Optional[List[Tuple[int, int, int, bytes, int, int, int, int, int]]]: ...
+    def net_resolve(self, verdicts: List[Tuple[Any, ...]]) -> None: ...
+    def net_add_request(self, sample: int, request: bytes, input_tokens: int = -1) -> bool: ...
     def net_stats(self) -> Dict[str, int]: ...
     def net_receive_wait(self) -> Optional[HdrHistogram]: ...
     # OpenAI streams (HTTP/1.1 with sse; {} otherwise): itl_ns, tokens_per_s_milli,
@@ -470,8 +471,8 @@ class NetProtocol(enum.Enum):
 
 class NetClientSettings:
     """The native network client's settings (``NativeSutSettings.net``): one client,
-    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, input_tokens and head_only are
-    HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
+    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, check_each, whole_answers,
+    input_tokens and head_only are HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
     protocol: NetProtocol
     host: str
     port: int
@@ -488,6 +489,8 @@ class NetClientSettings:
     cpus: List[int]
     sse: bool
     sse_check: bool
+    check_each: bool
+    whole_answers: bool
     input_tokens: List[int]
     significant_figures: int
     # The unary method's path, /package.Service/Method.
@@ -575,4 +578,5 @@ class SseScanner:
     def token_itl(self, total_tokens: int) -> List[Tuple[int, int]]: ...  # (value_ns, count)
 
 def time_sse_scan_ns(stream: bytes, pieces: int = 1, iterations: int = 100000) -> float: ...
+def read_whole_answer(body: bytes) -> Optional[Tuple[int, int]]: ...  # (output tokens, reasoning tokens or -1)
 def time_http_parse_ns(response: bytes, pieces: int = 1, iterations: int = 1000000) -> float: ...

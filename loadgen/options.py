@@ -482,7 +482,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)", default=False),
     OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
-               "REST, templates, streamed OpenAI; http:// and https://), asyncio, or auto (native where it can; "
+               "REST, templates, OpenAI; http:// and https://), asyncio, or auto (native where it can; "
                "default {default})",
                "ENGINE", default=D.HTTP_ENGINE),
     OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default {default})", "N",

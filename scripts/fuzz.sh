@@ -12,7 +12,8 @@
 # built with clang++ when it is installed (else skipped, saying so): hdr_codec, the C++
 # decoders of csrc/hdr_codec.cc (tests/fuzz/hdr_codec_fuzzer.cc), and http_parser, the
 # native HTTP/1.1 response parser of csrc/http_parser.cc (tests/fuzz/http_parser_fuzzer.cc),
-# and sse_scanner, the native SSE scanner of csrc/sse.cc (tests/fuzz/sse_scanner_fuzzer.cc).
+# and sse_scanner, the native SSE scanner of csrc/sse.cc and its read of non-streamed answers
+# (tests/fuzz/sse_scanner_fuzzer.cc).
 #
 # Seed corpora are tests/fuzz/corpus/<target>/ (read only); what the fuzzer adds goes
 # to build/fuzz/<target>/corpus/ and is reused by the next run. A crash found becomes a

@@ -347,7 +347,8 @@ class EngineSettings:
             # A native SUT knows its own settings; a bare "null" form needs none.
             s.sut = sut.native_settings() if sut is not None else _core.NativeSutSettings(kind=_core.SutKind.null)
             s.sut.cpus = [int(c) for c in self.sut_cpus]
-            s.follow_ups = False
+            # The native network client running multi-turn conversations schedules follow-ups.
+            s.follow_ups = sut_form == "native_client" and bool(getattr(sut, "follow_ups", False))
             if sut_form == "native_client" and self.pin_cpus and not s.sut.net.cpus:
                 # A placed run (--pin): a native client's I/O threads keep off the issue
                 # thread's core, so that the thread timing the arrivals has it to itself.

@@ -2,7 +2,7 @@
 client in the core (``csrc/net_client.h``) whose requests go out, and whose responses are
 read and judged, with no Python per query, over either of two protocols on one I/O core:
 HTTP/1.1 (``csrc/http_client.cc``; :class:`NativeHttpSUT` for KServe REST and request
-templates, :class:`NativeOpenAISUT` for OpenAI streams) or gRPC over HTTP/2
+templates, :class:`NativeOpenAISUT` for OpenAI targets) or gRPC over HTTP/2
 (``csrc/grpc_client.cc``, on nghttp2, no gRPC library per call; :class:`NativeGrpcSUT` for
 KServe v2 ``ModelInfer``).
 
@@ -21,7 +21,17 @@ OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events a
 tokens, completions with their token counts and the client's figures (gaps between token
 chunks, the per-token inter-token latency, times to the first reasoning and answer token,
 reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
-the Python side, for its message.
+the Python side, for its message. Answers not streamed (``--no-stream``, and
+``/v1/embeddings``) are sent and read natively (``check_each``: no verdict cache, since
+counting them needs the answer and its query). A completions or chat answer whose count
+is certain (a JSON object with choices and ``usage.completion_tokens``:
+``read_whole_answer`` in ``csrc/sse.h``) is counted and completed in the core; every other
+answer, and every embeddings answer, comes to the Python side, where the asyncio client's
+own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`) and the
+verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
+stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
+reply, hands the next turn's request to the core (``net_add_request``) and schedules it
+as the engine's follow-up, before the turn is completed.
 """
 
 from __future__ import annotations
@@ -49,6 +59,12 @@ _NOT_JSON, _NOT_OBJECT, _ERROR_EVENT, _HTTP_STATUS, _NO_TOKENS, _NO_DONE, _TOO_L
 # The core's stream histograms and the OpenAISUT attributes that hold them.
 _STREAM_HISTOGRAMS = (("ttfrt_ns", "ttfrt"), ("ttfat_ns", "ttfat"), ("itl_per_token_ns", "itl_per_token"),
                       ("reasoning_length_tokens", "reasoning_length_hist"))
+# What answers not streamed add to: the counts and histograms that the core (the answers
+# it counted) and the inner client's own check (the rest) both keep.
+_WHOLE_COUNTS = ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "checked", "reasoning_tokens",
+                 "reasoning_from_usage", "reasoning_from_chunks")
+_WHOLE_HISTOGRAMS = (("tokens_per_s_milli", "tokens_per_s"), ("input_length_tokens", "input_lengths"),
+                     ("output_length_tokens", "output_length_hist"), ("reasoning_length_tokens", "reasoning_length_hist"))
 
 
 def _bad_token_count_text(digits: bytes) -> str:
@@ -73,17 +89,11 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls and not _core.tls_available():
         return _NO_TLS + "https://"
-    llm = getattr(net, "llm", None)
-    if what is None and target.kind == "openai":
-        if target.endpoint not in ("completions", "chat"):
-            what = f"OpenAI {target.path}"
-        elif llm is not None and llm.turns > 1:
-            what = "multi-turn conversations (--turns > 1)"
-        elif llm is not None and not llm.stream:
-            what = "OpenAI answers not streamed (--no-stream)"
+    if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "embeddings"):
+        what = f"OpenAI {target.path}"
     if what is None:
         return None
-    return ("the native HTTP/1.1 client runs KServe REST, --request-template and streamed OpenAI completions "
+    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings "
             f"and chat targets over http:// and https://, not {what}")
 
 
@@ -212,6 +222,15 @@ class NativeClientSUT:
             self.check_errors += 1
             return "check_error", f"the response check raised {type(e).__name__}: {e}"
 
+    def verdicts(self, batch: List[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
+        """The verdicts on a batch of responses from ``net_take_unchecked`` (id, t_ns,
+        status, body, problem, ...), as ``net_resolve`` takes them."""
+        out: List[Tuple[Any, ...]] = []
+        for qid, t, status, body, problem, *_ in batch:
+            bad = self.stream_verdict(problem, status, body) if problem else self.verdict(status, body)
+            out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
+        return out
+
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error of a stream the core failed (OpenAI streams only: see :class:`NativeOpenAISUT`)."""
         raise RuntimeError(f"{self.protocol}: the core reported a stream problem ({problem}) for a client without "
@@ -262,9 +281,10 @@ class NativeClientSUT:
 
 class Checker:
     """The thread that judges the responses the core has no verdict for yet: it takes
-    them in batches, asks the SUT's :meth:`NativeClientSUT.verdict`, and hands the verdicts
-    back (the core completes or fails the queries and caches the verdicts). It ends when
-    the client has closed and nothing is left."""
+    them in batches, asks the SUT's :meth:`NativeClientSUT.verdicts` (each response's
+    :meth:`NativeClientSUT.verdict`, or an OpenAI answer's check and count), and hands the
+    verdicts back (the core completes or fails the queries and caches the verdicts it
+    may). It ends when the client has closed and nothing is left."""
 
     def __init__(self, core: _core.Engine, sut: NativeClientSUT) -> None:
         self.core = core
@@ -280,7 +300,7 @@ class Checker:
         self.thread.join(timeout_s)
 
     def _run(self) -> None:
-        core, verdict = self.core, self.sut.verdict
+        core, verdicts = self.core, self.sut.verdicts
         try:
             while True:
                 batch = core.net_take_unchecked(_TAKE_MAX, 0.05)
@@ -288,11 +308,7 @@ class Checker:
                     return
                 if not batch:
                     continue
-                out: List[Tuple[int, int, int, bytes, Optional[str], str]] = []
-                for qid, t, status, body, problem in batch:
-                    bad = self.sut.stream_verdict(problem, status, body) if problem else verdict(status, body)
-                    out.append((qid, t, status, body, bad[0], bad[1]) if bad else (qid, t, status, body, None, ""))
-                core.net_resolve(out)
+                core.net_resolve(verdicts(batch))
         except BaseException as e:  # reported by the engine's wait()
             self.error = e
 
@@ -325,10 +341,45 @@ class NativeHttpSUT(NativeClientSUT):
         return h
 
 
+class _AnswerSink:
+    """The sink of the asyncio client's own checks (:class:`~loadgen.net.openai_stream.WholeResponse`,
+    :class:`~loadgen.net.openai_turns.ConversationSUT`) when they judge the native client's
+    answers on its checker thread: the outcome they report (:attr:`outcome`: error kind or
+    None, message, output and input tokens) becomes the answer's verdict; follow-ups go to
+    the engine as they come (before the verdict completes the turn)."""
+
+    def __init__(self, core: _core.Engine) -> None:
+        self.core = core
+        self.outcome: Tuple[Optional[str], str, int, int] = (None, "", -1, -1)
+
+    def complete(self, qid: int, t_ns: int) -> None:
+        self.outcome = (None, "", -1, -1)
+
+    def complete_tokens(self, qid: int, t_ns: int, n_tokens: int, n_input: int = -1) -> None:
+        self.outcome = (None, "", n_tokens, n_input)
+
+    def fail(self, qid: int, kind: str, message: str) -> None:
+        self.outcome = (kind, message, -1, -1)
+
+    def first_token(self, qid: int, t_ns: int) -> None:
+        """The core reported it as the stream came."""
+
+    def follow_up(self, tag: int, at_ns: int) -> bool:
+        return bool(self.core.follow_up(tag, at_ns))
+
+    def follow_ups(self) -> Dict[str, int]:
+        return dict(self.core.follow_ups())
+
+
 class NativeOpenAISUT(NativeHttpSUT):
-    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (streamed completions or
-    chat) whose streams the core reads: its histograms, counts and ``llm`` section are
-    the core's figures, with the asyncio client's keys and meaning.
+    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (completions, chat or
+    embeddings; streamed or not; or a multi-turn :class:`~loadgen.net.openai_turns.ConversationSUT`)
+    whose requests the core sends and whose answers it reads: a stream's histograms, counts
+    and ``llm`` section are the core's figures; a completions or chat answer not streamed
+    is counted in the core where its count is certain (:attr:`whole_answers`), and the
+    other answers, every embeddings answer and each turn of a conversation are checked and
+    counted by the inner client's own code on the checker thread (:meth:`verdicts`).
+    Either way the asyncio client's keys and meaning.
 
     Args:
         inner: the prepared OpenAISUT (its requests serialized).
@@ -336,15 +387,82 @@ class NativeOpenAISUT(NativeHttpSUT):
         cpus: the I/O threads' CPUs (empty: not pinned).
     """
 
+    @property
+    def follow_ups(self) -> bool:
+        """Whether the engine takes follow-up queries from this SUT (``--turns``)."""
+        return bool(getattr(self.inner, "follow_ups", False))
+
+    @property
+    def check_each(self) -> bool:
+        """Every answer goes to :meth:`verdicts` (not streamed, or a conversation's turn),
+        but those :attr:`whole_answers` lets the core count."""
+        return not self.inner.stream_responses or self.follow_ups
+
+    @property
+    def whole_answers(self) -> bool:
+        """Completions or chat answers not streamed, outside a conversation: the core counts
+        an answer whose verdict is certain (a JSON object with choices and
+        ``usage.completion_tokens``; ``read_whole_answer`` in ``csrc/sse.h``) itself."""
+        inner = self.inner
+        return not inner.stream_responses and not self.follow_ups and inner.target.endpoint != "embeddings"
+
     def client_settings(self) -> _core.NetClientSettings:
         h = super().client_settings()
         inner = self.inner
-        h.sse = True
+        h.sse = bool(inner.stream_responses)
         h.sse_check = bool(inner.check)
+        h.check_each = self.check_each
+        h.whole_answers = self.whole_answers
         h.input_tokens = [int(n) for n in inner.input_lens]
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
         return h
+
+    def start_checker(self, core: _core.Engine) -> Checker:
+        """The checker; with :attr:`check_each`, the inner client's checks report to it."""
+        if self.check_each:
+            self._answers = _AnswerSink(core)
+            self.inner.sink = self._answers
+            if self.follow_ups:
+                self.inner.add_request = core.net_add_request
+                self.inner.engine_counts = core.counts
+        return super().start_checker(core)
+
+    def verdicts(self, batch: List[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
+        """The verdicts on a batch from the core: with :attr:`check_each` each answer is
+        judged and counted by the inner client's code (:meth:`_answer`), and an ok
+        verdict carries the answer's token counts; else as any native client's."""
+        if not self.check_each:
+            return super().verdicts(batch)
+        return [self._answer(*item) for item in batch]
+
+    def _answer(self, qid: int, t: int, status: int, body: bytes, problem: int, sample: int, scheduled: int,
+                n_input: int, n_output: int) -> Tuple[Any, ...]:
+        """One answer's verdict (see :meth:`verdicts`)."""
+        from loadgen.net.openai_stream import WholeResponse
+
+        inner, sink = self.inner, self._answers
+        sink.outcome = ("check_error", "the answer's check reported no outcome", -1, -1)
+        try:
+            if self.follow_ups:
+                inner.native_turn(qid, sample)
+            if problem:
+                inner.fail_query(qid, *self.stream_verdict(problem, status, body))
+            elif inner.stream_responses:  # a conversation's good stream: its figures are the core's
+                if self.follow_ups:
+                    inner.native_stream(qid, body, n_output, t)
+                sink.complete_tokens(qid, t, n_output, n_input)
+            else:
+                whole = WholeResponse(inner, qid, scheduled)
+                whole.n_input = n_input
+                whole.on_response(None, status, body, t)
+        except Exception as e:  # a bug in a check must not end the run
+            self.check_errors += 1
+            sink.outcome = ("check_error", f"the response check raised {type(e).__name__}: {e}", -1, -1)
+        kind, message, n_tokens, n_in = sink.outcome
+        if kind is not None:
+            return qid, t, status, b"", kind, message
+        return qid, t, status, b"", None, "", n_tokens, n_in
 
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error (kind, message) of a stream the core failed, worded (and redacted) as
@@ -375,6 +493,12 @@ class NativeOpenAISUT(NativeHttpSUT):
             return
         f = self.core.sse_figures()
         inner = self.inner
+        inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
+        if self.whole_answers:
+            self._whole_figures(f)
+            return
+        if not inner.stream_responses:  # the rest are the inner client's own (its checks counted them)
+            return
         inner._itl = Histogram.from_core(f["itl_ns"])
         inner.tokens_per_s = Histogram.from_core(f["tokens_per_s_milli"])
         inner.input_lengths = Histogram.from_core(f["input_length_tokens"])
@@ -386,6 +510,22 @@ class NativeOpenAISUT(NativeHttpSUT):
             setattr(inner, key, f[key])
         for key, attr in _STREAM_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]))
+
+    def _whole_figures(self, f: Dict[str, Any]) -> None:
+        """Answers not streamed: the figures of those the core counted added to those the
+        inner client's check counted (taken once, when first asked after the run)."""
+        inner = self.inner
+        own = getattr(self, "_own", None)
+        if own is None:
+            own = {key: getattr(inner, key) for key in _WHOLE_COUNTS}
+            own.update({attr: getattr(inner, attr).copy() for _, attr in _WHOLE_HISTOGRAMS})
+            own["output_lengths"] = Counter(inner.output_lengths)
+            self._own = own
+        for key in _WHOLE_COUNTS:
+            setattr(inner, key, own[key] + f[key])
+        inner.output_lengths = own["output_lengths"] + Counter(dict(f["output_lengths"]))
+        for key, attr in _WHOLE_HISTOGRAMS:
+            setattr(inner, attr, Histogram.from_core(f[key]).add(own[attr]))
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
         """The token histograms in ns so far (live metrics); any thread."""

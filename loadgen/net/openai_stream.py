@@ -174,7 +174,7 @@ class TokenStream:
         # With a tokenizer (--tokenizer): each such event's text, to count its tokens.
         self.event_texts: Optional[List[str]] = [] if getattr(sut, "itl_tokenizer", None) is not None else None
 
-    def on_data(self, req: Request, piece: bytes, t: int) -> None:
+    def on_data(self, req: Optional[Request], piece: bytes, t: int) -> None:
         # One buffer, appended to, searched only where an event's end may newly be (from
         # the last 3 bytes held on), and cut once per piece: linear in the stream, so that
         # a large event costs its bytes, not their square.
@@ -204,6 +204,17 @@ class TokenStream:
             held = len(buf)
             self.buf = bytearray()
             raise ResponseTooLarge(too_large_text(self.sut.max_event_bytes, held))
+
+    def read_whole(self, body: bytes, t: int) -> None:
+        """A whole stream's bytes (``body``, read by the native client), parsed as if they
+        had arrived at ``t``; an event over the limit ends the parse (the client has
+        judged the stream already)."""
+        try:
+            self.on_data(None, body, t)
+        except ResponseTooLarge:
+            return
+        if self.buf.strip():
+            self._event(bytes(self.buf), t)
 
     def _event(self, event: bytes, t: int) -> None:
         if event.startswith(b"data: {") and b"\n" not in event:  # the usual one-line event
@@ -322,7 +333,7 @@ class WholeResponse:
         self.scheduled_ns = scheduled_ns
         self.n_input = -1
 
-    def on_response(self, req: Request, status: int, body: bytes, t: int) -> None:
+    def on_response(self, req: Optional[Request], status: int, body: bytes, t: int) -> None:
         sut = self.sut
         if status != 200:
             sut.fail_query(self.query_id, f"http_{status}", f"HTTP {status}: {sut.redactor.excerpt(body, 200)}")
@@ -513,7 +524,7 @@ class OpenAISUT(HttpSUT):
         none, as for embeddings), completed at ``t``."""
         if n < 0:
             self.embeddings += 1
-            self.sink.complete(w.query_id, t)
+            self.sink.complete_tokens(w.query_id, t, -1, w.n_input)  # the input tokens go in its record
             return
         self.tokens_from_usage += 1
         self.output_tokens += n

@@ -12,12 +12,18 @@ before the turn is completed, so in a closed loop the user's place is never free
 between; after the last turn (or a failed one) the place frees, and the loop starts the
 next conversation. Follow-ups are handed out with sample index ``FOLLOW_TAG | session
 id``, which the per-request records show.
+
+On the native client (:class:`~loadgen.net.native.NativeOpenAISUT`) the core sends the
+turns and reads the answers; each answer (a stream's bytes, or the whole JSON) comes to
+this class's checks on the client's checker thread (:meth:`ConversationSUT.native_turn`
+names its session by its sample index), and the next turn's request goes to the core
+(``add_request``) before its follow-up is scheduled.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -75,6 +81,11 @@ class ConversationSUT(OpenAISUT):
         self.cut_by_failure = 0
         self.turns_completed: List[int] = []
         self.history_messages_max = 0
+        # The native client: takes each follow-up's request (tag, bytes, input tokens)
+        # before it is scheduled; and the engine's counts, for the conversations' ends
+        # that only the core sees (a turn failed or cancelled there).
+        self.add_request: Optional[Callable[[int, bytes, int], Any]] = None
+        self.engine_counts: Optional[Callable[[], Dict[str, int]]] = None
 
     def _bodies(self) -> Tuple[List[dict], str]:
         if self.net.payload:
@@ -84,6 +95,7 @@ class ConversationSUT(OpenAISUT):
         self.conversations = convs
         self._rng = np.random.default_rng(llm.seed + 7)
         self.turns_completed = [0] * max(len(c) for c in convs.bodies)
+        self.input_lens = [int(t[0]) for t in convs.turn_tokens]  # the first turns' (the native client counts them)
         return [c[0] for c in convs.bodies], convs.source
 
     def _think(self) -> int:
@@ -102,10 +114,7 @@ class ConversationSUT(OpenAISUT):
             raise RuntimeError("issue_query before open_on_loop: the connection pool is not open")
         if sample_index >= FOLLOW_TAG:
             session = self._waiting.pop(sample_index - FOLLOW_TAG)
-            body = dict(convs.bodies[session.conv][session.turn])
-            body["messages"] = session.messages + body["messages"]
-            self.history_messages_max = max(self.history_messages_max, len(body["messages"]))
-            data = self.serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
+            data = self._turn_request(session)
         else:
             conv = sample_index % len(convs.bodies)
             session = _Session(self._next_sid, conv)
@@ -125,6 +134,40 @@ class ConversationSUT(OpenAISUT):
         pool.submit(Request(data, handler, query_id, self.stream_responses), scheduled_ns + self.timeout_ns
                     if self.timeout_ns else 0)
 
+    def _turn_request(self, session: _Session) -> bytes:
+        """The request of ``session``'s next turn: its messages after the history so far."""
+        assert self.conversations is not None
+        body = dict(self.conversations.bodies[session.conv][session.turn])
+        body["messages"] = session.messages + body["messages"]
+        self.history_messages_max = max(self.history_messages_max, len(body["messages"]))
+        return self.serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
+
+    def native_turn(self, qid: int, sample_index: int) -> None:
+        """The native client's answer to query ``qid`` (sample index ``sample_index``)
+        is about to be checked: its session (a follow-up's, or a new conversation's) is
+        the query's, as :meth:`issue_query` makes it for the asyncio client."""
+        convs = self.conversations
+        if convs is None:
+            raise RuntimeError("native_turn before prepare: the conversations are not built")
+        if sample_index >= FOLLOW_TAG:
+            session = self._waiting.pop(sample_index - FOLLOW_TAG, None)
+            if session is None:
+                return
+        else:
+            session = _Session(self._next_sid, sample_index % len(convs.bodies))
+            self._next_sid += 1
+        self._by_query[qid] = session
+
+    def native_stream(self, qid: int, body: bytes, n_tokens: int, t: int) -> None:
+        """The native client's good stream for turn ``qid``: ``body`` its bytes (the
+        reply's text is read from them), ``n_tokens`` its output tokens as the core counted
+        them, complete at ``t``. The core recorded its figures; this advances the
+        conversation (the caller then completes the turn)."""
+        stream = TokenStream(self, qid, 0)
+        stream.texts = []
+        stream.read_whole(body, t)
+        self._advance(qid, "".join(stream.texts), n_tokens, t)
+
     def _advance(self, qid: int, reply: str, n_tokens: int, t: int) -> None:
         """Turn ``qid`` answered with ``reply`` at ``t``: the next turn as a follow-up
         (before the caller completes this one), or the conversation's end."""
@@ -142,7 +185,11 @@ class ConversationSUT(OpenAISUT):
             self.finished += 1
             return
         self._waiting[session.sid] = session
-        if not self.sink.follow_up(FOLLOW_TAG | session.sid, t + self._think()):
+        tag = FOLLOW_TAG | session.sid
+        if self.add_request is not None:  # the native client: the request goes first
+            self.add_request(tag, self._turn_request(session),
+                             session.history_tokens + convs.turn_tokens[session.conv][session.turn])
+        if not self.sink.follow_up(tag, t + self._think()):
             del self._waiting[session.sid]  # issuing has ended: the engine counts it dropped
 
     def record_stream(self, s: TokenStream, t: int) -> None:
@@ -175,9 +222,17 @@ class ConversationSUT(OpenAISUT):
         engine = getattr(self.sink, "follow_ups", None)
         follow = engine() if callable(engine) else {}
         conv = dict(out.get("conversations") or {})
-        conv.update(started=self.started, finished=self.finished,
-                    cut_short={"failed_turn": self.cut_by_failure,
-                               "run_ended": int(follow.get("dropped", 0)) + len(self._by_query)},
+        dropped = int(follow.get("dropped", 0))
+        started, failed, unanswered = self.started, self.cut_by_failure, len(self._by_query)
+        if self.engine_counts is not None:
+            # The native client: turns are issued, and may fail or be cancelled, in the
+            # core, so the engine's counts say how conversations started and ended.
+            c = self.engine_counts()
+            started = c["issued"] + c["warmup_issued"] - int(follow.get("issued", 0))
+            failed = c["failed"] + c["timed_out"] + c["warmup_failed"]
+            unanswered = c["cancelled"]
+        conv.update(started=started, finished=self.finished,
+                    cut_short={"failed_turn": failed, "run_ended": dropped + unanswered},
                     turns_completed=self.turns_completed, follow_ups=follow,
                     history_messages_max=self.history_messages_max)
         out["conversations"] = conv

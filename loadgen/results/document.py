@@ -174,6 +174,7 @@ def build_document(scenario: Scenario, o: RunOptions, result: RunResult, *, inte
             doc["network"] = report
             if llm is not None:
                 doc["llm"] = llm
+                _add_input_rate(doc["throughput"], llm, result.duration_s)
     doc["histograms"] = index
     es = scenario.early_stopping(result, o)
     if es is not None:
@@ -210,6 +211,15 @@ def _throughput_section(o: RunOptions, result: RunResult) -> Dict[str, Any]:
         **({"output_tokens_per_s_per_stream": result.counts["stream_rate_milli_sum"] / streams / 1000.0}
            if streams else {}),
     }
+
+
+def _add_input_rate(throughput: Dict[str, Any], llm: Dict[str, Any], duration_s: float) -> None:
+    """``input_tokens_per_s``: the input tokens of the requests sent (an LLM target's
+    ``llm.requests.input_tokens_sent``, when its workload knows them) per second of the run;
+    an embeddings run's token throughput (it has no output tokens)."""
+    sent = (llm.get("requests") or {}).get("input_tokens_sent") or 0
+    if sent > 0 and duration_s > 0:
+        throughput["input_tokens_per_s"] = sent / duration_s
 
 
 def _add_engine_histograms(doc: Dict[str, Any], result: RunResult) -> Dict[str, Dict[str, Any]]:

@@ -138,6 +138,8 @@ def _llm_rows(doc: Dict[str, Any]) -> List[Tuple[str, str]]:
         per_stream = tput.get("output_tokens_per_s_per_stream")
         rows.append(("output tokens/s", f"{_fmt(tput['output_tokens_per_s'])} in all"
                      + (f", {_fmt(per_stream)} per stream" if per_stream else "")))
+    if tput.get("input_tokens_per_s"):
+        rows.append(("input tokens/s", f"{_fmt(tput['input_tokens_per_s'])} sent"))
     goodput = doc.get("goodput") or {}
     if goodput.get("slos"):
         each = ", ".join(f"{name} {_fmt(100 * (v.get('fraction') or 0))}%"

@@ -174,6 +174,8 @@ def _run_lines(doc: Dict[str, Any]) -> List[str]:
         per_stream = tp.get("output_tokens_per_s_per_stream")
         each = f", {per_stream:,.1f} per stream (mean of tokens / (completed - first token))" if per_stream else ""
         lines.append(f"tokens       {tp['output_tokens_per_s']:,.1f} output tokens/s in all{each}")
+    if tp.get("input_tokens_per_s"):
+        lines.append(f"input        {tp['input_tokens_per_s']:,.1f} input tokens/s sent")
     cost = cost_text(doc)
     return lines + _goodput_lines(doc) + ([f"cost         {cost}"] if cost else [])
 

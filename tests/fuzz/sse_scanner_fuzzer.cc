@@ -7,7 +7,10 @@
 // must give sane results: a gap per token after the first, gaps >= 0, a problem's data
 // kept exactly when there is a problem. Without '\r' in the input, events end at "\n\n"
 // only, so that how the input is split cannot change the outcome (with a bound no event
-// reaches): split and whole runs must agree then. Anything else is a crash.
+// reaches): split and whole runs must agree then. The same bytes as a whole non-streamed
+// answer: read_whole_answer() gives counts in range, and takes only an answer that the
+// scanner reads, as one event's data, as a good usage event with the same counts.
+// Anything else is a crash.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -86,10 +89,30 @@ Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int6
   return run;
 }
 
+void check_whole(const uint8_t* data, size_t size) {
+  const char* p = reinterpret_cast<const char*>(data);
+  loadgen::WholeAnswer a;
+  if (!loadgen::read_whole_answer(p, size, &a)) return;
+  CHECK(a.tokens >= 0 && a.tokens <= loadgen::kMaxTokenCount);
+  CHECK(a.reasoning_tokens >= -1 && a.reasoning_tokens <= loadgen::kMaxTokenCount);
+  // One line of data, whose "usage" key is written plainly (the scanner's fast path looks
+  // for those bytes; an escaped key is a key the scanner's JSON reader reads alike).
+  const std::string body(p, size);
+  if (body.find_first_of("\r\n") != std::string::npos || body.find("\"usage\"") == std::string::npos) return;
+  const std::string event = "data: " + body + "\n\n";
+  SseScanner s(1 << 20);
+  s.start();
+  CHECK(s.feed(event.data(), event.size(), 1));
+  s.finish(2);
+  CHECK(s.problem() == SseProblem::kNone && s.usage_tokens() == a.tokens);
+  CHECK(s.usage_reasoning_tokens() == a.reasoning_tokens);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
+  check_whole(data + 2, size - 2);
   unsigned seed = data[0];
   static const int64_t kLimits[] = {1, 16, 300, 1 << 20};
   const int64_t limit = kLimits[data[1] & 3];

@@ -433,6 +433,10 @@ def test_token_stream_figures_and_goodput_are_headline_figures(pages):
     assert rows["input tokens sent"] == "p50 300, p99 900, max 950 per request"
     assert rows["conversations"] == ("9 started, 6 finished, 3 cut by the run's end, 0 by a failed turn; "
                                      "turns completed 9/7/6")
+    # An embeddings run's throughput: the input tokens sent per second.
+    assert "input tokens/s" not in rows
+    doc["throughput"]["input_tokens_per_s"] = 2048.25
+    assert dict(_headline_rows(doc))["input tokens/s"] == "2048 sent"
 
 
 # --------------------------------------------------------------------------- the charts' rules

@@ -2,29 +2,38 @@
 the previous reply plus the think time, carrying the history so far; the engine issues it
 as a follow-up due at that time, and measures it from then. The scripted server logs the
 messages of every chat request it answered (``--log-messages``): that log is what the
-histories, and loadgen's counts, are checked against. The CLI runs as a subprocess with
-the test's tmp_path as its working directory; every server is ended by its PID."""
+histories, and loadgen's counts, are checked against. Each runs on both HTTP clients: the
+native one (the core sends the turns; the checker thread reads each reply and hands the
+next turn's request back) and the asyncio one. The CLI runs as a subprocess with the
+test's tmp_path as its working directory; every server is ended by its PID."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import socket
 
 import numpy as np
 import pytest
 
 from tests.servers.scripted_proc import start_scripted
-from tests.helpers import run_cli
+from tests.helpers import _send, _Server, run_cli
 
 FOLLOW_TAG = 1 << 62
 TOKENS = 6
 SERVER = ("--ttft-ms", "3", "--itl-ms", "1", "--tokens", str(TOKENS), "--log-messages")
 LOAD = ("--scenario", "concurrency", "--interval-s", "0", "--max-tokens", str(TOKENS), "--max-issue-delay-ms", "1000")
+ENGINES = ("native", "asyncio")
 
 
-def _run(tmp_path, *args, expect=0):
-    proc = run_cli("run", "--json", *LOAD, *args, timeout=90, cwd=str(tmp_path))
+def _run(tmp_path, *args, expect=0, engine=None):
+    chosen = ("--http-engine", engine) if engine else ()
+    proc = run_cli("run", "--json", *LOAD, *chosen, *args, timeout=90, cwd=str(tmp_path))
     assert proc.returncode == expect, (proc.returncode, proc.stderr[-3000:])
-    return json.loads(proc.stdout) if expect in (0, 1) else proc
+    doc = json.loads(proc.stdout) if expect in (0, 1) else proc
+    if engine and expect in (0, 1):
+        assert doc["network"]["http_engine"] == engine
+    return doc
 
 
 def _records(path):
@@ -53,14 +62,16 @@ def _check_histories(log, turns_by_conv=None):
     return sizes
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("stream", [True, False])
-def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stream):
+def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stream, engine):
     think_ms = 25
     rec = tmp_path / "requests.jsonl"
     with start_scripted(tmp_path, *SERVER) as srv:
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--concurrency", "3",
                    "--duration-s", "1.5", "--turns", "3", "--think-time-ms", str(think_ms),
-                   "--input-tokens", "5:12", "--record-requests", str(rec), *(() if stream else ("--no-stream",)))
+                   "--input-tokens", "5:12", "--record-requests", str(rec), *(() if stream else ("--no-stream",)),
+                   engine=engine)
         st = srv.stats()
     log = st["completion_log"]
     c, conv = doc["counts"], doc["llm"]["conversations"]
@@ -104,14 +115,15 @@ def test_histories_grow_turn_by_turn_and_counts_equal_the_servers(tmp_path, stre
     assert len(sessions) <= conv["started"]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("scenario", [("--scenario", "poisson", "--target-qps", "40"),
                                       ("--scenario", "constant", "--target-qps", "40", "--max-in-flight", "8")])
-def test_open_loop_conversations_start_at_the_arrivals(tmp_path, scenario):
+def test_open_loop_conversations_start_at_the_arrivals(tmp_path, scenario, engine):
     think_ms = 15
     rec = tmp_path / "requests.jsonl"
     with start_scripted(tmp_path, *SERVER) as srv:
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", *scenario, "--duration-s", "1.5",
-                   "--turns", "3", "--think-time-ms", str(think_ms), "--record-requests", str(rec))
+                   "--turns", "3", "--think-time-ms", str(think_ms), "--record-requests", str(rec), engine=engine)
         st = srv.stats()
     log = st["completion_log"]
     c, conv = doc["counts"], doc["llm"]["conversations"]
@@ -130,11 +142,80 @@ def test_open_loop_conversations_start_at_the_arrivals(tmp_path, scenario):
     assert conv["started"] == conv["finished"] + cut["failed_turn"] + cut["run_ended"]
 
 
-def test_think_time_distribution_and_zero_think_time(tmp_path):
+@pytest.mark.parametrize("stream", [True, False])
+def test_both_clients_hold_the_same_conversations(tmp_path, stream):
+    """One user, a query count: the same conversations, turn by turn, on both clients;
+    the result's keys and counts agree, and the server answered what they counted."""
+    docs, logs = {}, {}
+    for engine in ENGINES:
+        with start_scripted(tmp_path, *SERVER) as srv:
+            docs[engine] = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--concurrency", "1",
+                                "--query-count", "30", "--turns", "3", "--think-time-ms", "5", "--sample-order",
+                                "sequential", *(() if stream else ("--no-stream",)), engine=engine)
+            logs[engine] = srv.stats()["completion_log"]
+    native, asyncio_ = docs["native"], docs["asyncio"]
+    assert set(native) - set(asyncio_) <= {"receive_wait_ns"} and set(asyncio_) <= set(native)
+    assert set(native["network"]) - set(asyncio_["network"]) == {"io_threads", "native"}
+    assert native["network"]["tokens"] == asyncio_["network"]["tokens"]
+    assert native["llm"] == asyncio_["llm"]
+    conv = native["llm"]["conversations"]
+    assert conv["started"] == conv["finished"] == 10 and conv["turns_completed"] == [10, 10, 10]
+    assert conv["follow_ups"] == {"pending": 0, "issued": 20, "dropped": 0}
+    assert conv["cut_short"] == {"failed_turn": 0, "run_ended": 0}
+    for doc in docs.values():
+        assert doc["counts"]["completed"] == 30 and doc["counts"]["tokens"] == 30 * TOKENS
+    # The same requests, history and all, reached the server from both clients.
+    assert [e["messages"] for e in logs["native"]] == [e["messages"] for e in logs["asyncio"]]
+    _check_histories(logs["native"])
+
+
+def _every_third_fails(stream: bool):
+    """A chat server whose every third POST answers HTTP 500 (the rest one token)."""
+    posts = itertools.count(1)
+    answer = (b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n' if stream
+              else b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "a"}}]}')
+
+    def route(method: str, path: str, head: bytes, sock: socket.socket) -> bool:
+        if method != "POST":
+            return _send(sock, 404, b"")
+        if next(posts) % 3 == 0:
+            return _send(sock, 500, b'{"error": "busy"}')
+        return _send(sock, 200, answer, content_type="text/event-stream" if stream else "application/json")
+    return route
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_failed_turn_cuts_its_conversation_short_on_both_clients(tmp_path, stream):
+    """One user, every third request failed: each conversation's third turn fails, and
+    both clients count the conversations, turns and errors alike."""
+    docs = {}
+    for engine in ENGINES:
+        srv = _Server(_every_third_fails(stream))
+        try:
+            docs[engine] = _run(tmp_path, "--sut", f"openai+http://127.0.0.1:{srv.port}/v1/chat/completions",
+                                "--model", "m", "--concurrency", "1", "--query-count", "12", "--turns", "3",
+                                "--max-error-rate", "1", *(() if stream else ("--no-stream",)),
+                                engine=engine)
+        finally:
+            srv.stop()
+    native, asyncio_ = docs["native"], docs["asyncio"]
+    assert native["errors"] == asyncio_["errors"] and native["errors"]["counts"] == {"http_500": 4}
+    assert native["llm"]["conversations"] == asyncio_["llm"]["conversations"]
+    conv = native["llm"]["conversations"]
+    assert conv["started"] == 4 and conv["finished"] == 0 and conv["turns_completed"] == [4, 4, 0]
+    assert conv["cut_short"] == {"failed_turn": 4, "run_ended": 0}
+    assert conv["follow_ups"]["issued"] == 8
+    for doc in docs.values():
+        assert doc["counts"]["completed"] == 8 and doc["counts"]["failed"] == 4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_think_time_distribution_and_zero_think_time(tmp_path, engine):
     rec = tmp_path / "r.jsonl"
     with start_scripted(tmp_path, *SERVER) as srv:
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--concurrency", "2",
-                   "--duration-s", "1", "--turns", "4", "--think-time-ms", "0", "--record-requests", str(rec))
+                   "--duration-s", "1", "--turns", "4", "--think-time-ms", "0", "--record-requests", str(rec),
+                   engine=engine)
         log = srv.stats()["completion_log"]
     _check_histories(log)
     records = _records(rec)
@@ -165,12 +246,14 @@ def test_sharegpt_conversations_send_their_human_turns_in_order(tmp_path):
     assert doc["llm"]["records_read"] == 2 and doc["llm"]["layout"] == "sharegpt"
 
 
-def test_json_lines_turns(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_json_lines_turns(tmp_path, engine):
     data = tmp_path / "turns.jsonl"
     data.write_text(json.dumps({"turns": ["q1", "q2 q2"], "max_tokens": 3}) + "\n" + json.dumps({"prompt": "solo"}))
     with start_scripted(tmp_path, *SERVER) as srv:
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--concurrency", "1",
-                   "--query-count", "12", "--turns", "2", "--dataset", str(data), "--sample-order", "sequential")
+                   "--query-count", "12", "--turns", "2", "--dataset", str(data), "--sample-order", "sequential",
+                   engine=engine)
         log = srv.stats()["completion_log"]
     _check_histories(log, [["q1", "q2 q2"], ["solo"]])
     assert doc["counts"]["completed"] == len(log) == 12

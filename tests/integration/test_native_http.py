@@ -69,11 +69,16 @@ def test_auto_picks_the_native_client_where_it_runs_the_target(tmp_path):
         template = _run("--sut", srv.url, "--request-template", str(tpl), *load)
         stream = _run("--sut", f"openai+{srv.url}/v1/completions", "--model", "m", *load)
         whole = _run("--sut", f"openai+{srv.url}/v1/completions", "--model", "m", "--no-stream", *load)
+        embeddings = _run("--sut", f"openai+{srv.url}/v1/embeddings", "--model", "m", *load)
+        turns = _run("--sut", f"openai+{srv.url}/v1/chat/completions", "--model", "m", "--turns", "2", *load)
         asked = _run("--sut", f"{srv.url}/v2/models/m/infer", *load, "--http-engine", "asyncio")
+        asked_whole = _run("--sut", f"openai+{srv.url}/v1/completions", "--model", "m", "--no-stream", *load,
+                           "--http-engine", "asyncio")
     assert kserve["network"]["http_engine"] == template["network"]["http_engine"] == "native"
-    assert stream["network"]["http_engine"] == "native"
-    assert whole["network"]["http_engine"] == asked["network"]["http_engine"] == "asyncio"
-    for doc in (kserve, template, stream, whole, asked):
+    assert stream["network"]["http_engine"] == whole["network"]["http_engine"] == "native"
+    assert embeddings["network"]["http_engine"] == turns["network"]["http_engine"] == "native"
+    assert asked["network"]["http_engine"] == asked_whole["network"]["http_engine"] == "asyncio"
+    for doc in (kserve, template, stream, whole, embeddings, turns, asked, asked_whole):
         assert doc["counts"]["completed"] == 200 and doc["counts"]["failed"] == 0
 
 
@@ -108,8 +113,7 @@ def test_a_response_too_large_fails_and_closes_its_connection(tmp_path):
     assert doc["network"]["connects"] >= 20  # each failure closed its connection
 
 
-@pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc"),
-                                       ("openai+http://127.0.0.1:{port}/v1/embeddings", "not openai /v1/embeddings")])
+@pytest.mark.parametrize("url, says", [("grpc://127.0.0.1:{port}/m", "not grpc")])
 def test_targets_the_native_client_does_not_run_are_exit_2(tmp_path, url, says):
     with start_scripted(tmp_path) as srv:
         proc = _run("--sut", url.format(port=srv.port), *NATIVE, "--query-count", "5", "--ready-timeout-s", "2",

@@ -143,17 +143,6 @@ def test_no_response_check_completes_streams_without_done():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("args, says", [(("--turns", "2"), "multi-turn"), (("--no-stream",), "--no-stream")])
-def test_what_stays_on_asyncio_is_refused_by_native(tmp_path, args, says):
-    from tests.helpers import run_cli
-
-    with start_scripted(tmp_path) as srv:
-        proc = run_cli("run", "--sut", f"openai+{srv.url}/v1/chat/completions", "--model", "m", *NATIVE,
-                       "--query-count", "2", *args)
-    assert proc.returncode == 2 and "--http-engine native" in proc.stderr and says in proc.stderr, proc.stderr
-
-
-@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["closed", "poisson"])
 def test_in_process_native_streams_through_the_python_api(tmp_path, mode):
     """The native client's OpenAI streams in this process (as the sanitizer runs drive

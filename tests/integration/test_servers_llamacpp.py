@@ -130,10 +130,12 @@ def test_completions_stream_ending_at_eos(server, word_tokenizer, tmp_path, http
     _check_stream_timing(doc, n, tokens)
 
 
-def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tmp_path):
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tmp_path, http_engine):
     n = 12
     prompts_before = len(server.prompt_lengths())
-    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--concurrency", "4", "--query-count", str(n),
+    doc, answered, runs = _run(server, tmp_path, "/v1/completions", "--http-engine", http_engine,
+                               "--concurrency", "4", "--query-count", str(n),
                                "--tokenizer", word_tokenizer, "--input-tokens", "20", "--output-tokens", "6:12",
                                "--ignore-eos", "--no-stream")
     _check_counts(doc, n, answered, runs)
@@ -147,6 +149,7 @@ def test_no_stream_token_counts_are_the_servers_usage(server, word_tokenizer, tm
     assert len(lengths) >= n - 1 and set(lengths) == {21}, lengths
     assert not doc.get("ttft_ns", {}).get("count")  # not streamed: no first token
     assert doc["output_tokens_per_s"]["count"] == n
+    assert doc["network"]["http_engine"] == http_engine
 
 
 @pytest.mark.parametrize("http_engine", ["asyncio", "native"])
@@ -162,3 +165,27 @@ def test_streams_that_end_at_once_complete_with_0_tokens(server, tmp_path, http_
     assert doc["counts"]["tokens"] == doc["network"]["tokens"]["output_tokens"] == 0
     assert doc["llm"]["requests"]["output_tokens"]["max"] == 0
     assert not doc.get("ttft_ns", {}).get("count") and not doc.get("tpot_ns", {}).get("count")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("http_engine", ["asyncio", "native"])
+def test_conversations_carry_the_servers_replies(server, word_tokenizer, tmp_path, http_engine, stream):
+    # One user, two conversations of three turns: each later turn carries the history
+    # (the earlier turns and the server's actual replies), so its prompt is longer.
+    n = 6
+    prompts_before = len(server.prompt_lengths())
+    doc, answered, runs = _run(server, tmp_path, "/v1/chat/completions", "--http-engine", http_engine,
+                               "--concurrency", "1", "--query-count", str(n), "--turns", "3", "--think-time-ms", "5",
+                               "--tokenizer", word_tokenizer, "--input-tokens", "8", "--output-tokens", "4",
+                               "--ignore-eos", *(() if stream else ("--no-stream",)))
+    _check_counts(doc, n, answered, runs)
+    assert doc["network"]["http_engine"] == http_engine
+    conv = doc["llm"]["conversations"]
+    assert conv["started"] == conv["finished"] == 2 and conv["turns_completed"] == [2, 2, 2]
+    assert conv["follow_ups"]["issued"] == 4 and conv["history_messages_max"] == 5
+    # Each turn's input tokens: its own 8, and every earlier turn's 8 and reply's 4 tokens.
+    assert doc["llm"]["requests"]["input_tokens_sent"] == 2 * (8 + 20 + 32)
+    # The server's own count of the prompts it evaluated grows with the history (its
+    # prompt cache skips a prefix it has seen, so not every turn shows).
+    lengths = server.prompt_lengths()[prompts_before:]
+    assert lengths and max(lengths) > min(lengths) > 8, lengths

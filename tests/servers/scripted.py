@@ -24,7 +24,7 @@ non-streamed answer when its last token is due. With --reasoning-tokens R a chat
 first R tokens are reasoning (``delta.reasoning_content``, or --reasoning-field's name) and
 the rest the answer (``delta.content``); an event holds one kind only (the one that would
 straddle R is cut there), and the usage chunk says R as
-``completion_tokens_details.reasoning_tokens``.
+``completion_tokens_details.reasoning_tokens`` (as a non-streamed chat answer's usage does).
 Each event's write is a timer callback at its absolute due time (no busy waiting), and
 /stats records the time taken right before the write: the data reaches the client during
 the send() call, and a client woken by it may preempt the server before send() returns.
@@ -461,6 +461,8 @@ class ScriptedServer:
                 return await self.stream(req, writer, base, chat, n, usage if include_usage else None)
             await sleep_until(req.recv_ns + round(a.ttft_ms * MS) + (n - 1) * round(a.itl_ms * MS))
             text = " tok" * n
+            if chat and a.reasoning_tokens:  # counted in usage as a stream's are (the text is the answer's)
+                usage = {**usage, "completion_tokens_details": {"reasoning_tokens": min(n, a.reasoning_tokens)}}
             choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
                       else {"index": 0, "text": text})
             self.send_json(writer, req, 200, {**base, "choices": [{**choice, "finish_reason": "length"}],
