@@ -130,6 +130,16 @@ def _dist_of(**limits: Any) -> Callable[[Any], str]:
 
 
 _dist = _dist_of()
+
+
+def _model_mix(v: Any) -> str:
+    """``NAME`` or ``NAME=WEIGHT,...`` (loadgen.llm.models), kept as written."""
+    from loadgen.llm.models import parse_model_mix
+
+    parse_model_mix(str(v))
+    return str(v)
+
+
 _think_dist = _with_unit(_dist_of(limit=3_600_000, low=0, unit="ms"), "ms")
 
 
@@ -491,7 +501,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "can, else grpcio; default {default}); callback and asyncio mean grpcio", "ENGINE", default=D.GRPC_ENGINE),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
                "or typed (typed contents) (default {default})", default=D.GRPC_CONTENTS),
-    OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
+    OptionSpec("model", _model_mix, "OpenAI: the model name (default: the first the server lists at /v1/models), "
+               "or a mix NAME=WEIGHT,NAME=WEIGHT,... whose requests' models are drawn by weight with the sample "
+               "seed; the result's network.models has each model's counts, latency and TTFT", "NAME[=W],..."),
     OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), "OpenAI: max_tokens of synthetic requests (default {default})", "N", default=D.MAX_TOKENS),
     OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default {default})", "N", default=D.PROMPT_WORDS),
     OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "

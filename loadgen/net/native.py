@@ -74,6 +74,8 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
             what = "multi-turn conversations (--turns > 1)"
         elif llm is not None and not llm.stream:
             what = "OpenAI answers not streamed (--no-stream)"
+        elif "," in (getattr(net, "model", None) or ""):  # more than one model: per-model figures
+            what = "a model mix (--model NAME=WEIGHT,...)"
     if what is None:
         return None
     return ("the native HTTP/1.1 client runs KServe REST, --request-template and streamed OpenAI completions "
