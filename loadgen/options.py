@@ -520,6 +520,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "by their group (default {default})", "K", default=D.SHARED_PREFIX_TOKENS),
     OptionSpec("prefix_groups", _int(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
                "(default {default})", "G", default=D.PREFIX_GROUPS),
+    OptionSpec("prefix_hit_ratio", _float(0, 1), "OpenAI: --shared-prefix-tokens: the share of samples that "
+               "start with a prefix of the groups' pool, drawn with the sample seed; the others start with a "
+               "fresh prefix of K tokens shared with no other (default {default})", "R", default=D.PREFIX_HIT_RATIO),
     OptionSpec("tokenizer", _str, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
     OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
@@ -675,6 +678,7 @@ class RunOptions:
     output_tokens: Optional[str] = _default("output_tokens")
     shared_prefix_tokens: int = _default("shared_prefix_tokens")
     prefix_groups: int = _default("prefix_groups")
+    prefix_hit_ratio: float = _default("prefix_hit_ratio")
     tokenizer: Optional[str] = _default("tokenizer")
     ignore_eos: bool = _default("ignore_eos")
     turns: int = _default("turns")

@@ -332,7 +332,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.output_lengths = Counter(dict(f["output_lengths"]))
         for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked",
                     "reasoning_tokens", "reasoning_from_usage", "reasoning_from_chunks", "split_by_chunks",
-                    "split_by_text"):
+                    "split_by_text", "cached_tokens", "cached_from_usage"):
             setattr(inner, key, f[key])
         for key, attr in _STREAM_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]))

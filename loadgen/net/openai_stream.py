@@ -82,14 +82,22 @@ def _token_count(usage: Any) -> Tuple[Optional[int], Optional[str]]:
     return n, None
 
 
-def _reasoning_count(usage: Any) -> Optional[int]:
-    """``usage.completion_tokens_details.reasoning_tokens`` when it is a count in range,
-    else None (no error: the answer's own count is what is checked)."""
-    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    n = details.get("reasoning_tokens") if isinstance(details, dict) else None
+def _reasoning_count(usage: Any, section: str = "completion_tokens_details", key: str = "reasoning_tokens") -> \
+        Optional[int]:
+    """``usage.completion_tokens_details.reasoning_tokens`` (or ``usage.section.key``) when
+    it is a count in range, else None (no error: the answer's own count is what is
+    checked)."""
+    details = usage.get(section) if isinstance(usage, dict) else None
+    n = details.get(key) if isinstance(details, dict) else None
     if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_TOKEN_COUNT:
         return None
     return n
+
+
+def _cached_count(usage: Any) -> Optional[int]:
+    """``usage.prompt_tokens_details.cached_tokens`` (the prompt's tokens the server's
+    prefix cache held) when it is a count in range, else None."""
+    return _reasoning_count(usage, "prompt_tokens_details", "cached_tokens")
 
 
 def text_weight(data: bytes) -> int:
@@ -148,7 +156,7 @@ class TokenStream:
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
                  "done", "finished", "error", "gaps", "texts", "n_input", "reasoning_chunks",
                  "usage_reasoning_tokens", "first_reasoning_ns", "first_answer_ns", "events", "event_texts",
-                 "model_id")
+                 "model_id", "usage_cached_tokens")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -169,6 +177,7 @@ class TokenStream:
         self.n_input = -1  # the request's input tokens, when the workload knows them
         self.reasoning_chunks = 0
         self.usage_reasoning_tokens = -1  # usage.completion_tokens_details.reasoning_tokens
+        self.usage_cached_tokens = -1  # usage.prompt_tokens_details.cached_tokens
         self.first_reasoning_ns = 0
         self.first_answer_ns = 0
         # The events that held tokens: (time, tokens, text weight), for the per-token ITL.
@@ -252,6 +261,9 @@ class TokenStream:
         reasoning_count = _reasoning_count(usage)
         if reasoning_count is not None:
             self.usage_reasoning_tokens = reasoning_count
+        cached = _cached_count(usage)
+        if cached is not None:
+            self.usage_cached_tokens = cached
         pieces = []
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
@@ -440,6 +452,9 @@ class OpenAISUT(HttpSUT):
         self.reasoning_tokens = 0
         self.reasoning_from_usage = 0
         self.reasoning_from_chunks = 0
+        # usage.prompt_tokens_details.cached_tokens: their sum, and the answers that gave it.
+        self.cached_tokens = 0
+        self.cached_from_usage = 0
         # How each request's tokens were spread over its events for the per-token ITL.
         self.split_by_chunks = 0
         self.split_by_text = 0
@@ -584,6 +599,8 @@ class OpenAISUT(HttpSUT):
         self.output_lengths[n] += 1
         reasoning = _reasoning_count(doc.get("usage"))
         self._record_reasoning(-1 if reasoning is None else reasoning, 0)
+        cached = _cached_count(doc.get("usage"))
+        self._record_cached(-1 if cached is None else cached)
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
@@ -602,6 +619,7 @@ class OpenAISUT(HttpSUT):
         self.output_tokens += n
         self.output_lengths[n] += 1
         self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
+        self._record_cached(s.usage_cached_tokens)
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
@@ -646,6 +664,12 @@ class OpenAISUT(HttpSUT):
         self.reasoning_tokens += r
         if r > 0:
             self.reasoning_length_hist.record(r)
+
+    def _record_cached(self, cached: int) -> None:
+        """An answer's cached prompt tokens (-1: its usage gave none)."""
+        if cached >= 0:
+            self.cached_from_usage += 1
+            self.cached_tokens += cached
 
     def _lengths(self, n_input: int, n_output: int) -> None:
         if n_input > 0:
@@ -714,6 +738,10 @@ class OpenAISUT(HttpSUT):
             "reasoning_source": _source(self.reasoning_from_usage, self.reasoning_from_chunks),
             "itl_per_token_split": {"chunks": self.split_by_chunks, "text_length": self.split_by_text,
                                     "tokenizer": self.split_by_tokenizer},
+            "cached_tokens": self.cached_tokens,
+            "cached_requests": self.cached_from_usage,
+            # Of the input tokens sent, by loadgen's count (exact with --tokenizer).
+            "cached_share": self.cached_tokens / self.input_tokens_sent if self.input_tokens_sent else None,
         }
         if self.workload is not None:
             out["llm"] = self.llm_section()

@@ -145,7 +145,28 @@ def test_model_mix_follows_its_weights_and_counts_equal_the_servers(tmp_path, en
     assert Counter(e["model"] for e in again) == served
 
 
+@pytest.mark.parametrize("engine", ["asyncio", "native"])
+def test_prefix_hit_ratio_and_cached_tokens_equal_the_servers(tmp_path, engine):
+    with start_scripted(tmp_path, *SERVER, "--prefix-cache") as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--http-engine", engine,
+                   "--query-count", "300", "--sample-count", "300", "--sample-order", "sequential",
+                   "--input-tokens", "16", "--shared-prefix-tokens", "40", "--prefix-groups", "2",
+                   "--prefix-hit-ratio", "0.3")
+        _, log = _log(srv)
+    llm, tokens = doc["llm"], doc["network"]["tokens"]
+    assert len(log) == 300 and llm["prefix_hit_ratio"] == 0.3
+    # 300 draws at 0.3: about 90 hits (a standard deviation of about 8).
+    assert 50 < llm["prefix_hits"] < 130, llm["prefix_hits"]
+    cached = [e["cached_tokens"] for e in log]
+    # A hit after its group's first shares the whole 40-word prefix; a miss's fresh prefix
+    # shares at most a few words by chance.
+    assert sum(c >= 40 for c in cached) == llm["prefix_hits"] - 2
+    assert tokens["cached_tokens"] == sum(cached) and tokens["cached_requests"] == 300
+    assert tokens["cached_share"] == pytest.approx(sum(cached) / (300 * 56))
+
+
 @pytest.mark.parametrize("args, says", [
+    (("--prefix-hit-ratio", "0.5"), "--shared-prefix-tokens"),
     (("--model", "a=3,b=0"), "--model"),
     (("--model", "a=3,a=1"), "given twice"),
     (("--extra-body", "[1]"), "--extra-body"),
