@@ -500,6 +500,8 @@ void def_net_client(EngineClass& c) {
              d["reasoning_from_chunks"] = f.stream.reasoning_from_chunks;
              d["split_by_chunks"] = f.stream.split_by_chunks;
              d["split_by_text"] = f.stream.split_by_text;
+             d["cached_tokens"] = f.stream.cached_tokens;
+             d["cached_from_usage"] = f.stream.cached_from_usage;
              return d;
            },
            "The native network client's figures of OpenAI streams (HTTP/1.1, settings.sut.net.sse): histograms "

@@ -196,6 +196,7 @@ void bind_sse_scanner(py::module_& m) {
       .def_property_readonly("held_over", &SseScanner::held_over)
       .def_property_readonly("reasoning_chunks", &SseScanner::reasoning_chunks)
       .def_property_readonly("usage_reasoning_tokens", &SseScanner::usage_reasoning_tokens)
+      .def_property_readonly("usage_cached_tokens", &SseScanner::usage_cached_tokens)
       .def_property_readonly("first_reasoning_ns", &SseScanner::first_reasoning_ns)
       .def_property_readonly("first_answer_ns", &SseScanner::first_answer_ns)
       .def_property_readonly("events",

@@ -428,7 +428,7 @@ void SseScanner::start() noexcept {
   event_weights_.clear();
   problem_data_.clear();
   chunks_ = reasoning_chunks_ = 0;
-  usage_tokens_ = usage_reasoning_tokens_ = -1;
+  usage_tokens_ = usage_reasoning_tokens_ = usage_cached_tokens_ = -1;
   first_ns_ = last_ns_ = first_reasoning_ns_ = first_answer_ns_ = 0;
   held_over_ = 0;
   problem_ = SseProblem::kNone;
@@ -560,20 +560,25 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
     return;
   }
   if (usage.kind == JVal::kObject) {
-    JVal tokens, details;
+    JVal tokens, details, prompt_details;
     JsonReader::members(usage, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
       if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
       else if (JsonReader::key_is(kb, ke, "completion_tokens_details")) details = v;
+      else if (JsonReader::key_is(kb, ke, "prompt_tokens_details")) prompt_details = v;
     });
-    if (details.kind == JVal::kObject) {
-      JVal reasoning;
-      JsonReader::members(details, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
-        if (JsonReader::key_is(kb, ke, "reasoning_tokens")) reasoning = v;
+    // A count in range at object.key sets *out; anything else leaves it (no error).
+    auto detail_count = [&](const JVal& object, const char* key, int64_t* out) {
+      if (object.kind != JVal::kObject) return;
+      JVal found;
+      JsonReader::members(object, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+        if (JsonReader::key_is(kb, ke, key)) found = v;
       });
-      int64_t r = 0;
+      int64_t x = 0;
       bool out_of_range = false;
-      if (JsonReader::token_count(reasoning, &r, &out_of_range)) usage_reasoning_tokens_ = r;
-    }
+      if (JsonReader::token_count(found, &x, &out_of_range)) *out = x;
+    };
+    detail_count(prompt_details, "cached_tokens", &usage_cached_tokens_);
+    detail_count(details, "reasoning_tokens", &usage_reasoning_tokens_);
     int64_t x = 0;
     bool out_of_range = false;
     if (JsonReader::token_count(tokens, &x, &out_of_range)) {
@@ -677,6 +682,10 @@ void SseStreamFigures::record(const SseScanner& s, int64_t scheduled_ns) noexcep
     reasoning_tokens += r;
     if (r > 0) reasoning_length_tokens.record(r);
   }
+  if (s.usage_cached_tokens() >= 0) {
+    ++cached_from_usage;
+    cached_tokens += s.usage_cached_tokens();
+  }
   ++(s.usage_tokens() >= 0 ? split_by_text : split_by_chunks);
   s.token_itl(s.usage_tokens(), [this](int64_t value, int64_t k) { itl_per_token_ns.record_n(value, k); });
 }
@@ -691,6 +700,8 @@ void SseStreamFigures::add(const SseStreamFigures& o) {
   reasoning_from_chunks += o.reasoning_from_chunks;
   split_by_chunks += o.split_by_chunks;
   split_by_text += o.split_by_text;
+  cached_tokens += o.cached_tokens;
+  cached_from_usage += o.cached_from_usage;
 }
 
 double time_sse_scan_ns(const char* stream, size_t n, int pieces, int64_t iterations) {

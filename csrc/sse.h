@@ -18,7 +18,9 @@
 //   usage.completion_tokens in 0..kMaxTokenCount is the stream's usage, one outside it the
 //   stream's error (a bool is no count, as in Python); an int
 //   usage.completion_tokens_details.reasoning_tokens in that range is the stream's
-//   reasoning count (else none, and no error); each choice (an object in the "choices"
+//   reasoning count (else none, and no error), and an int
+//   usage.prompt_tokens_details.cached_tokens in that range the prompt's tokens the
+//   server had cached (else none, and no error); each choice (an object in the "choices"
 //   list) is an answer token when delta.content (delta an object), else text, is truthy
 //   in Python's sense, else a reasoning token when delta.reasoning_content or
 //   delta.reasoning is truthy, and a finish when its finish_reason is truthy.
@@ -93,6 +95,9 @@ class SseScanner {
   int64_t reasoning_chunks() const noexcept { return reasoning_chunks_; }  ///< reasoning tokens seen
   /// usage.completion_tokens_details.reasoning_tokens (-1: the server gave none).
   int64_t usage_reasoning_tokens() const noexcept { return usage_reasoning_tokens_; }
+  /// usage.prompt_tokens_details.cached_tokens: the prompt's tokens the server's prefix
+  /// cache held (-1: the server gave none).
+  int64_t usage_cached_tokens() const noexcept { return usage_cached_tokens_; }
   int64_t first_reasoning_ns() const noexcept { return first_reasoning_ns_; }  ///< 0: none yet
   int64_t first_answer_ns() const noexcept { return first_answer_ns_; }        ///< 0: none yet
   /// The events that held tokens, in order: when each came, its tokens and its text weight.
@@ -158,6 +163,7 @@ class SseScanner {
   int64_t reasoning_chunks_ = 0;
   int64_t usage_tokens_ = -1;
   int64_t usage_reasoning_tokens_ = -1;
+  int64_t usage_cached_tokens_ = -1;
   int64_t first_reasoning_ns_ = 0;
   int64_t first_answer_ns_ = 0;
   int64_t first_ns_ = 0;
@@ -182,6 +188,8 @@ struct SseStreamFigures {
   int64_t reasoning_from_chunks = 0;     ///< requests whose reasoning count is their chunks' (> 0)
   int64_t split_by_chunks = 0;           ///< requests whose tokens per event are counted (no usage)
   int64_t split_by_text = 0;             ///< requests whose usage count is spread by text weight
+  int64_t cached_tokens = 0;             ///< usage.prompt_tokens_details.cached_tokens, over all requests
+  int64_t cached_from_usage = 0;         ///< requests whose usage gave cached_tokens
 
   /// Records a good stream `s` (its counts read from it), scheduled at `scheduled_ns`.
   void record(const SseScanner& s, int64_t scheduled_ns) noexcept;

@@ -130,6 +130,16 @@ def _dist_of(**limits: Any) -> Callable[[Any], str]:
 
 
 _dist = _dist_of()
+
+
+def _model_mix(v: Any) -> str:
+    """``NAME`` or ``NAME=WEIGHT,...`` (loadgen.llm.models), kept as written."""
+    from loadgen.llm.models import parse_model_mix
+
+    parse_model_mix(str(v))
+    return str(v)
+
+
 _think_dist = _with_unit(_dist_of(limit=3_600_000, low=0, unit="ms"), "ms")
 
 
@@ -492,7 +502,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "can, else grpcio; default {default}); callback and asyncio mean grpcio", "ENGINE", default=D.GRPC_ENGINE),
     OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
                "or typed (typed contents) (default {default})", default=D.GRPC_CONTENTS),
-    OptionSpec("model", _str, "OpenAI: the model name (default: the first the server lists at /v1/models)", "NAME"),
+    OptionSpec("model", _model_mix, "OpenAI: the model name (default: the first the server lists at /v1/models), "
+               "or a mix NAME=WEIGHT,NAME=WEIGHT,... whose requests' models are drawn by weight with the sample "
+               "seed; the result's network.models has each model's counts, latency and TTFT", "NAME[=W],..."),
     OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), "OpenAI: max_tokens of synthetic requests (default {default})", "N", default=D.MAX_TOKENS),
     OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default {default})", "N", default=D.PROMPT_WORDS),
     OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
@@ -509,6 +521,9 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "by their group (default {default})", "K", default=D.SHARED_PREFIX_TOKENS),
     OptionSpec("prefix_groups", _int(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
                "(default {default})", "G", default=D.PREFIX_GROUPS),
+    OptionSpec("prefix_hit_ratio", _float(0, 1), "OpenAI: --shared-prefix-tokens: the share of samples that "
+               "start with a prefix of the groups' pool, drawn with the sample seed; the others start with a "
+               "fresh prefix of K tokens shared with no other (default {default})", "R", default=D.PREFIX_HIT_RATIO),
     OptionSpec("tokenizer", _str, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
     OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
@@ -664,6 +679,7 @@ class RunOptions:
     output_tokens: Optional[str] = _default("output_tokens")
     shared_prefix_tokens: int = _default("shared_prefix_tokens")
     prefix_groups: int = _default("prefix_groups")
+    prefix_hit_ratio: float = _default("prefix_hit_ratio")
     tokenizer: Optional[str] = _default("tokenizer")
     ignore_eos: bool = _default("ignore_eos")
     turns: int = _default("turns")

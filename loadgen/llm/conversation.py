@@ -22,7 +22,8 @@ import numpy as np
 
 from loadgen.llm.dataset import Prompt, read_conversations
 from loadgen.llm.dist import LengthDist, parse_dist
-from loadgen.llm.workload import LlmOptions, request_body, PromptBuilder, workload_setup, check_prompt_bytes, length_stats
+from loadgen.llm.workload import (LlmOptions, PromptBuilder, check_prompt_bytes, length_stats, request_body,
+                                  sample_prefixes, workload_setup)
 
 __all__ = ["Conversations", "build_conversations", "parse_think_time"]
 
@@ -59,14 +60,14 @@ def _synthetic(o: LlmOptions, builder: PromptBuilder, rng: np.random.Generator, 
     info.update(input_tokens=dist.describe(), output_tokens=out_dist.describe() if out_dist else
                 {"spec": str(o.max_tokens), "kind": "fixed", "value": o.max_tokens})
     k = o.shared_prefix_tokens
-    prefixes = [builder.text(k) for _ in range(o.prefix_groups)] if k else []
+    prefixes = sample_prefixes(o, builder, count, info)
     convs: List[List[Prompt]] = []
     for c in range(count):
         turns = []
         for j in range(o.turns):
             i = c * o.turns + j
             if j == 0 and k:
-                text = builder.text(int(lengths[i]), prefixes[c % len(prefixes)], k)
+                text = builder.text(int(lengths[i]), prefixes[c], k)
                 turns.append(Prompt(text, k + int(lengths[i]), int(outs[i])))
             else:
                 turns.append(Prompt(builder.text(int(lengths[i])), int(lengths[i]), int(outs[i])))

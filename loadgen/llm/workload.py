@@ -62,6 +62,7 @@ class LlmOptions:
     output_tokens: Optional[str] = None
     shared_prefix_tokens: int = defaults.SHARED_PREFIX_TOKENS
     prefix_groups: int = defaults.PREFIX_GROUPS
+    prefix_hit_ratio: float = defaults.PREFIX_HIT_RATIO
     tokenizer: Optional[str] = None
     ignore_eos: bool = False
     extra_body: Optional[str] = None
@@ -133,6 +134,30 @@ def check_prompt_bytes(o: LlmOptions, tok: Optional[Tokenizer], tokens: int, pro
                      "(sample indices wrap around the prompts) or the prompt lengths")
 
 
+# Added to the sample seed for the prefix hits' own stream (--prefix-hit-ratio), so that
+# the prompts drawn from the sample seed stay those of a run without it.
+_PREFIX_HIT_STREAM = 0x707265666978  # "prefix"
+
+
+def sample_prefixes(o: LlmOptions, build: PromptBuilder, count: int, info: Dict[str, Any]) -> List[str]:
+    """The prefix each of ``count`` samples (conversations) starts with ("" for none):
+    group ``i % G``'s, or, for the samples that ``--prefix-hit-ratio R`` makes misses
+    (drawn with the sample seed), a fresh prefix of the same length shared with none.
+    Puts ``prefix_hit_ratio`` and ``prefix_hits`` (the samples starting with the pool's
+    prefixes) in ``info``."""
+    import numpy as np
+
+    k = o.shared_prefix_tokens
+    if not k:
+        if o.prefix_hit_ratio < 1:
+            raise ValueError(f"--prefix-hit-ratio {o.prefix_hit_ratio:g} needs --shared-prefix-tokens K > 0")
+        return [""] * count
+    pool = [build.text(k) for _ in range(o.prefix_groups)]
+    hits = np.random.default_rng([o.seed, _PREFIX_HIT_STREAM]).random(count) < o.prefix_hit_ratio
+    info.update(prefix_hit_ratio=o.prefix_hit_ratio, prefix_hits=int(hits.sum()))
+    return [pool[i % len(pool)] if hits[i] else build.text(k) for i in range(count)]
+
+
 def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator, count: int,
                info: Dict[str, Any]) -> List[Prompt]:
     import numpy as np
@@ -146,10 +171,10 @@ def _synthetic(o: LlmOptions, tok: Optional[Tokenizer], rng: np.random.Generator
                 {"spec": str(o.max_tokens), "kind": "fixed", "value": o.max_tokens})
     build = PromptBuilder(tok, rng)
     k = o.shared_prefix_tokens
-    prefixes = [build.text(k) for _ in range(o.prefix_groups)] if k else []
+    prefixes = sample_prefixes(o, build, count, info)
     prompts = []
     for i in range(count):
-        text = build.text(int(lengths[i]), prefixes[i % len(prefixes)], k) if k else build.text(int(lengths[i]))
+        text = build.text(int(lengths[i]), prefixes[i], k) if k else build.text(int(lengths[i]))
         prompts.append(Prompt(text, k + int(lengths[i]), int(outs[i])))
     return prompts
 

@@ -70,6 +70,7 @@ def _llm_options(o: Any):
         dataset=o.dataset, dataset_min_input_tokens=o.dataset_min_input_tokens,
         dataset_max_input_tokens=o.dataset_max_input_tokens, input_tokens=o.input_tokens,
         output_tokens=o.output_tokens, shared_prefix_tokens=o.shared_prefix_tokens, prefix_groups=o.prefix_groups,
+        prefix_hit_ratio=o.prefix_hit_ratio,
         tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream,
         turns=o.turns, think_time_ms=o.think_time_ms)
 

@@ -91,6 +91,8 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
         return _NO_TLS + "https://"
     if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "embeddings"):
         what = f"OpenAI {target.path}"
+    if what is None and target.kind == "openai" and "," in (getattr(net, "model", None) or ""):
+        what = "a model mix (--model NAME=WEIGHT,...)"  # per-model figures: the asyncio client's
     if what is None:
         return None
     return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings "
@@ -506,7 +508,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.output_lengths = Counter(dict(f["output_lengths"]))
         for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked",
                     "reasoning_tokens", "reasoning_from_usage", "reasoning_from_chunks", "split_by_chunks",
-                    "split_by_text"):
+                    "split_by_text", "cached_tokens", "cached_from_usage"):
             setattr(inner, key, f[key])
         for key, attr in _STREAM_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]))

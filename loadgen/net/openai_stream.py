@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from loadgen.defaults import sample_seed_of
+from loadgen.llm.models import ModelMix, parse_model_mix
 from loadgen.llm.workload import LlmOptions, Workload, build_workload, length_stats
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request, ResponseTooLarge
@@ -81,14 +82,22 @@ def _token_count(usage: Any) -> Tuple[Optional[int], Optional[str]]:
     return n, None
 
 
-def _reasoning_count(usage: Any) -> Optional[int]:
-    """``usage.completion_tokens_details.reasoning_tokens`` when it is a count in range,
-    else None (no error: the answer's own count is what is checked)."""
-    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    n = details.get("reasoning_tokens") if isinstance(details, dict) else None
+def _reasoning_count(usage: Any, section: str = "completion_tokens_details", key: str = "reasoning_tokens") -> \
+        Optional[int]:
+    """``usage.completion_tokens_details.reasoning_tokens`` (or ``usage.section.key``) when
+    it is a count in range, else None (no error: the answer's own count is what is
+    checked)."""
+    details = usage.get(section) if isinstance(usage, dict) else None
+    n = details.get(key) if isinstance(details, dict) else None
     if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_TOKEN_COUNT:
         return None
     return n
+
+
+def _cached_count(usage: Any) -> Optional[int]:
+    """``usage.prompt_tokens_details.cached_tokens`` (the prompt's tokens the server's
+    prefix cache held) when it is a count in range, else None."""
+    return _reasoning_count(usage, "prompt_tokens_details", "cached_tokens")
 
 
 def text_weight(data: bytes) -> int:
@@ -146,7 +155,8 @@ class TokenStream:
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
                  "done", "finished", "error", "gaps", "texts", "n_input", "reasoning_chunks",
-                 "usage_reasoning_tokens", "first_reasoning_ns", "first_answer_ns", "events", "event_texts")
+                 "usage_reasoning_tokens", "first_reasoning_ns", "first_answer_ns", "events", "event_texts",
+                 "model_id", "usage_cached_tokens")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -167,12 +177,14 @@ class TokenStream:
         self.n_input = -1  # the request's input tokens, when the workload knows them
         self.reasoning_chunks = 0
         self.usage_reasoning_tokens = -1  # usage.completion_tokens_details.reasoning_tokens
+        self.usage_cached_tokens = -1  # usage.prompt_tokens_details.cached_tokens
         self.first_reasoning_ns = 0
         self.first_answer_ns = 0
         # The events that held tokens: (time, tokens, text weight), for the per-token ITL.
         self.events: List[Tuple[int, int, int]] = []
         # With a tokenizer (--tokenizer): each such event's text, to count its tokens.
         self.event_texts: Optional[List[str]] = [] if getattr(sut, "itl_tokenizer", None) is not None else None
+        self.model_id = 0  # the request's model among the run's (--model a=3,b=1)
 
     def on_data(self, req: Optional[Request], piece: bytes, t: int) -> None:
         # One buffer, appended to, searched only where an event's end may newly be (from
@@ -260,6 +272,9 @@ class TokenStream:
         reasoning_count = _reasoning_count(usage)
         if reasoning_count is not None:
             self.usage_reasoning_tokens = reasoning_count
+        cached = _cached_count(usage)
+        if cached is not None:
+            self.usage_cached_tokens = cached
         pieces = []
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
@@ -325,13 +340,14 @@ class WholeResponse:
     """One answer not streamed (``--no-stream``, or ``/v1/embeddings``): the whole JSON
     body, its output tokens from ``usage.completion_tokens``; no time to first token."""
 
-    __slots__ = ("sut", "query_id", "scheduled_ns", "n_input")
+    __slots__ = ("sut", "query_id", "scheduled_ns", "n_input", "model_id")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
         self.query_id = query_id
         self.scheduled_ns = scheduled_ns
         self.n_input = -1
+        self.model_id = 0
 
     def on_response(self, req: Optional[Request], status: int, body: bytes, t: int) -> None:
         sut = self.sut
@@ -385,6 +401,34 @@ def _whole_problem(doc: Dict[str, Any], embeddings: bool) -> Optional[str]:
     return None
 
 
+class ModelFigures:
+    """One model's share of a run with a model mix: requests sent and answered, output
+    tokens, and the answered requests' latency and TTFT (ns, from the scheduled time)."""
+
+    __slots__ = ("sent", "answered", "output_tokens", "latency", "ttft")
+
+    def __init__(self, significant_figures: int) -> None:
+        self.sent = self.answered = self.output_tokens = 0
+        self.latency = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+        self.ttft = Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
+
+    def record(self, scheduled_ns: int, first_ns: int, t: int, n: int) -> None:
+        """An answer completed at ``t`` with ``n`` output tokens (``first_ns``: its first
+        token, 0 for none)."""
+        self.answered += 1
+        self.output_tokens += n
+        self.latency.record(max(1, t - scheduled_ns))
+        if first_ns:
+            self.ttft.record(max(1, first_ns - scheduled_ns))
+
+    def report(self) -> Dict[str, Any]:
+        """``count`` (answered), ``sent``, ``output_tokens``, ``latency_ns``, ``ttft_ns``."""
+        from loadgen.results.document import histogram_summary
+
+        return {"count": self.answered, "sent": self.sent, "output_tokens": self.output_tokens,
+                "latency_ns": histogram_summary(self.latency), "ttft_ns": histogram_summary(self.ttft)}
+
+
 def _source(usage: int, chunks: int) -> str:
     """Where requests' counts came from: ``usage``, ``chunks``, ``mixed`` or ``none``."""
     return "usage" if usage and not chunks else "chunks" if chunks and not usage else "mixed" if usage else "none"
@@ -402,7 +446,13 @@ class OpenAISUT(HttpSUT):
     def __init__(self, target: Target, net: NetOptions, pool_size: int, significant_figures: int = 3) -> None:
         super().__init__(target, net, pool_size)
         self.max_event_bytes = net.max_response_bytes
-        self.model = net.model
+        self.model_mix: Optional[ModelMix] = parse_model_mix(net.model)
+        self.model = self.model_mix.names[0] if self.model_mix else None
+        # With a model mix: each prepared request's model (an index into the mix's names)
+        # and each model's figures.
+        self.request_models: List[int] = []
+        self.model_figures = [ModelFigures(significant_figures) for _ in (self.model_mix.names if self.model_mix
+                                                                          and self.model_mix.mixed else ())]
         def times() -> Histogram:  # ns, up to an hour
             return Histogram(significant_figures=significant_figures, highest_trackable_value=3_600_000_000_000)
 
@@ -413,6 +463,9 @@ class OpenAISUT(HttpSUT):
         self.reasoning_tokens = 0
         self.reasoning_from_usage = 0
         self.reasoning_from_chunks = 0
+        # usage.prompt_tokens_details.cached_tokens: their sum, and the answers that gave it.
+        self.cached_tokens = 0
+        self.cached_from_usage = 0
         # How each request's tokens were spread over its events for the per-token ITL.
         self.split_by_chunks = 0
         self.split_by_text = 0
@@ -458,6 +511,10 @@ class OpenAISUT(HttpSUT):
                 raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
             self.model = listed[0]
         bodies, source = self._bodies()
+        if self.model_figures:
+            assert self.model_mix is not None
+            index = {name: i for i, name in enumerate(self.model_mix.names)}
+            self.request_models = [index.get(str(b.get("model")), 0) for b in bodies]
         llm = self.llm_options()
         if llm.tokenizer and self.stream_responses:
             from loadgen.llm.tokenizer import load_tokenizer
@@ -480,6 +537,8 @@ class OpenAISUT(HttpSUT):
         llm = self.llm_options()
         if not self.net.payload:
             work = build_workload(llm, endpoint, self.model)
+            for body, name in zip(work.bodies, self.drawn_models(len(work.bodies))):
+                body["model"] = name
             self.workload = work
             self.input_lens = [int(x) for x in work.input_tokens]
             return work.bodies, work.source
@@ -487,7 +546,9 @@ class OpenAISUT(HttpSUT):
             raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
         key = {"chat": "messages", "embeddings": "input"}.get(endpoint, "prompt")
         bodies = []
-        for i, b in enumerate(read_jsonl(self.net.payload)[: self.net.sample_count]):
+        lines = read_jsonl(self.net.payload)[: self.net.sample_count]
+        drawn = self.drawn_models(len(lines))
+        for i, b in enumerate(lines):
             if not isinstance(b, dict):
                 raise ValueError(f"--payload: {self.net.payload}: line {i + 1} is not a JSON object")
             if key not in b:
@@ -496,7 +557,7 @@ class OpenAISUT(HttpSUT):
             b = dict(b)
             if "model" not in b and not self.model:
                 raise ValueError(f"--payload: {self.net.payload}: line {i + 1} has no 'model'; give --model NAME")
-            b.setdefault("model", self.model)
+            b.setdefault("model", drawn[i] if drawn else self.model)
             if endpoint != "embeddings":
                 b["stream"] = self.stream_responses
                 if self.stream_responses:
@@ -506,10 +567,26 @@ class OpenAISUT(HttpSUT):
             bodies.append(b)
         return bodies, self.net.payload
 
+    def drawn_models(self, count: int) -> List[str]:
+        """The models of ``count`` prepared requests, drawn by weight with the sample seed
+        when ``--model`` is a mix; empty otherwise (each body keeps its model)."""
+        mix = self.model_mix
+        if mix is None or not mix.mixed:
+            return []
+        return [mix.names[i] for i in mix.draw(self.llm_options().seed, count)]
+
+    def count_model(self, handler: Any, i: int) -> None:
+        """Gives ``handler`` (a request from prepared request ``i``) its model and counts
+        it sent, when the run has a model mix."""
+        if self.request_models:
+            handler.model_id = m = self.request_models[i]
+            self.model_figures[m].sent += 1
+
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         i = sample_index % len(self.requests)
         handler = TokenStream(self, query_id, scheduled_ns) if self.stream_responses else WholeResponse(self, query_id,
                                                                                                 scheduled_ns)
+        self.count_model(handler, i)
         req = Request(self.requests[i], handler, query_id, self.stream_responses)
         pool = self.pool
         if pool is None:
@@ -524,6 +601,8 @@ class OpenAISUT(HttpSUT):
         none, as for embeddings), completed at ``t``."""
         if n < 0:
             self.embeddings += 1
+            if self.model_figures:
+                self.model_figures[w.model_id].record(w.scheduled_ns, 0, t, 0)
             self.sink.complete_tokens(w.query_id, t, -1, w.n_input)  # the input tokens go in its record
             return
         self.tokens_from_usage += 1
@@ -531,10 +610,14 @@ class OpenAISUT(HttpSUT):
         self.output_lengths[n] += 1
         reasoning = _reasoning_count(doc.get("usage"))
         self._record_reasoning(-1 if reasoning is None else reasoning, 0)
+        cached = _cached_count(doc.get("usage"))
+        self._record_cached(-1 if cached is None else cached)
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
         self._lengths(w.n_input, n)
+        if self.model_figures:
+            self.model_figures[w.model_id].record(w.scheduled_ns, 0, t, n)
         self.sink.complete_tokens(w.query_id, t, n, w.n_input)
 
     def record_stream(self, s: TokenStream, t: int) -> None:
@@ -547,6 +630,7 @@ class OpenAISUT(HttpSUT):
         self.output_tokens += n
         self.output_lengths[n] += 1
         self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
+        self._record_cached(s.usage_cached_tokens)
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
@@ -573,6 +657,8 @@ class OpenAISUT(HttpSUT):
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
         self._lengths(s.n_input, n)
+        if self.model_figures:
+            self.model_figures[s.model_id].record(s.scheduled_ns, s.first_ns, t, n)
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
 
     def _record_reasoning(self, usage_count: int, chunks: int) -> None:
@@ -589,6 +675,12 @@ class OpenAISUT(HttpSUT):
         self.reasoning_tokens += r
         if r > 0:
             self.reasoning_length_hist.record(r)
+
+    def _record_cached(self, cached: int) -> None:
+        """An answer's cached prompt tokens (-1: its usage gave none)."""
+        if cached >= 0:
+            self.cached_from_usage += 1
+            self.cached_tokens += cached
 
     def _lengths(self, n_input: int, n_output: int) -> None:
         if n_input > 0:
@@ -643,7 +735,11 @@ class OpenAISUT(HttpSUT):
     def report(self) -> Dict[str, Any]:
         out = super().report()
         u, c = self.tokens_from_usage, self.tokens_from_chunks
-        out["model"] = self.model
+        out["model"] = self.net.model if self.model_figures else self.model
+        if self.model_figures:
+            assert self.model_mix is not None
+            out["models"] = {d["name"]: {"weight": d["weight"], "share": d["share"], **f.report()}
+                             for d, f in zip(self.model_mix.describe(), self.model_figures)}
         out["tokens"] = {
             "source": _source(u, c),
             "queries_counted_from_usage": u,
@@ -653,6 +749,10 @@ class OpenAISUT(HttpSUT):
             "reasoning_source": _source(self.reasoning_from_usage, self.reasoning_from_chunks),
             "itl_per_token_split": {"chunks": self.split_by_chunks, "text_length": self.split_by_text,
                                     "tokenizer": self.split_by_tokenizer},
+            "cached_tokens": self.cached_tokens,
+            "cached_requests": self.cached_from_usage,
+            # Of the input tokens sent, by loadgen's count (exact with --tokenizer).
+            "cached_share": self.cached_tokens / self.input_tokens_sent if self.input_tokens_sent else None,
         }
         if self.workload is not None:
             out["llm"] = self.llm_section()

@@ -92,6 +92,9 @@ class ConversationSUT(OpenAISUT):
             raise ValueError("--turns builds its own conversations: it does not take --payload")
         llm = self.llm_options()
         convs = build_conversations(llm, self.target.endpoint, self.model)
+        for turns, name in zip(convs.bodies, self.drawn_models(len(convs.bodies))):
+            for body in turns:
+                body["model"] = name
         self.conversations = convs
         self._rng = np.random.default_rng(llm.seed + 7)
         self.turns_completed = [0] * max(len(c) for c in convs.bodies)
@@ -131,6 +134,7 @@ class ConversationSUT(OpenAISUT):
         else:
             handler = WholeResponse(self, query_id, scheduled_ns)
         handler.n_input = n_input
+        self.count_model(handler, session.conv)
         pool.submit(Request(data, handler, query_id, self.stream_responses), scheduled_ns + self.timeout_ns
                     if self.timeout_ns else 0)
 

@@ -9,6 +9,7 @@ The tests that start processes; the in-process ones are in tests/unit/test_llm_w
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -117,7 +118,57 @@ def test_embeddings_endpoint(tmp_path):
     assert doc["llm"]["requests"]["input_tokens_sent"] == 50 * 16
 
 
+@pytest.mark.parametrize("endpoint, extra", [("completions", ()), ("chat/completions", ("--no-stream",))])
+def test_model_mix_follows_its_weights_and_counts_equal_the_servers(tmp_path, endpoint, extra):
+    args = ("--query-count", "400", "--sample-count", "400", "--sample-order", "sequential", "--sample-seed", "5",
+            "--model", "base=3,lora-a=1", *extra)
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/{endpoint}", *args)
+        _, log = _log(srv)
+    served = Counter(e["model"] for e in log)
+    assert set(served) == {"base", "lora-a"} and sum(served.values()) == 400
+    # 400 draws at 3:1: the share of base is 0.75 with a standard deviation of about 0.022.
+    assert abs(served["base"] / 400 - 0.75) < 0.09, served
+    models = doc["network"]["models"]
+    assert doc["network"]["model"] == "base=3,lora-a=1"
+    for name, share in (("base", 0.75), ("lora-a", 0.25)):
+        m = models[name]
+        assert m["count"] == m["sent"] == served[name] == m["latency_ns"]["count"], (name, m, served)
+        assert m["share"] == share and m["output_tokens"] == sum(e["completion_tokens"] for e in log
+                                                                  if e["model"] == name)
+        assert m["ttft_ns"]["count"] == (0 if extra else served[name])
+        assert 0 < m["latency_ns"]["p50"] <= m["latency_ns"]["max"]
+    # The same sample seed draws the same models.
+    with start_scripted(tmp_path, *SERVER) as srv:
+        _run(tmp_path, "--sut", f"openai+{srv.url}/v1/{endpoint}", *args)
+        _, again = _log(srv)
+    assert Counter(e["model"] for e in again) == served
+
+
+@pytest.mark.parametrize("engine", ["asyncio", "native"])
+def test_prefix_hit_ratio_and_cached_tokens_equal_the_servers(tmp_path, engine):
+    with start_scripted(tmp_path, *SERVER, "--prefix-cache") as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/completions", "--http-engine", engine,
+                   "--query-count", "300", "--sample-count", "300", "--sample-order", "sequential",
+                   "--input-tokens", "16", "--shared-prefix-tokens", "40", "--prefix-groups", "2",
+                   "--prefix-hit-ratio", "0.3")
+        _, log = _log(srv)
+    llm, tokens = doc["llm"], doc["network"]["tokens"]
+    assert len(log) == 300 and llm["prefix_hit_ratio"] == 0.3
+    # 300 draws at 0.3: about 90 hits (a standard deviation of about 8).
+    assert 50 < llm["prefix_hits"] < 130, llm["prefix_hits"]
+    cached = [e["cached_tokens"] for e in log]
+    # A hit after its group's first shares the whole 40-word prefix; a miss's fresh prefix
+    # shares at most a few words by chance.
+    assert sum(c >= 40 for c in cached) == llm["prefix_hits"] - 2
+    assert tokens["cached_tokens"] == sum(cached) and tokens["cached_requests"] == 300
+    assert tokens["cached_share"] == pytest.approx(sum(cached) / (300 * 56))
+
+
 @pytest.mark.parametrize("args, says", [
+    (("--prefix-hit-ratio", "0.5"), "--shared-prefix-tokens"),
+    (("--model", "a=3,b=0"), "--model"),
+    (("--model", "a=3,a=1"), "given twice"),
     (("--extra-body", "[1]"), "--extra-body"),
     (("--input-tokens", "many"), "--input-tokens"),
     (("--dataset", "BAD"), "line 2"),

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import ctypes
 import json
 import os
@@ -307,6 +308,23 @@ class ScriptedServer:
         self.completion_log: list[dict[str, Any]] = []
         self.responses: Counter[int] = Counter()
         self.inflight = 0  # infer and completion requests read and not yet answered
+        self.prompts_seen: list[tuple[str, ...]] = []  # --prefix-cache: every prompt's words, sorted
+
+    def cached_words(self, prompt: tuple[str, ...]) -> int:
+        """--prefix-cache: the longest prefix (in words) that ``prompt`` shares with a prompt
+        seen before (the longest common prefix is a sorted neighbour's); then keeps it."""
+        seen = self.prompts_seen
+        at = bisect.bisect_left(seen, prompt)
+        best = 0
+        for other in seen[max(0, at - 1): at + 1]:
+            n = 0
+            for x, y in zip(prompt, other):
+                if x != y:
+                    break
+                n += 1
+            best = max(best, n)
+        seen.insert(at, prompt)
+        return best
 
     async def handle(self, conn: Connection) -> None:
         """Serves one connection, one request after the other."""
@@ -441,10 +459,15 @@ class ScriptedServer:
             limit = body.get("max_tokens") or body.get("max_completion_tokens") or a.tokens
             n = max(1, min(a.tokens, int(limit)))
             p = words([m.get("content") for m in body.get("messages", [])] if chat else body.get("prompt", ""))
-            usage = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+            usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
             streamed = bool(body.get("stream"))
             entry = {"prompt_words": p, "completion_tokens": n, "stream": streamed, "recv_ns": req.recv_ns,
                      **{k: v for k, v in body.items() if k not in ("prompt", "messages")}}
+            if a.prefix_cache:
+                texts = [m.get("content") for m in body.get("messages", [])] if chat else [body.get("prompt", "")]
+                cached = self.cached_words(tuple(w for t in texts if isinstance(t, str) for w in t.split()))
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+                entry["cached_tokens"] = cached
             if a.log_messages and chat:
                 entry["messages"] = body.get("messages")
             self.completion_log.append(entry)
@@ -645,6 +668,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="chat: the first R tokens of a stream are reasoning; default 0")
     g.add_argument("--reasoning-field", choices=("reasoning_content", "reasoning"), default="reasoning_content",
                    help="the delta's field of reasoning tokens; default %(default)s")
+    g.add_argument("--prefix-cache", action="store_true",
+                   help="usage.prompt_tokens_details.cached_tokens: the words of the longest prefix the prompt "
+                        "shares with one seen before")
     g.add_argument("--usage", action=argparse.BooleanOptionalAction, default=True,
                    help="usage chunk in every stream, not only on stream_options.include_usage; default on")
     g = p.add_argument_group("KServe v2 (faults apply to infer requests by 1-based sequence number)")

@@ -130,3 +130,26 @@ def test_distinct_prompts_are_capped_whatever_the_sample_count():
 
     w = build_workload(LlmOptions(sample_count=10**12, input_tokens="4"), "completions", "m")
     assert len(w.bodies) == MAX_PROMPTS and "wrap around" in w.source
+
+
+def test_model_mix_parses_names_and_weights_and_draws_reproducibly():
+    from loadgen.llm.models import parse_model_mix
+
+    assert parse_model_mix(None) is None
+    one = parse_model_mix("meta-llama/Llama-3-8B")
+    assert one is not None and one.names == ("meta-llama/Llama-3-8B",) and not one.mixed
+    mix = parse_model_mix("a=3, b=1,c")
+    assert mix is not None and mix.names == ("a", "b", "c") and mix.weights == (3.0, 1.0, 1.0)
+    assert mix.shares() == [0.6, 0.2, 0.2]
+    drawn = mix.draw(7, 5000)
+    assert drawn == mix.draw(7, 5000) and drawn != mix.draw(8, 5000)
+    assert abs(drawn.count(0) / 5000 - 0.6) < 0.04 and abs(drawn.count(2) / 5000 - 0.2) < 0.04
+
+
+@pytest.mark.parametrize("text, says", [("a=0", "positive"), ("a=x", "must be a number"), ("=2", "no model name"),
+                                        ("a,,b", "no model name"), ("a,a=2", "given twice"), ("a=inf", "positive")])
+def test_model_mix_errors_say_what_is_wrong(text, says):
+    from loadgen.llm.models import parse_model_mix
+
+    with pytest.raises(ValueError, match=says):
+        parse_model_mix(text)

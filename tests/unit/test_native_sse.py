@@ -38,16 +38,18 @@ class Outcome:
     reasoning: tuple = ()  # (reasoning tokens seen, usage's reasoning count, first reasoning, first answer)
     events: list = field(default_factory=list)
     itl: tuple = ()  # the per-token ITL with usage's count, and counting each event's own
+    cached: int = -1  # usage.prompt_tokens_details.cached_tokens
 
 
 def _python_extra(ts: TokenStream) -> dict:
     return {"reasoning": (ts.reasoning_chunks, ts.usage_reasoning_tokens, ts.first_reasoning_ns, ts.first_answer_ns),
-            "events": list(ts.events), "itl": (token_itl(ts.events, ts.usage_tokens), token_itl(ts.events, -1))}
+            "events": list(ts.events), "itl": (token_itl(ts.events, ts.usage_tokens), token_itl(ts.events, -1)),
+            "cached": ts.usage_cached_tokens}
 
 
 def _native_extra(s) -> dict:
     return {"reasoning": (s.reasoning_chunks, s.usage_reasoning_tokens, s.first_reasoning_ns, s.first_answer_ns),
-            "events": s.events, "itl": (s.token_itl(s.usage_tokens), s.token_itl(-1))}
+            "events": s.events, "itl": (s.token_itl(s.usage_tokens), s.token_itl(-1)), "cached": s.usage_cached_tokens}
 
 
 class _Sink:
@@ -117,7 +119,8 @@ _json = st.recursive(_scalar, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
     st.dictionaries(st.sampled_from(["text", "content", "delta", "choices", "finish_reason", "usage",
                                      "completion_tokens", "error", "x", "reasoning_content", "reasoning",
-                                     "completion_tokens_details", "reasoning_tokens"]), inner, max_size=4)),
+                                     "completion_tokens_details", "reasoning_tokens", "prompt_tokens_details",
+                                     "cached_tokens"]), inner, max_size=4)),
     max_leaves=12)
 _tokens = st.one_of(st.integers(-3, 40), st.booleans(), st.none(), st.just(2.0), st.just("7"),
                     st.just(2**31 - 1), st.just(2**31), st.just(2**63 - 1), st.just(-2**63), st.just(2**64))
@@ -154,9 +157,11 @@ def _payload(draw) -> str:
     if kind == "usage":
         details = st.builds(lambda n, r: {"completion_tokens": n, "completion_tokens_details": {"reasoning_tokens": r}},
                             _tokens, _tokens)
+        cached = st.builds(lambda n, c: {"completion_tokens": n, "prompt_tokens_details": {"cached_tokens": c}},
+                           _tokens, _tokens)
         return dumps({"choices": draw(st.lists(_choice(), max_size=1)),
                       "usage": draw(st.one_of(st.just(None), st.builds(lambda n: {"completion_tokens": n}, _tokens),
-                                              details))})
+                                              details, cached))})
     if kind == "error":
         return dumps({"error": draw(_json)})
     if kind == "done":
@@ -370,3 +375,11 @@ def test_an_event_given_no_token_by_the_spread_passes_its_gap_on():
 # ---------------------------------------------------------------- end to end
 
 
+
+
+def test_cached_prompt_tokens_are_read_from_the_final_usage():
+    usage = b'data: {"choices":[],"usage":{"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":48}}}\n\n'
+    got = _both([_chat({"content": "a"}) + _chat({"content": "b"}) + usage + b"data: [DONE]\n\n"])
+    assert got.cached == 48 and got.usage_tokens == 2
+    bad = usage.replace(b"48", b"-1")
+    assert _both([_chat({"content": "a"}) + bad + b"data: [DONE]\n\n"]).cached == -1
