@@ -1,0 +1,78 @@
+"""LLM figures beyond one run: a sweep of streamed OpenAI runs against the scripted server
+(tests/servers/scripted.py: exact token timing), its sweep.csv and pandas columns against
+each point's result.json, two LLM workers merged, and ``loadgen compare`` over them. The
+CLI runs as a subprocess; the server is ended by its PID."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any, Dict
+
+import pytest
+
+import loadgen
+from loadgen.sweep.files import read_records
+from tests.helpers import run_cli
+from tests.servers.scripted_proc import start_scripted
+
+pytestmark = pytest.mark.integration
+
+SERVER = ("--ttft-ms", "20", "--itl-ms", "2", "--tokens", "16", "--reasoning-tokens", "4")
+LLM = ("--model", "m", "--scenario", "concurrency", "--ramp-up-s", "0", "--slo", "ttft<=500ms",
+       "--max-issue-delay-ms", "100")
+
+
+def _close(a: Any, b: Any) -> bool:
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+
+
+def _expected(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """sweep.csv's LLM columns as read by hand from a point's result.json."""
+    out = {
+        "output_tokens_per_s": doc["throughput"]["output_tokens_per_s"],
+        "input_tokens_per_s": doc["llm"]["requests"]["input_tokens_sent"] / doc["duration_s"],
+        "goodput_requests_per_s": doc["goodput"]["requests_per_s"],
+        "goodput_fraction": doc["goodput"]["fraction"],
+        "reasoning_tokens": doc["network"]["tokens"]["reasoning_tokens"],
+    }
+    for key, pcts in (("ttft", ("p50", "p90", "p99")), ("tpot", ("p50", "p90", "p99")), ("itl", ("p50", "p99")),
+                      ("itl_per_token", ("p50", "p99")), ("ttfat", ("p50", "p99"))):
+        for p in pcts:
+            out[f"{key}_{p}_ms"] = doc[f"{key}_ns"][p] / 1e6
+    return out
+
+
+def test_an_llm_sweep_carries_the_token_figures_of_each_point(tmp_path):
+    with start_scripted(tmp_path, *SERVER) as srv:
+        proc = run_cli("sweep", "--sut", f"openai+{srv.url}/v1/chat/completions", *LLM, "--duration-s", "1",
+                       "--vary", "concurrency=2,4", "--output", tmp_path / "sw", "--quiet", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "sw" / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    records = read_records(tmp_path / "sw")
+    frame = loadgen.load_results(tmp_path / "sw")
+    assert len(rows) == len(records) == len(frame) == 2
+    for row, record, (_, frow) in zip(rows, records, frame.iterrows()):
+        with open(tmp_path / "sw" / record["sweep"]["dir"] / "result.json") as f:
+            doc = json.load(f)
+        assert doc["counts"]["tokens"] == 16 * doc["counts"]["completed"] > 0
+        assert doc["network"]["tokens"]["reasoning_tokens"] == 4 * doc["counts"]["completed"]
+        for column, value in _expected(doc).items():
+            assert _close(row[column], value), (column, row[column], value)
+            if not column.endswith("_ms"):  # pandas has the rates by name, the percentiles as ttft_ns.p99 ...
+                assert _close(frow[column], value), (column, frow[column], value)
+        # sweep.jsonl holds the point's document itself
+        assert record["ttft_ns"]["p99"] == doc["ttft_ns"]["p99"]
+        assert frow["ttft_ns.p99"] == doc["ttft_ns"]["p99"]
+        assert frow["throughput.output_tokens_per_s"] == doc["throughput"]["output_tokens_per_s"]
+
+
+def test_a_sweep_without_llm_points_has_no_llm_columns(tmp_path):
+    proc = run_cli("sweep", "--scenario", "concurrency", "--duration-s", "0.2", "--max-issue-delay-ms", "100",
+                   "--vary", "concurrency=1,2", "--output", tmp_path / "sw", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "sw" / "sweep.csv", newline="") as f:
+        header = next(csv.reader(f))
+    assert "completed_qps" in header
+    assert not [c for c in header if "token" in c or c.startswith(("ttft", "tpot", "itl", "goodput"))], header
