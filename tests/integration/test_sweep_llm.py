@@ -76,3 +76,15 @@ def test_a_sweep_without_llm_points_has_no_llm_columns(tmp_path):
         header = next(csv.reader(f))
     assert "completed_qps" in header
     assert not [c for c in header if "token" in c or c.startswith(("ttft", "tpot", "itl", "goodput"))], header
+
+
+def test_record_requests_into_an_output_folder_not_yet_made(tmp_path):
+    out = tmp_path / "new" / "out"
+    proc = run_cli("run", "--scenario", "concurrency", "--duration-s", "0.2", "--max-issue-delay-ms", "100",
+                   "--output", out,
+                   "--record-requests", out / "requests.jsonl", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "result.json") as f:
+        completed = json.load(f)["counts"]["completed"]
+    with open(out / "requests.jsonl") as f:
+        assert sum(1 for line in f if line.strip()) >= completed > 0
