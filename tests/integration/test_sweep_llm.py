@@ -66,6 +66,41 @@ def test_an_llm_sweep_carries_the_token_figures_of_each_point(tmp_path):
         assert record["ttft_ns"]["p99"] == doc["ttft_ns"]["p99"]
         assert frow["ttft_ns.p99"] == doc["ttft_ns"]["p99"]
         assert frow["throughput.output_tokens_per_s"] == doc["throughput"]["output_tokens_per_s"]
+    _check_compare(tmp_path / "sw", records)
+
+
+LLM_ROWS = {"ttft_p50": "lower", "ttft_p90": "lower", "ttft_p99": "lower", "tpot_p50": "lower", "tpot_p90": "lower",
+            "tpot_p99": "lower", "itl_p50": "lower", "itl_p99": "lower", "itl_per_token_p50": "lower",
+            "itl_per_token_p99": "lower", "ttfat_p99": "lower", "tokens_per_s": "higher",
+            "input_tokens_per_s": "higher", "goodput": "higher", "goodput_fraction": "higher"}
+
+
+def _check_compare(sweep_dir, records):
+    """``loadgen compare`` of the two points, and of the sweep with itself: every LLM row
+    with its direction and its change from the two documents."""
+    docs = []
+    for r in records:
+        with open(sweep_dir / r["sweep"]["dir"] / "result.json") as f:
+            docs.append(json.load(f))
+    paths = [sweep_dir / r["sweep"]["dir"] / "result.json" for r in records]
+    proc = run_cli("compare", *paths, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {m["metric"]: m for m in json.loads(proc.stdout)["comparisons"][0]["metrics"]}
+    for name, better in LLM_ROWS.items():
+        assert rows[name]["better"] == better, name
+    base, new = docs
+    assert _close(rows["ttft_p99"]["change"], new["ttft_ns"]["p99"] - base["ttft_ns"]["p99"])
+    assert _close(rows["tokens_per_s"]["new"], new["counts"]["tokens"] / new["duration_s"])
+    assert _close(rows["goodput"]["base"], base["goodput"]["requests_per_s"])
+    text = run_cli("compare", *paths)
+    assert "TTFT p99" in text.stdout and "input tokens/s" in text.stdout and "goodput fraction" in text.stdout
+    both = run_cli("compare", sweep_dir, sweep_dir, "--json")
+    assert both.returncode == 0, both.stderr
+    comparisons = json.loads(both.stdout)["comparisons"]
+    assert len(comparisons) == 2
+    for c in comparisons:
+        rows = {m["metric"]: m for m in c["metrics"]}
+        assert set(LLM_ROWS) <= set(rows) and rows["tpot_p99"]["change"] == 0
 
 
 def test_a_sweep_without_llm_points_has_no_llm_columns(tmp_path):
