@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from typing import Any, Dict
 
 import pytest
 
 import loadgen
 from loadgen.sweep.files import read_records
-from tests.helpers import run_cli
+from tests.helpers import clean_env, run_cli
 from tests.servers.scripted_proc import start_scripted
 
 pytestmark = pytest.mark.integration
@@ -67,6 +69,36 @@ def test_an_llm_sweep_carries_the_token_figures_of_each_point(tmp_path):
         assert frow["ttft_ns.p99"] == doc["ttft_ns"]["p99"]
         assert frow["throughput.output_tokens_per_s"] == doc["throughput"]["output_tokens_per_s"]
     _check_compare(tmp_path / "sw", records)
+    _check_chart(tmp_path / "sw", records)
+
+
+def _check_chart(sweep_dir, records):
+    """The sweep's report.html has output tokens/s against TTFT p99 and TPOT p99, a dot
+    per point at the point's figures, labelled by its concurrency; drawn in headless
+    Chromium without an error where Chromium is installed."""
+    from tests.servers.chromium import Browser, find_chromium
+
+    html = (sweep_dir / "report.html").read_text()
+    tag = '<script type="application/json" id="loadgen-charts">'
+    start = html.index(tag) + len(tag)
+    specs = {s["id"]: s for s in json.loads(html[start:html.index("</script>", start)])}
+    for cid, key in (("chart-sweep-ttft", "ttft_ns"), ("chart-sweep-tpot", "tpot_ns")):
+        (series,) = specs[cid]["series"]
+        points = sorted(records, key=lambda r: r["throughput"]["output_tokens_per_s"])
+        assert series["labels"] == [f"concurrency={r['sweep']['values']['concurrency']}" for r in points]
+        assert series["x"] == [float(f"{r['throughput']['output_tokens_per_s']:.4g}") for r in points]
+        assert series["y"] == [float(f"{r[key]['p99'] / 1e6:.4g}") for r in points]
+    binary = find_chromium()
+    if binary is None:
+        return
+    from tests.integration.test_html_report import check_page
+
+    with Browser(binary) as browser:
+        check_page(browser, sweep_dir / "report.html", ["sweep", "tokens"], ["chart-sweep-ttft", "chart-sweep-tpot"])
+        texts = browser.evaluate("Bokeh.documents[0].roots().filter(p => p.name === 'chart-sweep-ttft')"
+                                 ".map(p => p.center.filter(m => m.type === 'LabelSet')"
+                                 ".map(m => Array.from(m.source.data.text)))")
+        assert texts == [[specs["chart-sweep-ttft"]["series"][0]["labels"]]], texts
 
 
 LLM_ROWS = {"ttft_p50": "lower", "ttft_p90": "lower", "ttft_p99": "lower", "tpot_p50": "lower", "tpot_p90": "lower",
@@ -123,3 +155,32 @@ def test_record_requests_into_an_output_folder_not_yet_made(tmp_path):
         completed = json.load(f)["counts"]["completed"]
     with open(out / "requests.jsonl") as f:
         assert sum(1 for line in f if line.strip()) >= completed > 0
+
+
+def test_merging_two_llm_workers_keeps_the_token_figures_exactly(tmp_path):
+    with start_scripted(tmp_path, *SERVER) as srv:
+        procs = [subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--sut",
+                                   f"openai+{srv.url}/v1/chat/completions", *LLM, "--concurrency", "4",
+                                   "--duration-s", "1", "--workers", "2", "--worker-index", str(i),
+                                   "--output", str(tmp_path / f"w{i}"), "--quiet"],
+                                  env=clean_env(), stderr=subprocess.PIPE, text=True) for i in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=90)
+            assert p.returncode == 0, err
+    merged = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--output", tmp_path / "m", "--json")
+    assert merged.returncode == 0, merged.stderr
+    doc = json.loads(merged.stdout)
+    workers = []
+    for i in range(2):
+        with open(tmp_path / f"w{i}" / "result.json") as f:
+            workers.append(json.load(f))
+    assert doc["counts"]["tokens"] == sum(w["counts"]["tokens"] for w in workers) > 0
+    for key in ("ttft_ns", "tpot_ns", "itl_ns", "itl_per_token_ns", "ttfat_ns", "output_tokens_per_s"):
+        assert doc[key]["count"] == sum(w[key]["count"] for w in workers), key
+        assert min(w[key]["max"] for w in workers) <= doc[key]["max"] == max(w[key]["max"] for w in workers), key
+    assert doc["throughput"]["output_tokens_per_s"] == pytest.approx(doc["counts"]["tokens"] / doc["duration_s"])
+    for key in ("output_tokens", "reasoning_tokens"):
+        assert doc["network"]["tokens"][key] == sum(w["network"]["tokens"][key] for w in workers), key
+    assert doc["llm"]["requests"]["input_tokens_sent"] == sum(w["llm"]["requests"]["input_tokens_sent"]
+                                                             for w in workers)
+    assert doc["goodput"]["met"] == sum(w["goodput"]["met"] for w in workers)
