@@ -159,14 +159,13 @@ def test_record_requests_into_an_output_folder_not_yet_made(tmp_path):
 
 def test_merging_two_llm_workers_keeps_the_token_figures_exactly(tmp_path):
     with start_scripted(tmp_path, *SERVER) as srv:
-        procs = [subprocess.Popen([sys.executable, "-m", "loadgen", "run", "--sut",
-                                   f"openai+{srv.url}/v1/chat/completions", *LLM, "--concurrency", "4",
-                                   "--duration-s", "1", "--workers", "2", "--worker-index", str(i),
-                                   "--output", str(tmp_path / f"w{i}"), "--quiet"],
-                                  env=clean_env(), stderr=subprocess.PIPE, text=True) for i in range(2)]
-        for p in procs:
-            _, err = p.communicate(timeout=90)
-            assert p.returncode == 0, err
+        worker = [sys.executable, "-m", "loadgen", "run", "--sut", f"openai+{srv.url}/v1/chat/completions", *LLM,
+                  "--concurrency", "4", "--duration-s", "1", "--workers", "2", "--quiet", "--worker-index"]
+        # both workers at once, as pods would run
+        running = [subprocess.Popen(worker + [str(i), "--output", str(tmp_path / f"w{i}")], env=clean_env(),
+                                    stderr=subprocess.PIPE, text=True) for i in range(2)]
+        errors = [(p.communicate(timeout=90)[1], p.returncode) for p in running]
+    assert [rc for _, rc in errors] == [0, 0], errors
     merged = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--output", tmp_path / "m", "--json")
     assert merged.returncode == 0, merged.stderr
     doc = json.loads(merged.stdout)
