@@ -9,6 +9,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from typing import Any, Dict
 
 import pytest
@@ -183,3 +184,29 @@ def test_merging_two_llm_workers_keeps_the_token_figures_exactly(tmp_path):
     assert doc["llm"]["requests"]["input_tokens_sent"] == sum(w["llm"]["requests"]["input_tokens_sent"]
                                                              for w in workers)
     assert doc["goodput"]["met"] == sum(w["goodput"]["met"] for w in workers)
+
+
+def test_a_merged_llm_sweep_keeps_the_token_columns(tmp_path):
+    with start_scripted(tmp_path, *SERVER) as srv:
+        start = round(time.time() + 5.0, 3)  # both sweeps started and prepared by then, even on a busy machine
+        cmd = [sys.executable, "-m", "loadgen", "sweep", "--sut", f"openai+{srv.url}/v1/chat/completions", *LLM,
+               "--duration-s", "0.5", "--vary", "concurrency=2,4", "--start-at", str(start), "--point-gap-s", "0.5",
+               "--quiet", "--output"]
+        running = [subprocess.Popen(cmd + [str(tmp_path / f"w{i}")], stderr=subprocess.PIPE, text=True,
+                                    env={**clean_env(), "LOADGEN_WORKERS": "2", "JOB_COMPLETION_INDEX": str(i)})
+                   for i in range(2)]
+        errors = [(p.communicate(timeout=90)[1], p.returncode) for p in running]
+    assert [rc for _, rc in errors] == [0, 0], errors
+    merged = run_cli("merge", tmp_path / "w0", tmp_path / "w1", "--output", tmp_path / "m", "--quiet")
+    assert merged.returncode == 0, merged.stderr
+    with open(tmp_path / "m" / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    workers = [read_records(tmp_path / f"w{i}") for i in range(2)]
+    assert len(rows) == 2
+    for k, (row, record) in enumerate(zip(rows, read_records(tmp_path / "m"))):
+        assert record["counts"]["tokens"] == sum(w[k]["counts"]["tokens"] for w in workers) > 0
+        assert record["ttft_ns"]["count"] == sum(w[k]["ttft_ns"]["count"] for w in workers)
+        assert _close(row["output_tokens_per_s"], record["counts"]["tokens"] / record["duration_s"])
+        assert _close(row["ttft_p99_ms"], record["ttft_ns"]["p99"] / 1e6)
+        assert int(row["reasoning_tokens"]) == sum(w[k]["network"]["tokens"]["reasoning_tokens"] for w in workers)
+        assert _close(row["input_tokens_per_s"], record["llm"]["requests"]["input_tokens_sent"] / record["duration_s"])
