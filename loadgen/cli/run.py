@@ -58,7 +58,7 @@ def _cmd_run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             remote = stage_output(options, options.storage_option, stack, seed=(CSV_FILE,))  # a URL: staged here
             live = serve_live(options, stack)  # before the SUT: a port in use fails at once
             if options.record_requests:
-                check_record_path(options.record_requests)
+                check_record_path(options.record_requests, None if remote else options.output)
             with loading_sut(interrupts, options.sut):
                 prepared = prepare(options)  # every option and the SUT checked before anything runs
         except (OptionError, ThresholdError, ValueError) as e:

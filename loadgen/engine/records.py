@@ -43,16 +43,27 @@ def record_format(path: str) -> str:
     return "parquet"
 
 
-def check_record_path(path: str) -> None:
+def check_record_path(path: str, output: Optional[str] = None) -> None:
     """Raises ValueError naming the problem when ``path`` cannot be written: its folder is
-    missing or not writable, or it is a folder itself. Checks, creates nothing."""
+    missing or not writable, or it is a folder itself. A missing folder that is the run's
+    ``output`` folder, or inside it, is created (as the run's other files will be);
+    nothing else is."""
     where = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"--record-requests {path}: it is a folder; give a file name (like {path}/requests.jsonl)")
+    if not os.path.isdir(where) and output and _within(where, os.path.abspath(output)):
+        try:
+            os.makedirs(where, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--record-requests {path}: cannot create the folder {where}: {e.strerror}") from None
     if not os.path.isdir(where):
         raise ValueError(f"--record-requests {path}: the folder {where} does not exist (create it first)")
     if not os.access(where, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ValueError(f"--record-requests {path}: cannot write there (permission denied)")
+
+
+def _within(folder: str, top: str) -> bool:
+    return folder == top or folder.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def sink(path: Optional[str]) -> Any:

@@ -132,6 +132,20 @@ def _interval_tokens_per_s(iv: _Interval) -> Optional[float]:
     return float(p["tokens"]) / p["length_s"] if "tokens" in p and p.get("length_s") else None
 
 
+def _input_tokens_per_s(doc: Doc) -> Optional[float]:
+    """The prompt tokens sent (``llm.requests.input_tokens_sent``) per second of the run."""
+    sent = ((doc.get("llm") or {}).get("requests") or {}).get("input_tokens_sent")
+    return float(sent) / doc["duration_s"] if sent and doc.get("duration_s", 0) > 0 else None
+
+
+def _goodput(key: str) -> Callable[[Doc], Optional[float]]:
+    """A figure of the document's ``goodput`` section (--slo)."""
+    def get(doc: Doc) -> Optional[float]:
+        value = (doc.get("goodput") or {}).get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return get
+
+
 def _energy_per_query(doc: Doc) -> Optional[float]:
     gpu = doc.get("gpu")
     if not isinstance(gpu, dict) or not isinstance(gpu.get("energy_per_query_j"), (int, float)):
@@ -207,9 +221,21 @@ METRICS: Tuple[Metric, ...] = (
     Metric("issue_delay_p99", "issue delay p99", "ns", True, _whole_summary("issue_delay_ns", "p99"),
            _interval_key("issue_delay_p99_ns")),
     Metric("error_rate", "error rate", "fraction", True, _error_rate, _interval_error_rate),
+    Metric("ttft_p50", "TTFT p50", "ns", True, _whole_summary("ttft_ns", "p50"), _interval_key("ttft_p50_ns")),
+    Metric("ttft_p90", "TTFT p90", "ns", True, _whole_summary("ttft_ns", "p90"), None),
     Metric("ttft_p99", "TTFT p99", "ns", True, _whole_summary("ttft_ns", "p99"), _interval_key("ttft_p99_ns")),
+    Metric("tpot_p50", "TPOT p50", "ns", True, _whole_summary("tpot_ns", "p50"), None),
+    Metric("tpot_p90", "TPOT p90", "ns", True, _whole_summary("tpot_ns", "p90"), None),
     Metric("tpot_p99", "TPOT p99", "ns", True, _whole_summary("tpot_ns", "p99"), _interval_key("tpot_p99_ns")),
+    Metric("itl_p50", "ITL p50 (chunks)", "ns", True, _whole_summary("itl_ns", "p50"), None),
+    Metric("itl_p99", "ITL p99 (chunks)", "ns", True, _whole_summary("itl_ns", "p99"), None),
+    Metric("itl_per_token_p50", "ITL p50 (per token)", "ns", True, _whole_summary("itl_per_token_ns", "p50"), None),
+    Metric("itl_per_token_p99", "ITL p99 (per token)", "ns", True, _whole_summary("itl_per_token_ns", "p99"), None),
+    Metric("ttfat_p99", "TTFAT p99", "ns", True, _whole_summary("ttfat_ns", "p99"), None),
     Metric("tokens_per_s", "tokens/s", "tokens/s", False, _tokens_per_s, _interval_tokens_per_s),
+    Metric("input_tokens_per_s", "input tokens/s", "tokens/s", False, _input_tokens_per_s, None),
+    Metric("goodput", "goodput (requests/s)", "qps", False, _goodput("requests_per_s"), None),
+    Metric("goodput_fraction", "goodput fraction", "fraction", False, _goodput("fraction"), None),
     Metric("energy_per_query", "GPU energy/query", "J", True, _energy_per_query, _interval_energy_per_query),
     Metric("cost_per_1k", "cost/1k queries", "cost", True, _cost("per_1k_queries"),
            _interval_hours_per("completed", 1e3), _cost("hourly")),

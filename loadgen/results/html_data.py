@@ -24,7 +24,7 @@ from loadgen.stats.histogram import Histogram
 from loadgen.units import NS_PER, ns_to_ms
 
 __all__ = ["MAX_POINTS", "PALETTE", "PARTIAL_SHARE", "Run", "TIMELINE_NOTE", "drawn_intervals", "error_charts", "gpu_charts", "host_charts", "latency_chart",
-           "metric_charts", "rate_chart", "spectrum_charts", "sweep_chart", "time_charts"]
+           "llm_sweep_charts", "metric_charts", "rate_chart", "spectrum_charts", "sweep_chart", "time_charts"]
 
 Run = Tuple[str, Dict[str, Any]]  # (the name shown for a run, its result document)
 Spec = Dict[str, Any]
@@ -502,3 +502,37 @@ def sweep_chart(records: Sequence[Dict[str, Any]]) -> Optional[Spec]:
         return None
     return {"id": "chart-sweep", "title": "Throughput against latency over the points", "x_label":
             "completed queries/s", "y_label": "latency (ms)", "series": series, "markers": True}
+
+
+def _load_text(record: Dict[str, Any], load_keys: Iterable[str]) -> str:
+    """A point's label on a chart: its swept load (``concurrency=8``), else all its swept values."""
+    values = (record.get("sweep") or {}).get("values") or {}
+    shown = {k: v for k, v in values.items() if k in load_keys} or values
+    return ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or str((record.get("sweep") or {}).get("index", ""))
+
+
+def llm_sweep_charts(records: Sequence[Dict[str, Any]]) -> List[Spec]:
+    """Over a sweep's finished LLM points: output tokens/s against TTFT p99 and against
+    TPOT p99 (ms), one dot per point labelled by its swept load, a line per label set in
+    order of throughput; none when no point has output tokens/s."""
+    load_keys = {"target_qps", "concurrency", "max_in_flight", "stages"}
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records:
+        if (r.get("sweep") or {}).get("status") == "done" and (r.get("throughput") or {}).get("output_tokens_per_s"):
+            groups.setdefault(_label_set(r, load_keys), []).append(r)
+    charts: List[Spec] = []
+    for key, name in (("ttft_ns", "TTFT"), ("tpot_ns", "TPOT")):
+        series = []
+        for i, (label, points) in enumerate(sorted(groups.items())):
+            points = sorted(points, key=lambda r: float(r["throughput"]["output_tokens_per_s"]))
+            y = [_ms((r.get(key) or {}).get("p99")) if (r.get(key) or {}).get("count") else None for r in points]
+            if _has_value(y):
+                s = _series(f"{label} {name} p99", [_r(float(r["throughput"]["output_tokens_per_s"])) or 0.0
+                                                     for r in points], y, _color(i))
+                s["labels"] = [_load_text(r, load_keys) for r in points]
+                series.append(s)
+        if series:
+            charts.append({"id": f"chart-sweep-{name.lower()}", "title": f"Output tokens/s against {name} p99 over "
+                           "the points", "x_label": "output tokens/s", "y_label": f"{name} p99 (ms)",
+                           "series": series, "markers": True})
+    return charts

@@ -368,10 +368,11 @@ def sweep_sections(named: Sequence[Tuple[str, List[Dict[str, Any]]]]) -> Tuple[L
                 labels = {"sweep": sweep, **labels}
             records.append({**r, "labels": labels})
     curve: Optional[Spec] = charts.sweep_chart(records)
+    tokens = charts.llm_sweep_charts(records)
     runs = [(_point_name(sweep, r, several), r) for sweep, rs in named for r in rs
             if (r.get("sweep") or {}).get("status") == "done" and "latency_ns" in r]
     spectra = charts.spectrum_charts(runs) if runs else []
-    specs = ([curve] if curve else []) + spectra
+    specs = ([curve] if curve else []) + tokens + spectra
     first = next((r for _, rs in named for r in rs if r.get("settings")), {})
     swept = sorted({k for _, rs in named for r in rs for k in ((r.get("sweep") or {}).get("values") or {})})
     settings = (_note("swept: " + ", ".join(swept)) + "<h4>Options given to the first point</h4>"
@@ -381,6 +382,9 @@ def sweep_sections(named: Sequence[Tuple[str, List[Dict[str, Any]]]]) -> Tuple[L
         ("verdict", "Verdict", _sweep_verdict(named)),
         ("sweep", "Throughput and latency", _plots([curve] if curve else []) + (
             "" if curve else _note("No point has finished yet.")) + _points_table(named)),
+        *([("tokens", "Output tokens/s against TTFT and TPOT", _plots(tokens) + _note(
+            "One dot per point, labelled by its load: output tokens/s against the p99 of the time to first "
+            "token and of the time per output token."))] if tokens else []),
         ("spectrum", "Percentile spectrum", _plots(spectra) + _SPECTRUM_NOTE),
         ("settings", "Settings, labels and environment", settings),
     ]

@@ -21,7 +21,8 @@ the earliest worker's start. Workers that started within half an interval of eac
 (``--start-at``) put their interval k in merged interval k.
 
 Beside the engine's figures: the ``network`` section's counts are summed and its other
-values kept per worker (:func:`merge_network`); the server's metrics are counted once per
+values kept per worker (:func:`merge_network`); an OpenAI target's ``llm`` section keeps
+the first worker's workload with the requests' counts summed (:func:`merge_llm`); the server's metrics are counted once per
 server, the servers summed, the gauges pooled and kept per worker
 (:func:`merge_server_metrics`); a sweep's points merged are written as a sweep folder
 (:func:`sweep_records`, :func:`merged_manifest`).
@@ -56,7 +57,7 @@ from loadgen.sut.report import NamedHistogram
 from loadgen.units import s_to_ns
 from loadgen.workers import late_start_reason
 
-__all__ = ["Input", "merge_network", "merge_results", "merge_server_metrics", "merge_sweeps", "merged_manifest",
+__all__ = ["Input", "merge_llm", "merge_network", "merge_results", "merge_server_metrics", "merge_sweeps", "merged_manifest",
            "sweep_key", "sweep_records"]
 
 #: One result to merge: where it was read from, and the document.
@@ -323,7 +324,41 @@ class _MergedSUT:
         return out
 
     def report(self) -> Dict[str, Any]:
-        return merge_network(self.workers)
+        out = merge_network(self.workers)
+        llm = merge_llm([w.doc for w in self.workers])
+        if out and llm is not None:
+            out["llm"] = llm  # build_document makes it the document's "llm" section
+        return out
+
+
+# ------------------------------------------------------------------- LLM workload
+
+_LLM_SUMS = ("input_tokens_sent", "reasoning_tokens", "embeddings")
+
+
+def merge_llm(docs: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The merged ``llm`` section of OpenAI targets' workers: the first worker's workload,
+    with ``requests``' counts (``input_tokens_sent``, ``reasoning_tokens``, ``embeddings``)
+    summed and its ``output_tokens`` lengths pooled (count, sum, min, max, mean; their
+    percentiles are the merged ``output_length_tokens`` histogram's); None when no worker
+    has the section."""
+    sections = [d["llm"] for d in docs if isinstance(d.get("llm"), dict)]
+    if not sections:
+        return None
+    out = dict(sections[0])
+    requests = [s["requests"] for s in sections if isinstance(s.get("requests"), dict)]
+    if not requests:
+        return out
+    merged: Dict[str, Any] = {k: sum(int(r.get(k) or 0) for r in requests) for k in _LLM_SUMS}
+    lengths = [r["output_tokens"] for r in requests if isinstance(r.get("output_tokens"), dict)
+               and r["output_tokens"].get("count")]
+    count = sum(int(x["count"]) for x in lengths)
+    total = sum(x.get("sum") or 0 for x in lengths)
+    merged["output_tokens"] = {"count": count, "sum": total, "min": min((x["min"] for x in lengths), default=None),
+                               "max": max((x["max"] for x in lengths), default=None),
+                               "mean": total / count if count else None}
+    out["requests"] = merged
+    return out
 
 
 # ------------------------------------------------------------------ network counters

@@ -9,6 +9,7 @@
 //   x_ticks: {values, labels}           fixed ticks with their labels (the percentile axis)
 //   spans: [{y, label}]                 horizontal lines (latency bounds)
 //   markers                             a dot at each point too
+//   series[].labels: [...]              a text beside each point (a sweep point's load)
 // When every chart is drawn, <body data-ready="1"> (or "error", with the error logged).
 (function () {
   "use strict";
@@ -83,6 +84,11 @@
       var dots = alone ? new B.ColumnDataSource({data: {x: numbers(s.x), y: alone}}) : source;
       p.scatter({x: {field: "x"}, y: {field: "y"}, source: dots, size: alone ? 7 : 5, fill_color: s.color,
                  line_color: s.color, legend_label: s.name, name: s.name});
+    }
+    if (s.labels) {
+      var texts = new B.ColumnDataSource({data: {x: numbers(s.x), y: numbers(s.y), text: s.labels}});
+      p.add_layout(new B.LabelSet({x: {field: "x"}, y: {field: "y"}, text: {field: "text"}, source: texts,
+                                   x_offset: 5, y_offset: 5, text_font_size: "11px", text_color: s.color}));
     }
   }
 

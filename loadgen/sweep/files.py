@@ -147,15 +147,39 @@ def _figures(record: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _token_figures(record: Dict[str, Any]) -> Dict[str, Any]:
-    """TTFT, TPOT, the gap between token chunks (itl), the per-token inter-token latency
-    (itl_per_token) and time to first answer token (ttfat) p50/p99 (ms) where the document
-    has them."""
+    """TTFT and TPOT p50/p90/p99, the gap between token chunks (itl), the per-token
+    inter-token latency (itl_per_token) and time to first answer token (ttfat) p50/p99
+    (ms) where the document has them."""
     row: Dict[str, Any] = {}
     for key in ("ttft_ns", "tpot_ns", "itl_ns", "itl_per_token_ns", "ttfat_ns"):
-        for p in ("p50", "p99"):
+        for p in ("p50", "p90", "p99") if key in ("ttft_ns", "tpot_ns") else ("p50", "p99"):
             value = _ms(record.get(key), p)
             if value is not None:
                 row[f"{key[:-3]}_{p}_ms"] = value
+    return row
+
+
+def _llm_figures(record: Dict[str, Any]) -> Dict[str, Any]:
+    """An LLM run's rates where the document has them: ``output_tokens_per_s``
+    (``throughput.output_tokens_per_s``), ``input_tokens_per_s`` (the prompt tokens sent,
+    ``llm.requests.input_tokens_sent``, over ``duration_s``), ``goodput_requests_per_s``
+    and ``goodput_fraction`` (``goodput``, with ``--slo``) and ``reasoning_tokens``
+    (``network.tokens.reasoning_tokens``, when the model reasoned)."""
+    row: Dict[str, Any] = {}
+    output = (record.get("throughput") or {}).get("output_tokens_per_s")
+    if output is not None:
+        row["output_tokens_per_s"] = output
+    sent = ((record.get("llm") or {}).get("requests") or {}).get("input_tokens_sent")
+    duration = record.get("duration_s") or 0.0
+    if sent and duration > 0:
+        row["input_tokens_per_s"] = sent / duration
+    goodput = record.get("goodput")
+    if isinstance(goodput, dict):
+        row["goodput_requests_per_s"] = goodput.get("requests_per_s")
+        row["goodput_fraction"] = goodput.get("fraction")
+    reasoning = ((record.get("network") or {}).get("tokens") or {}).get("reasoning_tokens")
+    if reasoning:
+        row["reasoning_tokens"] = reasoning
     return row
 
 
@@ -185,6 +209,7 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
         {column_name(n): _cell(v) for n, v in sweep["values"].items() if not n.startswith(LABEL_PREFIX)},
         {f"labels.{k}": v for k, v in (record.get("labels") or {}).items()},
         _figures(record),
+        _llm_figures(record),
         _token_figures(record),
         _gpu_figures(record),
         cost_figures(record),
@@ -199,8 +224,10 @@ def _csv_groups(record: Dict[str, Any]) -> List[Dict[str, Any]]:
 def csv_table(records: List[Dict[str, Any]]) -> Tuple[List[str], List[Dict[str, Any]]]:
     """The columns and rows of sweep.csv: point, repeat, status, the swept values, the
     labels, the headline figures (validity, throughput, latency percentiles in ms, error
-    rate; TTFT/TPOT/ITL p50 and p99, a ``gpu`` section's figures and the ``cost`` when present), then
-    the reasons, the error and the point's folder. A column appears when a row has it."""
+    rate; an LLM run's token rates, goodput and reasoning tokens, TTFT/TPOT p50/p90/p99 and
+    ITL/TTFAT p50 and p99, a ``gpu`` section's figures and the ``cost`` when present), then
+    the reasons, the error and the point's folder. A column appears when a row has it, so
+    a sweep without LLM points has no LLM columns."""
     grouped = [_csv_groups(r) for r in records]
     columns: List[str] = []
     for g in range(len(grouped[0]) if grouped else 0):
@@ -235,13 +262,17 @@ def frame_rows(directory: PathLike) -> List[Dict[str, Any]]:
     """The DataFrame rows of a sweep folder: each point's flattened result document
     (the columns of :func:`loadgen.load_results`, labels as ``labels.KEY``), with
     ``point``, ``repeat``, ``status``, ``key``, ``error``, ``path`` (the point's
-    result.json) and a column per swept option named as the option (``concurrency``).
+    result.json), a column per swept option named as the option (``concurrency``) and,
+    for an LLM point, sweep.csv's rate columns (``output_tokens_per_s``,
+    ``input_tokens_per_s``, ``goodput_requests_per_s``, ``goodput_fraction``,
+    ``reasoning_tokens``).
     A result key with a swept option's name (``duration_s``) moves to ``result.NAME``."""
     directory = os.fspath(directory)
     rows = []
     for record in read_records(directory):
         sweep = record["sweep"]
         row = flatten({k: v for k, v in record.items() if k != "sweep"})
+        row.update(_llm_figures(record))
         for name, value in sweep["values"].items():
             column = column_name(name)
             if column in row and not column.startswith("labels."):

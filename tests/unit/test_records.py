@@ -67,6 +67,17 @@ def test_check_record_path_accepts_a_writable_folder(tmp_path):
         check_record_path(str(tmp_path / "no" / "r.jsonl"))
 
 
+def test_check_record_path_creates_the_output_folder_it_is_in_and_no_other(tmp_path):
+    out = tmp_path / "out"
+    check_record_path(str(out / "logs" / "r.jsonl"), output=str(out))
+    assert (out / "logs").is_dir()
+    with pytest.raises(ValueError, match="does not exist"):
+        check_record_path(str(tmp_path / "elsewhere" / "r.jsonl"), output=str(out))
+    with pytest.raises(ValueError, match="does not exist"):
+        check_record_path(str(tmp_path / "outside" / "r.jsonl"), output=str(tmp_path / "outs"))
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "outside").exists()
+
+
 def _parquet_engine(tmp_path: Path, qps: float = 20000) -> Engine:
     settings = EngineSettings(mode="constant", target_qps=qps, duration_s=0.2,
                               record_requests=str(tmp_path / "r.parquet"))
