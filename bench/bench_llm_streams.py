@@ -40,7 +40,11 @@ the target) at a level is not run at higher levels: its error only grows with th
 Noise. The machine may be shared: this script sets its niceness to --nice (-10), and
 every server and client inherits it, so that other work on their cores does not hold
 them back for whole scheduler slices (a few ms, the size of the target). Every tool gets
-the same treatment.
+the same treatment. Niceness is not enough on a busy host: the client's threads still
+wait on the run queue behind other users' work for ms at a time, and that wait lands in
+the stamps of the tokens it delays (loadgen's result shows it as ``receive_wait_ns``,
+from the kernel's receive stamps). --client-rt-priority P runs every tool at SCHED_RR
+priority P instead (off by default), ahead of all normal work on the client core.
 
 Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word prompts):
   loadgen   ``loadgen run --scenario concurrency --concurrency N --max-tokens 256``;
@@ -171,6 +175,8 @@ class Ladder(StreamBench):
         super().__init__(args, tmp)
         self.guidellm_bin = os.path.join(args.guidellm_venv, "bin", "guidellm")
         self.pin = ["taskset", "-c", str(args.client_cpu)]
+        if args.client_rt_priority:  # every tool, and each of its processes, at this SCHED_RR priority
+            self.pin = ["chrt", "-r", str(args.client_rt_priority), *self.pin]
         self.fixed_cpu_s: dict[str, float | None] = {}
         self.rows: list[dict[str, Any]] = []
 
@@ -462,19 +468,21 @@ def choose_server(ap: argparse.ArgumentParser, asked: str | None) -> tuple[str, 
         return "python", f" (the native server did not build: {str(e)[:300]})"
 
 
-def rt_priority(ap: argparse.ArgumentParser, asked: int | None) -> int:
-    """--server-rt-priority: 1 by default where this user may set SCHED_FIFO (tried in a
-    child process), else 0; an error when one asked for is out of range or not permitted."""
+def rt_priority(ap: argparse.ArgumentParser, flag: str, asked: int | None, default: int) -> int:
+    """A real-time priority option: `default` when not given (0 where this user may not
+    set one; each is tried in a child process), else the one asked for; an error when it
+    is out of range or not permitted. 0 is the normal scheduler."""
     if asked is not None and not 0 <= asked <= 99:
-        ap.error(f"--server-rt-priority {asked}: give 0 (the normal scheduler) to 99")
-    if asked == 0:
+        ap.error(f"{flag} {asked}: give 0 (the normal scheduler) to 99")
+    want = default if asked is None else asked
+    if want == 0:
         return 0
     probe = [sys.executable, "-c", "import os, sys; os.sched_setscheduler(0, os.SCHED_FIFO, "
-             "os.sched_param(int(sys.argv[1])))", str(asked or 1)]
+             "os.sched_param(int(sys.argv[1])))", str(want)]
     if run_proc(probe, 60)["rc"] == 0:
-        return asked or 1
+        return want
     if asked is not None:
-        ap.error(f"--server-rt-priority {asked}: SCHED_FIFO is not permitted here; give 0")
+        ap.error(f"{flag} {asked}: real-time scheduling is not permitted here; give 0")
     return 0
 
 
@@ -505,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-rt-priority", type=int, default=None, metavar="P",
                     help="native server: SCHED_FIFO priority 1-99, 0 for the normal scheduler (default 1 where "
                          "permitted, else 0)")
+    ap.add_argument("--client-rt-priority", type=int, default=0, metavar="P",
+                    help="run every client at SCHED_RR priority P (1-99; needs the privilege), ahead of other "
+                         "work on its core; default 0: the normal scheduler at --nice")
     ap.add_argument("--client-cpu", type=int, default=0, help="the client's core (default 0)")
     ap.add_argument("--server-cpu", type=int, default=1, help="the server's and this script's core (default 1)")
     ap.add_argument("--run-slack-s", type=int, default=90,
@@ -535,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"no {tool} in {venv}; install it with: python -m venv {venv} && {venv}/bin/pip install {pkg}"
                      f" (or leave it out: --tools)")
     args.server, server_note = choose_server(ap, args.server)
-    args.server_rt_priority = rt_priority(ap, args.server_rt_priority)
+    args.server_rt_priority = rt_priority(ap, "--server-rt-priority", args.server_rt_priority, 1)
+    args.client_rt_priority = rt_priority(ap, "--client-rt-priority", args.client_rt_priority, 0)
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy (pip install py-spy)")
     if "guidellm" in tools and "aiperf" not in tools and not os.access(
@@ -564,7 +576,8 @@ def main(argv: list[str] | None = None) -> int:
               f"runs, {args.rounds} round(s); client cpu {args.client_cpu}, server cpu {args.server_cpu}; "
               f"server {args.server}{server_note}"
               + (f" (SCHED_FIFO {args.server_rt_priority})" if args.server == "native" and args.server_rt_priority
-                 else "") + "; "
+                 else "") + (f"; clients at SCHED_RR {args.client_rt_priority}" if args.client_rt_priority else "")
+              + "; "
               + ", ".join(f"{t} {ctx.get(t.split('_')[0], '?')}" for t in tools)
               + f"; {ctx['cpu_model']}, {ctx['nproc']} cpus; git {ctx['git']}; loadavg "
               f"{' '.join(f'{x:.2f}' for x in ctx['loadavg'])}; {ctx['date_utc']}", flush=True)

@@ -73,10 +73,11 @@ def test_bad_tools_are_named(tmp_path):
     assert p.returncode == 2 and "--tools: 'loadgen,wrk'" in p.stderr
 
 
-def test_a_bad_server_priority_is_named(tmp_path):
-    p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", "--server-rt-priority", "100"],
+@pytest.mark.parametrize("flag", ["--server-rt-priority", "--client-rt-priority"])
+def test_a_bad_priority_is_named(tmp_path, flag):
+    p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", flag, "100"],
                        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=_env())
-    assert p.returncode == 2 and "--server-rt-priority 100: give 0" in p.stderr
+    assert p.returncode == 2 and f"{flag} 100: give 0" in p.stderr
 
 
 def test_one_level_with_loadgen_alone(tmp_path):
