@@ -11,7 +11,7 @@ one thread, epoll and a timer heap, built on first use into ``.servers/truth_ser
 run at real-time priority --server-rt-priority where permitted (so that a wake-up for a
 due write is not held back by other work on its core); its record also holds each
 write's lateness. ``python`` is the scripted server (``tests/servers/scripted.py
---selector epoll``), which falls tens to hundreds of ms behind at 1000 streams and more.
+--selector epoll``), which falls tens of ms to seconds behind at 1000 streams and more.
 
 The ladder. For each level N of --levels (default 250,500,1000,2000,4000) every tool runs
 closed loop with N streams in flight for --duration-s (default 10), against a fresh
