@@ -1,11 +1,17 @@
 """How many concurrent LLM streams one client core sustains: loadgen against AIPerf and GuideLLM.
 
-The server is the scripted OpenAI-compatible one (``tests/servers/scripted.py``) with
-``--ttft-ms 50 --itl-ms 10 --tokens 256``: each chat completion streams 256 tokens, the
-first 50 ms after the kernel received the request, then one every 10 ms (100 tokens/s per
-stream). Its ``GET /stats`` holds, per stream, the receive time and the time right
-before each event's write, on one monotonic clock: that record is the truth (see
-``bench_stream.py`` for the definitions; truth TTFT = first write - receive).
+The server (--server) streams OpenAI chat completions with ``--ttft-ms 50 --itl-ms 10
+--tokens 256``: each chat completion streams 256 tokens, the first 50 ms after the kernel
+received the request, then one every 10 ms (100 tokens/s per stream). Its ``GET /stats``
+holds, per stream, the receive time and the time right before each event's write, on
+one monotonic clock (CLOCK_MONOTONIC, Python's time.monotonic_ns()): that record is the
+truth (see ``bench_stream.py`` for the definitions; truth TTFT = first write - receive).
+``native`` (the default where g++ builds it) is ``tests/servers/truth_server.cc``: C++,
+one thread, epoll and a timer heap, built on first use into ``.servers/truth_server/``,
+run at real-time priority --server-rt-priority where permitted (so that a wake-up for a
+due write is not held back by other work on its core); its record also holds each
+write's lateness. ``python`` is the scripted server (``tests/servers/scripted.py
+--selector epoll``), which falls tens of ms to seconds behind at 1000 streams and more.
 
 The ladder. For each level N of --levels (default 250,500,1000,2000,4000) every tool runs
 closed loop with N streams in flight for --duration-s (default 10), against a fresh
@@ -21,8 +27,10 @@ client core. Per run:
   CPU/1k req       steady client CPU (ms) per 1000 requests the tool completed;
   tokens/s         tokens (and events) the server wrote over the run's span, first
                    receive to last write: what the client had to parse;
-  server late      p99 of (write time - due time) over every event, and the server's
-                   CPU share of its core: how far the server kept its own script.
+  server late      p99 and max of (write time - due time) over every event (the native
+                   server's own record of it; the Python server's from its write
+                   times), and the server's CPU share of its core: how far the server
+                   kept its own script.
 
 A tool *sustains* a level when the median over the rounds of its TTFT p99 error is
 within 2 ms either way and no round reported a failed request. Its sustained streams are
@@ -32,7 +40,11 @@ the target) at a level is not run at higher levels: its error only grows with th
 Noise. The machine may be shared: this script sets its niceness to --nice (-10), and
 every server and client inherits it, so that other work on their cores does not hold
 them back for whole scheduler slices (a few ms, the size of the target). Every tool gets
-the same treatment.
+the same treatment. Niceness is not enough on a busy host: the client's threads still
+wait on the run queue behind other users' work for ms at a time, and that wait lands in
+the stamps of the tokens it delays (loadgen's result shows it as ``receive_wait_ns``,
+from the kernel's receive stamps). --client-rt-priority P runs every tool at SCHED_RR
+priority P instead (off by default), ahead of all normal work on the client core.
 
 Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word prompts):
   loadgen   ``loadgen run --scenario concurrency --concurrency N --max-tokens 256``;
@@ -54,11 +66,11 @@ Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word promp
             the truth is matched request by request (successful requests, its headline
             set).
 
-Server setup, the same for every tool at a level. One Python process cannot write 256
-events per stream for thousands of streams on one core (about 15 us per event: 2000
-streams would be 200k events/s), so each event after the first carries
+Server setup, the same for every tool at a level. Each event after the first carries
 --tokens-per-chunk (16) tokens, the first one token (``--first-chunk-tokens 1``, so TTFT
-stays 50 ms): 17 events per stream, ITL between events 160 ms. The server runs
+stays 50 ms): 17 events per stream, ITL between events 160 ms (the Python server costs
+about 15 us per event, so 2000 streams of one-token events, 200k events/s, were beyond
+it; the setting stays so that figures compare across servers). The Python server runs
 ``--selector epoll`` (select() stops at 1024 descriptors; epoll's waits round to whole
 milliseconds, which shows in "server late" but not in the truth, which is each write's
 real time). The client still receives 256 tokens per stream and counts them from the
@@ -70,6 +82,7 @@ Usage:
     python bench/bench_llm_streams.py --tools loadgen --levels 500,1000,2000 --tokens-per-chunk 1
     python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
     python bench/bench_llm_streams.py --tools loadgen,loadgen_asyncio --levels 1000,2000  # both HTTP clients
+    python bench/bench_llm_streams.py --tools loadgen --levels 1000 --server python  # the Python truth server
 """
 
 from __future__ import annotations
@@ -95,6 +108,7 @@ from bench_stream import Bench as StreamBench  # noqa: E402
 from bench_stream import truth as stream_truth  # noqa: E402
 
 from tests.servers.scripted_proc import start_scripted  # noqa: E402
+from tests.servers.truth_server import TruthServerUnavailable, build_truth_server, start_truth_server  # noqa: E402
 
 TOOLS = ("loadgen", "aiperf", "guidellm")
 #: Run only when named in --tools: loadgen on its asyncio HTTP client (--http-engine asyncio).
@@ -105,7 +119,8 @@ MS = 1_000_000
 def server_figures(stats: dict[str, Any], ttft_ms: float, itl_ms: float, skip: int = 0) -> dict[str, Any]:
     """What the server did, from its record: streams begun and finished (the first `skip`
     by receive time, a warm-up, not counted), tokens and events written and their rate
-    over the record's span, each event's lateness (write - due)."""
+    over the record's span, each event's lateness (write - due: the server's own
+    ``write_late_ns`` where its record has it, else from the write times)."""
     streams = sorted(stats["streams"], key=lambda s: s["recv_ns"])
     counted = {id(s) for s in streams[skip:]}
     late: list[int] = []
@@ -115,9 +130,12 @@ def server_figures(stats: dict[str, Any], ttft_ms: float, itl_ms: float, skip: i
     for s in streams:
         n, k, first, writes = s["tokens"], s["tokens_per_event"], s["first_event_tokens"], s["token_write_ns"]
         first_recv = min(first_recv, s["recv_ns"])
-        for i, w in enumerate(writes):
-            last = min(n, first + i * k)  # tokens sent once event i is written
-            late.append(w - (s["recv_ns"] + ttft + (last - 1) * itl))
+        if "write_late_ns" in s:
+            late += s["write_late_ns"]
+        else:
+            for i, w in enumerate(writes):
+                last = min(n, first + i * k)  # tokens sent once event i is written
+                late.append(w - (s["recv_ns"] + ttft + (last - 1) * itl))
         if writes:
             tokens += min(n, first + (len(writes) - 1) * k)
             events += len(writes)
@@ -128,7 +146,8 @@ def server_figures(stats: dict[str, Any], ttft_ms: float, itl_ms: float, skip: i
             "span_s": span_s, "tokens_per_s": tokens / span_s if span_s > 0 else None,
             "events_per_s": events / span_s if span_s > 0 else None,
             "late_p50_ms": percentile(late, 50) / MS if late else None,
-            "late_p99_ms": percentile(late, 99) / MS if late else None}
+            "late_p99_ms": percentile(late, 99) / MS if late else None,
+            "late_max_ms": max(late) / MS if late else None}
 
 
 def matched_truth(stats: dict[str, Any], ttft_ms_by_id: dict[str, float]) -> dict[str, Any]:
@@ -156,6 +175,8 @@ class Ladder(StreamBench):
         super().__init__(args, tmp)
         self.guidellm_bin = os.path.join(args.guidellm_venv, "bin", "guidellm")
         self.pin = ["taskset", "-c", str(args.client_cpu)]
+        if args.client_rt_priority:  # every tool, and each of its processes, at this SCHED_RR priority
+            self.pin = ["chrt", "-r", str(args.client_rt_priority), *self.pin]
         self.fixed_cpu_s: dict[str, float | None] = {}
         self.rows: list[dict[str, Any]] = []
 
@@ -229,10 +250,14 @@ class Ladder(StreamBench):
 
     # -- runs
     def start_server(self, d: str) -> Any:
+        """A fresh server of --server's kind on the server core, with the ladder's script."""
         a = self.args
-        srv = start_scripted(d, "--ttft-ms", a.ttft_ms, "--itl-ms", a.itl_ms, "--tokens", a.tokens,
-                             "--tokens-per-chunk", a.tokens_per_chunk, "--first-chunk-tokens", 1,
-                             "--selector", "epoll", "--max-runtime-s", a.duration_s + 600)
+        script = ("--ttft-ms", a.ttft_ms, "--itl-ms", a.itl_ms, "--tokens", a.tokens, "--tokens-per-chunk",
+                  a.tokens_per_chunk, "--first-chunk-tokens", 1, "--max-runtime-s", a.duration_s + 600)
+        if a.server == "native":
+            srv = start_truth_server(d, *script, "--cpu", a.server_cpu, "--realtime-priority", a.server_rt_priority)
+        else:
+            srv = start_scripted(d, *script, "--selector", "epoll")
         pin_tree(srv.pid, {a.server_cpu})
         return srv
 
@@ -339,7 +364,8 @@ class Ladder(StreamBench):
               f"error {row['ttft_p99_error_ms']:+.2f} ms (p50 {row['ttft_p50_error_ms']:+.2f}); completed {done} "
               f"(server finished {srv['finished']}), failed {rep.get('failed', 0)}; client CPU {row['cpu_s']:.1f} s"
               f" ({_num(row['cpu_ms_per_1k'], '.0f')} ms/1k req steady); {_num(srv['tokens_per_s'], ',.0f')} "
-              f"tokens/s, server late p99 {_num(srv['late_p99_ms'], '.1f')} ms, server CPU "
+              f"tokens/s, server late p99 {_num(srv['late_p99_ms'], '.2f')} max {_num(srv['late_max_ms'], '.2f')} ms, "
+              f"server CPU "
               f"{row['server_cpu_share']:.0%}; {'ok' if row['sustained'] else 'MISSED'} "
               f"(loadavg {row['loadavg_1m_before']:.2f}, {row['wall_s']:.0f} s)", flush=True)
 
@@ -371,7 +397,8 @@ def summarize(rows: list[dict[str, Any]], tools: list[str], levels: list[int]) -
                 c[k] = med([r.get(k) for r in ok])
             c["sustained"] = level_sustained(rs)
             for part, names in (("reported", ("ttft_p99", "completed", "failed")), ("truth", ("ttft_p99",)),
-                                ("server", ("finished", "tokens_per_s", "events_per_s", "late_p99_ms"))):
+                                ("server", ("finished", "tokens_per_s", "events_per_s", "late_p99_ms",
+                                            "late_max_ms"))):
                 for k in names:
                     c[f"{part}_{k}"] = med([r[part].get(k) for r in ok])
             cells[t][n] = c
@@ -391,7 +418,7 @@ def summarize(rows: list[dict[str, Any]], tools: list[str], levels: list[int]) -
 
 def table(summary: dict[str, Any]) -> str:
     head = ["streams", "tool", "TTFT p99 ms (reported / truth / error)", "p50 error ms", "completed / server",
-            "client CPU s", "CPU ms per 1k req", "tokens/s (events/s)", "server late p99 ms", "server CPU",
+            "client CPU s", "CPU ms per 1k req", "tokens/s (events/s)", "server late p99 / max ms", "server CPU",
             "within 2 ms"]
     rows = []
     for t, by_level in summary["cells"].items():
@@ -405,7 +432,8 @@ def table(summary: dict[str, Any]) -> str:
                 + (f" ({c['reported_failed']:.0f} failed)" if c["reported_failed"] else ""),
                 _num(c["cpu_s"], ".1f"), _num(c["cpu_ms_per_1k"], ",.0f"),
                 f"{_num(c['server_tokens_per_s'], ',.0f')} ({_num(c['server_events_per_s'], ',.0f')})",
-                _num(c["server_late_p99_ms"], ".1f"), _num(c["server_cpu_share"], ".0%"),
+                f"{_num(c['server_late_p99_ms'], '.2f')} / {_num(c['server_late_max_ms'], '.2f')}",
+                _num(c["server_cpu_share"], ".0%"),
                 "yes" if c["sustained"] else "no"])
     rows.sort(key=lambda r: (int(r[0]), list(summary["cells"]).index(r[1])))
     w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
@@ -423,6 +451,39 @@ def _ints(text: str) -> list[int]:
     if not xs or min(xs) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give one or more positive integers")
     return sorted(set(xs))
+
+
+def choose_server(ap: argparse.ArgumentParser, asked: str | None) -> tuple[str, str]:
+    """--server's kind, built when native, and a note for the header: native where it
+    builds (else python, saying why), or the kind asked for (an error when native cannot
+    be built)."""
+    if asked == "python":
+        return "python", ""
+    try:
+        build_truth_server()
+        return "native", ""
+    except TruthServerUnavailable as e:
+        if asked == "native":
+            ap.error(f"--server native: {e}")
+        return "python", f" (the native server did not build: {str(e)[:300]})"
+
+
+def rt_priority(ap: argparse.ArgumentParser, flag: str, asked: int | None, default: int) -> int:
+    """A real-time priority option: `default` when not given (0 where this user may not
+    set one; each is tried in a child process), else the one asked for; an error when it
+    is out of range or not permitted. 0 is the normal scheduler."""
+    if asked is not None and not 0 <= asked <= 99:
+        ap.error(f"{flag} {asked}: give 0 (the normal scheduler) to 99")
+    want = default if asked is None else asked
+    if want == 0:
+        return 0
+    probe = [sys.executable, "-c", "import os, sys; os.sched_setscheduler(0, os.SCHED_FIFO, "
+             "os.sched_param(int(sys.argv[1])))", str(want)]
+    if run_proc(probe, 60)["rc"] == 0:
+        return want
+    if asked is not None:
+        ap.error(f"{flag} {asked}: real-time scheduling is not permitted here; give 0")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,6 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=256, help="server: tokens per answer (default 256)")
     ap.add_argument("--tokens-per-chunk", type=int, default=16,
                     help="server: tokens per event after the first (default 16)")
+    ap.add_argument("--server", choices=("native", "python"), default=None,
+                    help="the truth server: native (tests/servers/truth_server.cc, built with g++ on first use) "
+                         "or python (tests/servers/scripted.py); default native where it builds")
+    ap.add_argument("--server-rt-priority", type=int, default=None, metavar="P",
+                    help="native server: SCHED_FIFO priority 1-99, 0 for the normal scheduler (default 1 where "
+                         "permitted, else 0)")
+    ap.add_argument("--client-rt-priority", type=int, default=0, metavar="P",
+                    help="run every client at SCHED_RR priority P (1-99; needs the privilege), ahead of other "
+                         "work on its core; default 0: the normal scheduler at --nice")
     ap.add_argument("--client-cpu", type=int, default=0, help="the client's core (default 0)")
     ap.add_argument("--server-cpu", type=int, default=1, help="the server's and this script's core (default 1)")
     ap.add_argument("--run-slack-s", type=int, default=90,
@@ -475,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         if tool in tools and not os.access(os.path.join(venv, "bin", tool), os.X_OK):
             ap.error(f"no {tool} in {venv}; install it with: python -m venv {venv} && {venv}/bin/pip install {pkg}"
                      f" (or leave it out: --tools)")
+    args.server, server_note = choose_server(ap, args.server)
+    args.server_rt_priority = rt_priority(ap, "--server-rt-priority", args.server_rt_priority, 1)
+    args.client_rt_priority = rt_priority(ap, "--client-rt-priority", args.client_rt_priority, 0)
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy (pip install py-spy)")
     if "guidellm" in tools and "aiperf" not in tools and not os.access(
@@ -501,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_llm_streams: server ttft {args.ttft_ms:g} ms, itl {args.itl_ms:g} ms, {args.tokens} tokens, "
               f"{args.tokens_per_chunk} per event after a 1-token first; levels {args.levels}; {args.duration_s} s "
               f"runs, {args.rounds} round(s); client cpu {args.client_cpu}, server cpu {args.server_cpu}; "
+              f"server {args.server}{server_note}"
+              + (f" (SCHED_FIFO {args.server_rt_priority})" if args.server == "native" and args.server_rt_priority
+                 else "") + (f"; clients at SCHED_RR {args.client_rt_priority}" if args.client_rt_priority else "")
+              + "; "
               + ", ".join(f"{t} {ctx.get(t.split('_')[0], '?')}" for t in tools)
               + f"; {ctx['cpu_model']}, {ctx['nproc']} cpus; git {ctx['git']}; loadavg "
               f"{' '.join(f'{x:.2f}' for x in ctx['loadavg'])}; {ctx['date_utc']}", flush=True)

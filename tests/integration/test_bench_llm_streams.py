@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,15 @@ def test_server_figures(bench):
     assert (warm["streams"], warm["finished"], warm["events"]) == (1, 0, 6)
 
 
+def test_server_figures_take_the_native_servers_own_lateness(bench):
+    # The native server records each write's lateness itself (write_late_ns): those figures
+    # are the ones reported, here unlike the write times' (all on time).
+    done = {**record(0, [20, 40, 60, 65]), "write_late_ns": [0, 3 * MS, 1 * MS, 7 * MS]}
+    fig = bench.server_figures({"streams": [done]}, ttft_ms=20, itl_ms=5)
+    assert fig["late_p50_ms"] == 1 and fig["late_p99_ms"] == 7 and fig["late_max_ms"] == 7
+    assert (fig["finished"], fig["events"], fig["tokens"]) == (1, 4, 10)
+
+
 def test_matched_truth_pairs_requests_by_the_servers_id(bench):
     stats = {"streams": [record(1000, [1050]), record(2000, [2060]), record(3000, [])]}
     reported = {"chatcmpl-1000000000": 51.5, "chatcmpl-2000000000": 60.25, "chatcmpl-3000000000": 9.0,
@@ -62,6 +72,13 @@ def test_bad_tools_are_named(tmp_path):
     p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen,wrk"], capture_output=True, text=True,
                        timeout=60, cwd=tmp_path, env=_env())
     assert p.returncode == 2 and "--tools: 'loadgen,wrk'" in p.stderr
+
+
+@pytest.mark.parametrize("flag", ["--server-rt-priority", "--client-rt-priority"])
+def test_a_bad_priority_is_named(tmp_path, flag):
+    p = subprocess.run([sys.executable, str(BENCH_PY), "--tools", "loadgen", flag, "100"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env=_env())
+    assert p.returncode == 2 and f"{flag} 100: give 0" in p.stderr
 
 
 def test_one_level_with_loadgen_alone(tmp_path):
@@ -88,3 +105,6 @@ def test_one_level_with_loadgen_alone(tmp_path):
     assert doc["summary"]["sustained"]["loadgen"] == (16 if run["sustained"] else None)
     assert doc["fixed_cpu_s"]["loadgen"] > 0 and run["cpu_s"] > 0
     assert "| 16      | loadgen |" in p.stdout
+    # the native truth server where g++ builds it, else the Python one, saying why
+    assert ("server native" if shutil.which("g++") else "the native server did not build") in p.stdout.splitlines()[0]
+    assert run["server"]["late_max_ms"] >= run["server"]["late_p99_ms"] >= 0

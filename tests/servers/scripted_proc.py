@@ -1,4 +1,5 @@
-"""Starting the scripted test server (``tests/servers/scripted.py``) as a process of its own."""
+"""Starting the scripted test server (``tests/servers/scripted.py``), or another server that
+prints its port the same way, as a process of its own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from .procs import ServerProcess, http_get
 
-__all__ = ["Scripted", "start_scripted"]
+__all__ = ["Scripted", "start_scripted", "start_with_port_line"]
 
 SCRIPT = Path(__file__).with_name("scripted.py")
 _log_numbers = itertools.count()
@@ -53,8 +54,19 @@ def start_scripted(tmp_path: Any, *args: object, timeout_s: float = 10) -> Scrip
     """Starts ``scripted.py --port 0 *args`` with its log in tmp_path and waits (at most
     timeout_s) for the ``PORT n`` line; raises RuntimeError with the log's tail if the
     process exits first or the time runs out."""
-    log = Path(tmp_path) / f"scripted-{next(_log_numbers)}.log"
-    proc = ServerProcess([sys.executable, str(SCRIPT), "--port", "0", *map(str, args)], str(log))
+    scheme = "https" if "--tls-cert" in map(str, args) else "http"
+    return start_with_port_line([sys.executable, str(SCRIPT)], tmp_path, "scripted", *args, timeout_s=timeout_s,
+                                scheme=scheme)
+
+
+def start_with_port_line(command: list[str], tmp_path: Any, name: str, *args: object, timeout_s: float = 10,
+                         scheme: str = "http") -> Scripted:
+    """Starts ``command --port 0 *args`` (a server that prints ``PORT n`` once listening and
+    serves scripted.py's /stats) with its log in tmp_path as ``<name>-<i>.log``, and waits
+    at most timeout_s for that line; raises RuntimeError with the log's tail if the process
+    exits first or the time runs out."""
+    log = Path(tmp_path) / f"{name}-{next(_log_numbers)}.log"
+    proc = ServerProcess([*command, "--port", "0", *map(str, args)], str(log))
     deadline = time.monotonic() + timeout_s
     port: int | None = None
     while port is None:
@@ -63,8 +75,8 @@ def start_scripted(tmp_path: Any, *args: object, timeout_s: float = 10) -> Scrip
             port = int(match.group(1))
         elif not proc.alive() or time.monotonic() > deadline:
             proc.stop()
-            raise RuntimeError(f"scripted.py {' '.join(map(str, args))} did not print its port within "
+            raise RuntimeError(f"{name} {' '.join(map(str, args))} did not print its port within "
                                f"{timeout_s:g} s (exit code {proc.proc.returncode}); log tail:\n{proc.log_tail()}")
         else:
             time.sleep(0.02)
-    return Scripted(proc, port, "https" if "--tls-cert" in map(str, args) else "http")
+    return Scripted(proc, port, scheme)
