@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from loadgen.results import render_summary
 from tests.helpers import run_cli, write
 from tests.integration.test_net_servers import run_doc
 from tests.servers.scripted_proc import start_scripted
@@ -99,6 +100,7 @@ def test_tool_calls_are_counted_and_their_results_fed_back_in_the_next_turn(tmp_
         tokens = doc["network"]["tokens"]
         assert (tokens["tool_calls"], tokens["tool_call_requests"]) == (2 * len(called), len(called)), engine
         assert tokens["output_tokens"] == 8 * 12
+        assert f"; {2 * len(called)} tool calls in {len(called)} answers" in render_summary(doc)
         for e in fed_back:
             assert e["tool_calls"] == 0
             user, *rest = e["messages"]
