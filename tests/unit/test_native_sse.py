@@ -554,3 +554,24 @@ def test_chat_tool_call_deltas_are_counted_and_their_arguments_are_tokens():
     ts.read_whole(b"".join(pieces), 5)
     assert [(c["id"], c["name"], c["arguments"]) for c in ts.calls] == [("call_a", "f", '{"x":1}'),
                                                                         ("call_b", "g", "{}")]
+
+
+def test_a_responses_stream_without_completed_is_worded_alike_by_both_clients():
+    from loadgen.net.openai_stream import NO_COMPLETED, NO_DONE
+
+    class _Failing(_Sut):
+        check = True
+        checked = 0
+        failed: Optional[tuple] = None
+
+        def fail_query(self, qid, kind, message):
+            self.failed = (kind, message)
+
+    for responses, says in ((True, NO_COMPLETED), (False, NO_DONE)):
+        sut = _Failing(1 << 20, responses)
+        ts = TokenStream(sut, 1, 0)
+        body = _resp({"type": "response.output_text.delta", "delta": "A"}) if responses else _chat({"content": "A"})
+        ts.on_data(None, body, 5)
+        ts.on_response(None, 200, b"", 6)
+        assert sut.failed == ("invalid_response", says)
+        assert _native_words(1 << 20, responses).stream_verdict(6, 200, b"") == ("invalid_response", says)
