@@ -213,7 +213,7 @@ class Answer:
         return sse({"type": "response.created", "sequence_number": 0,
                     "response": {**base, "status": "in_progress", "output": [], "usage": None}})
 
-    def tail(self, base: dict[str, Any], usage: dict[str, Any] | None, reasoning_field: str) -> bytes:
+    def tail(self, base: dict[str, Any], usage: dict[str, Any] | None) -> bytes:
         """What follows the last token's event: the finish, the usage and the stream's end."""
         if self.responses:
             out = b""
@@ -710,7 +710,7 @@ class ScriptedServer:
 
         # Encoded once per request: the events differ only by their token count and kind.
         events: dict[tuple[int, int, int], bytes] = {}
-        tail = answer.tail(base, usage, a.reasoning_field)
+        tail = answer.tail(base, usage)
         self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
         head = answer.head(base)
         if head:
