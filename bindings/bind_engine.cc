@@ -502,6 +502,8 @@ void def_net_client(EngineClass& c) {
              d["split_by_text"] = f.stream.split_by_text;
              d["cached_tokens"] = f.stream.cached_tokens;
              d["cached_from_usage"] = f.stream.cached_from_usage;
+             d["tool_calls"] = f.stream.tool_calls;
+             d["tool_call_requests"] = f.stream.tool_call_requests;
              return d;
            },
            "The native network client's figures of OpenAI streams (HTTP/1.1, settings.sut.net.sse): histograms "

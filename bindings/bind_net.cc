@@ -82,6 +82,7 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("cpus", &NetClientSettings::cpus)
       .def_readwrite("sse", &NetClientSettings::sse)
       .def_readwrite("sse_check", &NetClientSettings::sse_check)
+      .def_readwrite("sse_responses", &NetClientSettings::sse_responses)
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
       .def_readwrite("check_each", &NetClientSettings::check_each)
@@ -165,7 +166,7 @@ void bind_http_parser(py::module_& m) {
 void bind_sse_scanner(py::module_& m) {
   m.attr("MAX_TOKEN_COUNT") = loadgen::kMaxTokenCount;
   py::class_<SseScanner>(m, "SseScanner")
-      .def(py::init<int64_t>(), py::arg("max_event_bytes") = int64_t{64} << 20)
+      .def(py::init<int64_t, bool>(), py::arg("max_event_bytes") = int64_t{64} << 20, py::arg("responses") = false)
       .def("start", &SseScanner::start)
       .def(
           "feed",
@@ -195,6 +196,7 @@ void bind_sse_scanner(py::module_& m) {
                              })
       .def_property_readonly("held_over", &SseScanner::held_over)
       .def_property_readonly("reasoning_chunks", &SseScanner::reasoning_chunks)
+      .def_property_readonly("tool_calls", &SseScanner::tool_calls)
       .def_property_readonly("usage_reasoning_tokens", &SseScanner::usage_reasoning_tokens)
       .def_property_readonly("usage_cached_tokens", &SseScanner::usage_cached_tokens)
       .def_property_readonly("first_reasoning_ns", &SseScanner::first_reasoning_ns)

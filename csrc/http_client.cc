@@ -179,7 +179,7 @@ HttpClient::HttpClient(NetClientSettings settings)
     c->io->conns.push_back(c.get());
     if (s_.sse) {
       // Body pieces go to the scanner as they arrive, stamped with their read's time.
-      c->sse = std::make_unique<SseScanner>(s_.max_response_bytes);
+      c->sse = std::make_unique<SseScanner>(s_.max_response_bytes, s_.sse_responses);
       Conn* raw = c.get();
       const bool keep = s_.check_each;
       c->parser.set_body_callback([raw, keep](const char* data, size_t n) {

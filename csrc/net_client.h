@@ -93,6 +93,8 @@ struct NetClientSettings {
   bool sse = false;
   /// sse: the end-of-stream checks (tokens or a finish_reason; data: [DONE]) are made.
   bool sse_check = true;
+  /// sse: the streams are /v1/responses ones (typed events; SseScanner's `responses`).
+  bool sse_responses = false;
   /// sse: each request's input tokens, by sample index like `requests` (empty: not known).
   std::vector<int64_t> input_tokens;
   /// sse: the figures' histograms keep this many significant figures (1..5).

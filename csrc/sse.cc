@@ -34,20 +34,36 @@ bool field_at(const char* p, const char* end, const char* key, size_t m, bool no
   return !nonempty || p == end || *p != '"';
 }
 
-// Which text key, if any, is at the quote q (with \s* : \s* " after it): its length,
-// quotes included (0: none). One comparison a quote, chosen by the key's first letter.
-size_t text_key_at(const char* q, const char* end) {
-  if (end - q < 2) return 0;
+// The text keys: an answer's ("text", "content"), a reasoning one's ("reasoning_content",
+// "reasoning"), a tool call's "arguments" (text weight only), and a responses event's
+// "delta" (text weight only, in that mode).
+enum class TextKey : uint8_t { kNone, kAnswer, kReasoning, kArguments, kDelta };
+
+// Which text key, if any, is at the quote q (with \s* : \s* " after it), and its length,
+// quotes included, in *m. One comparison a quote, chosen by the key's first letter; a
+// responses event's only key is "delta".
+TextKey text_key_at(const char* q, const char* end, bool responses, size_t* m) {
+  *m = 0;
+  if (end - q < 2) return TextKey::kNone;
+  const auto is = [&](const char* key, size_t len, TextKey kind) {
+    if (!field_at(q, end, key, len, false)) return TextKey::kNone;
+    *m = len;
+    return kind;
+  };
+  if (responses) return q[1] == 'd' ? is("\"delta\"", 7, TextKey::kDelta) : TextKey::kNone;
   switch (q[1]) {
     case 't':
-      return field_at(q, end, "\"text\"", 6, false) ? 6 : 0;
+      return is("\"text\"", 6, TextKey::kAnswer);
     case 'c':
-      return field_at(q, end, "\"content\"", 9, false) ? 9 : 0;
-    case 'r':
-      if (field_at(q, end, "\"reasoning_content\"", 19, false)) return 19;
-      return field_at(q, end, "\"reasoning\"", 11, false) ? 11 : 0;
+      return is("\"content\"", 9, TextKey::kAnswer);
+    case 'r': {
+      const TextKey k = is("\"reasoning_content\"", 19, TextKey::kReasoning);
+      return k != TextKey::kNone ? k : is("\"reasoning\"", 11, TextKey::kReasoning);
+    }
+    case 'a':
+      return is("\"arguments\"", 11, TextKey::kArguments);
     default:
-      return 0;
+      return TextKey::kNone;
   }
 }
 
@@ -63,8 +79,9 @@ bool token_field(const char* p, size_t n, bool reasoning) {
   const char* end = p + n;
   for (const char* q = p; (q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))));
        ++q) {
-    const size_t m = text_key_at(q, end);
-    if (m == 0 || (m >= 11) != reasoning) continue;
+    size_t m = 0;
+    const TextKey k = text_key_at(q, end, false, &m);
+    if (k != (reasoning ? TextKey::kReasoning : TextKey::kAnswer)) continue;
     const char* v = value_at(q, end, m);
     if (v == end || *v != '"') return true;
   }
@@ -72,15 +89,17 @@ bool token_field(const char* p, size_t n, bool reasoning) {
 }
 
 // The text weight of an event's data: the raw bytes of each "text", "content",
-// "reasoning_content" and "reasoning" string (a key, \s* : \s* and a quote, then up to
-// the closing quote not escaped, or the data's end), as written; at least 1. The search
-// goes on from each string's end (the regex _TEXT_STRING's findall).
-int64_t text_weight(const char* p, size_t n) {
+// "reasoning_content", "reasoning" and "arguments" string (of a responses event: each
+// "delta" string) (a key, \s* : \s* and a quote, then up to the closing quote not
+// escaped, or the data's end), as written; at least 1. The search goes on from each
+// string's end (the regexes _TEXT_STRING's and _DELTA_STRING's findall).
+int64_t text_weight(const char* p, size_t n, bool responses) {
   const char* end = p + n;
   int64_t sum = 0;
   const char* q = p;
   while ((q = static_cast<const char*>(std::memchr(q, '"', static_cast<size_t>(end - q))))) {
-    const size_t m = text_key_at(q, end);
+    size_t m = 0;
+    text_key_at(q, end, responses, &m);
     if (m == 0) {
       ++q;
       continue;
@@ -416,7 +435,8 @@ class JsonReader {
 
 }  // namespace
 
-SseScanner::SseScanner(int64_t max_event_bytes) : max_event_bytes_(max_event_bytes) {
+SseScanner::SseScanner(int64_t max_event_bytes, bool responses)
+    : max_event_bytes_(max_event_bytes), responses_(responses) {
   if (max_event_bytes < 1) throw std::invalid_argument("max_event_bytes must be >= 1");
 }
 
@@ -427,7 +447,7 @@ void SseScanner::start() noexcept {
   event_tokens_.clear();
   event_weights_.clear();
   problem_data_.clear();
-  chunks_ = reasoning_chunks_ = 0;
+  chunks_ = reasoning_chunks_ = tool_calls_ = 0;
   usage_tokens_ = usage_reasoning_tokens_ = usage_cached_tokens_ = -1;
   first_ns_ = last_ns_ = first_reasoning_ns_ = first_answer_ns_ = 0;
   held_over_ = 0;
@@ -510,8 +530,12 @@ void SseScanner::data(const char* p, size_t n, int64_t t) {
     return;
   }
   const int64_t before = chunks_;
-  // A plain token chunk (no usage, no error) is recognised without reading its JSON.
-  if (p[0] == '{' && p[n - 1] == '}' && !has(p, n, "\"usage\"", 7) && !has(p, n, "\"error\"", 7)) {
+  // A plain token chunk (no usage, no error, no tool call) is recognised without reading
+  // its JSON; a responses event is always read.
+  if (responses_) {
+    response_json(p, n, t);
+  } else if (p[0] == '{' && p[n - 1] == '}' && !has(p, n, "\"usage\"", 7) && !has(p, n, "\"error\"", 7) &&
+             !has(p, n, "\"tool_calls\"", 12)) {
     if (token_field(p, n, false)) {
       token(t, false);
     } else if (token_field(p, n, true)) {
@@ -525,7 +549,7 @@ void SseScanner::data(const char* p, size_t n, int64_t t) {
   if (chunks_ != before) {
     event_ns_.push_back(t);
     event_tokens_.push_back(chunks_ - before);
-    event_weights_.push_back(text_weight(p, n));
+    event_weights_.push_back(text_weight(p, n, responses_));
   }
 }
 
@@ -541,15 +565,64 @@ void answer_keys(const JVal& doc, std::string* scratch, bool* error, JVal* usage
 }
 }  // namespace
 
+namespace {
+// An event's data read as JSON into *doc: kNone when it is an object, else why not.
+SseProblem event_object(const char* p, size_t n, std::string* scratch, JVal* doc) {
+  if (!JsonReader(p, p + n, scratch).document(doc)) return SseProblem::kNotJson;
+  return doc->kind == JVal::kObject ? SseProblem::kNone : SseProblem::kNotObject;
+}
+
+// A usage object's counts: `tokens_key` (in range, else -1: none, or `bad` when an int
+// out of range), `details_key`.reasoning_tokens and `prompt_key`.cached_tokens (in
+// range, else -1, with no error).
+UsageCounts read_usage(const JVal& usage, const char* tokens_key, const char* details_key, const char* prompt_key,
+                       std::string* scratch) {
+  UsageCounts out;
+  if (usage.kind != JVal::kObject) return out;
+  JVal tokens, details, prompt_details;
+  JsonReader::members(usage, scratch, [&](const char* kb, const char* ke, const JVal& v) {
+    if (JsonReader::key_is(kb, ke, tokens_key)) tokens = v;
+    else if (JsonReader::key_is(kb, ke, details_key)) details = v;
+    else if (JsonReader::key_is(kb, ke, prompt_key)) prompt_details = v;
+  });
+  auto detail_count = [&](const JVal& object, const char* key, int64_t* to) {
+    if (object.kind != JVal::kObject) return;
+    JVal found;
+    JsonReader::members(object, scratch, [&](const char* kb, const char* ke, const JVal& v) {
+      if (JsonReader::key_is(kb, ke, key)) found = v;
+    });
+    int64_t x = 0;
+    bool out_of_range = false;
+    if (JsonReader::token_count(found, &x, &out_of_range)) *to = x;
+  };
+  detail_count(prompt_details, "cached_tokens", &out.cached);
+  detail_count(details, "reasoning_tokens", &out.reasoning);
+  bool out_of_range = false;
+  if (!JsonReader::token_count(tokens, &out.tokens, &out_of_range)) out.tokens = -1;
+  if (out_of_range) {
+    out.bad = tokens.b;
+    out.bad_n = static_cast<size_t>(tokens.e - tokens.b);
+  }
+  return out;
+}
+}  // namespace
+
+void SseScanner::take_usage(const UsageCounts& u) {
+  if (u.cached >= 0) usage_cached_tokens_ = u.cached;
+  if (u.reasoning >= 0) usage_reasoning_tokens_ = u.reasoning;
+  if (u.tokens >= 0) {
+    usage_tokens_ = u.tokens;
+  } else if (u.bad != nullptr) {  // a protocol error; the stream's tokens still count, as in Python
+    fail(SseProblem::kBadTokenCount, u.bad, u.bad_n);
+  }
+}
+
 void SseScanner::json(const char* p, size_t n, int64_t t) {
   std::string scratch;  // only floats need it: a rare event's cost
   JVal doc;
-  if (!JsonReader(p, p + n, &scratch).document(&doc)) {
-    fail(SseProblem::kNotJson, p, n);
-    return;
-  }
-  if (doc.kind != JVal::kObject) {
-    fail(SseProblem::kNotObject, p, n);
+  const SseProblem why = event_object(p, n, &scratch, &doc);
+  if (why != SseProblem::kNone) {
+    fail(why, p, n);
     return;
   }
   bool error = false;
@@ -559,34 +632,7 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
     fail(SseProblem::kErrorEvent, p, n);
     return;
   }
-  if (usage.kind == JVal::kObject) {
-    JVal tokens, details, prompt_details;
-    JsonReader::members(usage, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
-      if (JsonReader::key_is(kb, ke, "completion_tokens")) tokens = v;
-      else if (JsonReader::key_is(kb, ke, "completion_tokens_details")) details = v;
-      else if (JsonReader::key_is(kb, ke, "prompt_tokens_details")) prompt_details = v;
-    });
-    // A count in range at object.key sets *out; anything else leaves it (no error).
-    auto detail_count = [&](const JVal& object, const char* key, int64_t* out) {
-      if (object.kind != JVal::kObject) return;
-      JVal found;
-      JsonReader::members(object, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
-        if (JsonReader::key_is(kb, ke, key)) found = v;
-      });
-      int64_t x = 0;
-      bool out_of_range = false;
-      if (JsonReader::token_count(found, &x, &out_of_range)) *out = x;
-    };
-    detail_count(prompt_details, "cached_tokens", &usage_cached_tokens_);
-    detail_count(details, "reasoning_tokens", &usage_reasoning_tokens_);
-    int64_t x = 0;
-    bool out_of_range = false;
-    if (JsonReader::token_count(tokens, &x, &out_of_range)) {
-      usage_tokens_ = x;
-    } else if (out_of_range) {  // a protocol error; the stream's choices still count, as in Python
-      fail(SseProblem::kBadTokenCount, tokens.b, static_cast<size_t>(tokens.e - tokens.b));
-    }
-  }
+  take_usage(read_usage(usage, "completion_tokens", "completion_tokens_details", "prompt_tokens_details", &scratch));
   if (choices.kind != JVal::kArray) return;  // a dict or a string iterates to no choice
   JsonReader::elements(choices, &scratch, [&](const JVal& choice) {
     if (choice.kind != JVal::kObject) return;
@@ -596,22 +642,92 @@ void SseScanner::json(const char* p, size_t n, int64_t t) {
       else if (JsonReader::key_is(kb, ke, "text")) text = v;
       else if (JsonReader::key_is(kb, ke, "finish_reason")) reason = v;
     });
-    JVal reasoning_content, reasoning;
+    JVal reasoning_content, reasoning, calls;
     if (delta.kind == JVal::kObject) {
       text = JVal{};
       JsonReader::members(delta, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
         if (JsonReader::key_is(kb, ke, "content")) text = v;
         else if (JsonReader::key_is(kb, ke, "reasoning_content")) reasoning_content = v;
         else if (JsonReader::key_is(kb, ke, "reasoning")) reasoning = v;
+        else if (JsonReader::key_is(kb, ke, "tool_calls")) calls = v;
+      });
+    }
+    // Each tool_calls element with a truthy "id" starts a call; one with truthy
+    // function.arguments makes the choice an answer token when it has no other.
+    bool arguments = false;
+    if (calls.kind == JVal::kArray) {
+      JsonReader::elements(calls, &scratch, [&](const JVal& call) {
+        if (call.kind != JVal::kObject) return;
+        JVal id, fn;
+        JsonReader::members(call, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+          if (JsonReader::key_is(kb, ke, "id")) id = v;
+          else if (JsonReader::key_is(kb, ke, "function")) fn = v;
+        });
+        if (id.truthy) ++tool_calls_;
+        if (fn.kind != JVal::kObject) return;
+        JVal args;
+        JsonReader::members(fn, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+          if (JsonReader::key_is(kb, ke, "arguments")) args = v;
+        });
+        arguments |= args.truthy;
       });
     }
     if (text.truthy) {
       token(t, false);
     } else if (reasoning_content.truthy || reasoning.truthy) {
       token(t, true);
+    } else if (arguments) {
+      token(t, false);
     }
     if (reason.truthy) finished_ = true;
   });
+}
+
+void SseScanner::response_json(const char* p, size_t n, int64_t t) {
+  std::string scratch;  // only floats need it
+  JVal doc;
+  const SseProblem why = event_object(p, n, &scratch, &doc);
+  if (why != SseProblem::kNone) {
+    fail(why, p, n);
+    return;
+  }
+  JVal type, error, delta, item, response;
+  JsonReader::members(doc, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+    if (JsonReader::key_is(kb, ke, "type")) type = v;
+    else if (JsonReader::key_is(kb, ke, "error")) error = v;
+    else if (JsonReader::key_is(kb, ke, "delta")) delta = v;
+    else if (JsonReader::key_is(kb, ke, "item")) item = v;
+    else if (JsonReader::key_is(kb, ke, "response")) response = v;
+  });
+  const auto string_is = [](const JVal& v, const char* name) {
+    return v.kind == JVal::kString && JsonReader::key_is(v.b + 1, v.e - 1, name);
+  };
+  const auto type_is = [&](const char* name) { return string_is(type, name); };
+  if (error.truthy || type_is("error") || type_is("response.failed")) {
+    fail(SseProblem::kErrorEvent, p, n);
+    return;
+  }
+  if (type_is("response.output_text.delta") || type_is("response.function_call_arguments.delta")) {
+    if (delta.truthy) token(t, false);
+  } else if (type_is("response.reasoning_text.delta") || type_is("response.reasoning_summary_text.delta")) {
+    if (delta.truthy) token(t, true);
+  } else if (type_is("response.output_item.added")) {
+    if (item.kind != JVal::kObject) return;
+    JVal item_type;
+    JsonReader::members(item, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+      if (JsonReader::key_is(kb, ke, "type")) item_type = v;
+    });
+    if (string_is(item_type, "function_call")) ++tool_calls_;
+  } else if (type_is("response.completed") || type_is("response.incomplete")) {
+    done_ = finished_ = true;
+    JVal usage;
+    if (response.kind == JVal::kObject) {
+      JsonReader::members(response, &scratch, [&](const char* kb, const char* ke, const JVal& v) {
+        if (JsonReader::key_is(kb, ke, "usage")) usage = v;
+      });
+    }
+    take_usage(read_usage(usage, "output_tokens", "output_tokens_details", "input_tokens_details", &scratch));
+  }
 }
 
 bool read_whole_answer(const char* p, size_t n, WholeAnswer* out) {
@@ -686,6 +802,10 @@ void SseStreamFigures::record(const SseScanner& s, int64_t scheduled_ns) noexcep
     ++cached_from_usage;
     cached_tokens += s.usage_cached_tokens();
   }
+  if (s.tool_calls() > 0) {
+    tool_calls += s.tool_calls();
+    ++tool_call_requests;
+  }
   ++(s.usage_tokens() >= 0 ? split_by_text : split_by_chunks);
   s.token_itl(s.usage_tokens(), [this](int64_t value, int64_t k) { itl_per_token_ns.record_n(value, k); });
 }
@@ -702,6 +822,8 @@ void SseStreamFigures::add(const SseStreamFigures& o) {
   split_by_text += o.split_by_text;
   cached_tokens += o.cached_tokens;
   cached_from_usage += o.cached_from_usage;
+  tool_calls += o.tool_calls;
+  tool_call_requests += o.tool_call_requests;
 }
 
 double time_sse_scan_ns(const char* stream, size_t n, int pieces, int64_t iterations) {

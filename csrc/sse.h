@@ -1,6 +1,6 @@
 #pragma once
 // The Server-Sent Events scanner of an OpenAI-compatible streamed completion
-// (/v1/completions or /v1/chat/completions with "stream": true), for the native HTTP
+// (/v1/completions, /v1/chat/completions or /v1/responses with "stream": true), for the native HTTP
 // client. It gives the answers of the asyncio client's TokenStream
 // (loadgen/net/openai_stream.py) on the same bytes split the same way:
 //
@@ -29,6 +29,23 @@
 //   its tokens and its text weight: the raw bytes of every "text", "content",
 //   "reasoning_content" and "reasoning" string in its data, as written, at least 1) for
 //   the per-token inter-token latency (token_itl()).
+//
+// - Chat tool calls: a delta's "tool_calls" keeps an event off the fast path; each of its
+//   elements (objects) with a truthy "id" starts a tool call (counted), and a choice with
+//   no answer or reasoning token is an answer token when an element's function.arguments
+//   is truthy. "arguments" strings add to the text weight.
+//
+// A /v1/responses stream (the scanner made with responses = true) has typed events, and
+// every event's data is read as JSON (no fast path): not JSON and not an object are errors
+// as above, and so are a truthy "error" and a "type" of "error" or "response.failed".
+// "response.output_text.delta" and "response.function_call_arguments.delta" with a truthy
+// "delta" are answer tokens, "response.reasoning_text.delta" and
+// "response.reasoning_summary_text.delta" reasoning tokens; "response.output_item.added"
+// whose item's "type" is "function_call" is a tool call; "response.completed" and
+// "response.incomplete" end the stream (as [DONE] does; and a finish), their
+// response.usage read as above with output_tokens, output_tokens_details.reasoning_tokens
+// and input_tokens_details.cached_tokens. Other events count nothing. The text weight is
+// the raw bytes of the data's "delta" strings.
 //
 // Where it differs from Python, on input no server sends: nesting deeper than
 // kMaxJsonDepth is not JSON (Python's limit depends on its stack); a truthy "choices" that is a number or true (Python raises
@@ -69,10 +86,21 @@ inline constexpr int64_t kMaxTokenCount = 2147483647;
 /// Nesting deeper than this is not JSON.
 inline constexpr int kMaxJsonDepth = 900;
 
+/// A usage object's counts as the scanner reads them (-1: none); `bad`: the digits of an
+/// output token count out of range (nullptr: none).
+struct UsageCounts {
+  int64_t tokens = -1;
+  int64_t reasoning = -1;
+  int64_t cached = -1;
+  const char* bad = nullptr;
+  size_t bad_n = 0;
+};
+
 class SseScanner {
  public:
-  /// `max_event_bytes` (>= 1): the most bytes held with no end of event.
-  explicit SseScanner(int64_t max_event_bytes = 64LL << 20);
+  /// `max_event_bytes` (>= 1): the most bytes held with no end of event. `responses`:
+  /// the stream is a /v1/responses one (typed events; see the top of this file).
+  explicit SseScanner(int64_t max_event_bytes = 64LL << 20, bool responses = false);
 
   /// Before each stream: forgets the previous one (keeping capacity).
   void start() noexcept;
@@ -93,6 +121,10 @@ class SseScanner {
   /// that carried them (0 between two choices of one event).
   const std::vector<int64_t>& gaps() const noexcept { return gaps_; }
   int64_t reasoning_chunks() const noexcept { return reasoning_chunks_; }  ///< reasoning tokens seen
+  /// Tool calls the answer made (chat: tool_calls elements with a truthy id; responses:
+  /// function_call items added).
+  int64_t tool_calls() const noexcept { return tool_calls_; }
+  bool responses() const noexcept { return responses_; }  ///< a /v1/responses stream
   /// usage.completion_tokens_details.reasoning_tokens (-1: the server gave none).
   int64_t usage_reasoning_tokens() const noexcept { return usage_reasoning_tokens_; }
   /// usage.prompt_tokens_details.cached_tokens: the prompt's tokens the server's prefix
@@ -148,6 +180,8 @@ class SseScanner {
   void event(const char* p, size_t n, int64_t t);
   void data(const char* p, size_t n, int64_t t);
   void json(const char* p, size_t n, int64_t t);
+  void response_json(const char* p, size_t n, int64_t t);
+  void take_usage(const UsageCounts& u);
   void token(int64_t t, bool reasoning);
   void fail(SseProblem why, const char* p, size_t n);
 
@@ -161,6 +195,7 @@ class SseScanner {
   std::string problem_data_;
   int64_t chunks_ = 0;
   int64_t reasoning_chunks_ = 0;
+  int64_t tool_calls_ = 0;
   int64_t usage_tokens_ = -1;
   int64_t usage_reasoning_tokens_ = -1;
   int64_t usage_cached_tokens_ = -1;
@@ -172,6 +207,7 @@ class SseScanner {
   SseProblem problem_ = SseProblem::kNone;
   bool done_ = false;
   bool finished_ = false;
+  bool responses_ = false;
 };
 
 /// The figures of completed streams that reasoning models and chunks of several tokens
@@ -190,6 +226,8 @@ struct SseStreamFigures {
   int64_t split_by_text = 0;             ///< requests whose usage count is spread by text weight
   int64_t cached_tokens = 0;             ///< usage.prompt_tokens_details.cached_tokens, over all requests
   int64_t cached_from_usage = 0;         ///< requests whose usage gave cached_tokens
+  int64_t tool_calls = 0;                ///< tool calls made, over all requests
+  int64_t tool_call_requests = 0;        ///< requests whose answer made at least one tool call
 
   /// Records a good stream `s` (its counts read from it), scheduled at `scheduled_ns`.
   void record(const SseScanner& s, int64_t scheduled_ns) noexcept;

@@ -471,7 +471,7 @@ class NetProtocol(enum.Enum):
 
 class NetClientSettings:
     """The native network client's settings (``NativeSutSettings.net``): one client,
-    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, check_each, whole_answers,
+    HTTP/1.1 or gRPC by ``protocol``. sse, sse_check, sse_responses, check_each, whole_answers,
     input_tokens and head_only are HTTP/1.1's; grpc_method, authority, metadata and max_in_flight gRPC's."""
     protocol: NetProtocol
     host: str
@@ -489,6 +489,7 @@ class NetClientSettings:
     cpus: List[int]
     sse: bool
     sse_check: bool
+    sse_responses: bool
     check_each: bool
     whole_answers: bool
     input_tokens: List[int]
@@ -539,7 +540,7 @@ class HttpResponseParser:
 
 class SseScanner:
     """One per stream; not thread-safe; holds the GIL."""
-    def __init__(self, max_event_bytes: int = 67108864) -> None: ...
+    def __init__(self, max_event_bytes: int = 67108864, responses: bool = False) -> None: ...
     def start(self) -> None: ...
     def feed(self, data: bytes, t_ns: int) -> bool: ...
     def finish(self, t_ns: int) -> None: ...
@@ -567,6 +568,8 @@ class SseScanner:
     def held_over(self) -> int: ...
     @property
     def reasoning_chunks(self) -> int: ...
+    @property
+    def tool_calls(self) -> int: ...
     @property
     def usage_reasoning_tokens(self) -> int: ...
     @property

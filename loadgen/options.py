@@ -140,6 +140,13 @@ def _model_mix(v: Any) -> str:
     return str(v)
 
 
+def _tools_file(v: Any) -> str:
+    """A ``--tools`` file that reads as an OpenAI tools array (loadgen/llm/tools.py)."""
+    from loadgen.llm.tools import check_tools_file
+
+    return check_tools_file(v)
+
+
 _think_dist = _with_unit(_dist_of(limit=3_600_000, low=0, unit="ms"), "ms")
 
 
@@ -407,7 +414,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
                "null, sleep:<us>, python:MODULE:ATTR (MODULE may be a file path), or a server: "
                "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
-               "gRPC), openai+http://HOST:PORT/v1/completions or .../v1/chat/completions (streaming), "
+               "gRPC), openai+http://HOST:PORT/v1/completions, .../v1/chat/completions or .../v1/responses (streaming), "
                "or any http URL with --request-template (default: {default})", "SUT", default=D.SUT),
     OptionSpec("target_qps", _float(0, D.MAX_TARGET_QPS, lo_open=True, unit="queries/s"), "arrival rate for server, constant, poisson; expected "
                f"rate for offline (default: {D.TARGET_QPS:g} for server/constant/poisson)", "QPS"),
@@ -535,6 +542,11 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
+    OptionSpec("tools", _tools_file, "OpenAI chat and responses: every request carries the tools of FILE (an "
+               "OpenAI tools array); tool calls are counted, and with --turns their results are fed back "
+               "(see 'Tool calls')", "FILE"),
+    OptionSpec("tool_choice", _str, "OpenAI, --tools: the requests' tool_choice: auto, none, required or a "
+               "function's name (default auto)", "CHOICE"),
     OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT",
                default=False),
     OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
@@ -685,6 +697,8 @@ class RunOptions:
     turns: int = _default("turns")
     think_time_ms: Optional[str] = _default("think_time_ms")
     extra_body: Optional[str] = _default("extra_body")
+    tools: Optional[str] = _default("tools")
+    tool_choice: Optional[str] = _default("tool_choice")
     no_stream: bool = _default("no_stream")
     server_metrics_url: Optional[str] = _default("server_metrics_url")
     server_stats_url: Optional[str] = _default("server_stats_url")

@@ -7,7 +7,7 @@
 #   bash scripts/fuzz.sh 60 http1 sse    the named targets, 60 s each
 #
 # Targets (tests/fuzz/targets.py, run by tests/fuzz/fuzz_run.py under atheris with
-# loadgen's modules instrumented): hdr_decode, hdrlog, http1, sse, kserve_json,
+# loadgen's modules instrumented): hdr_decode, hdrlog, http1, sse, sse_responses, kserve_json,
 # options_config, options_env, prometheus, trace. And under libFuzzer with ASan and UBSan,
 # built with clang++ when it is installed (else skipped, saying so): hdr_codec, the C++
 # decoders of csrc/hdr_codec.cc (tests/fuzz/hdr_codec_fuzzer.cc), and http_parser, the

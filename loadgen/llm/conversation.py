@@ -22,7 +22,8 @@ import numpy as np
 
 from loadgen.llm.dataset import Prompt, read_conversations
 from loadgen.llm.dist import LengthDist, parse_dist
-from loadgen.llm.workload import (LlmOptions, PromptBuilder, check_prompt_bytes, length_stats, request_body,
+from loadgen.llm.workload import (LlmOptions, PromptBuilder, check_prompt_bytes, length_stats, max_tokens_of,
+                                  request_body,
                                   sample_prefixes, workload_setup)
 
 __all__ = ["Conversations", "build_conversations", "parse_think_time"]
@@ -82,8 +83,8 @@ def build_conversations(o: LlmOptions, endpoint: str, model: Optional[str]) -> C
         ValueError: not a chat target, or a bad dataset, distribution, tokenizer or
             ``--extra-body`` (the message names the option).
     """
-    if endpoint != "chat":
-        raise ValueError(f"--turns {o.turns}: conversations need a /v1/chat/completions target")
+    if endpoint not in ("chat", "responses"):
+        raise ValueError(f"--turns {o.turns}: conversations need a /v1/chat/completions or /v1/responses target")
     think = parse_think_time(o.think_time_ms)
     st = workload_setup(o, endpoint)
     extra, tok, count_fn, rng, count, info = st.extra, st.tok, st.count_fn, st.rng, st.count, st.info
@@ -111,5 +112,5 @@ def build_conversations(o: LlmOptions, endpoint: str, model: Optional[str]) -> C
     info["conversations"] = {"turns": o.turns, "think_time_ms": think.describe(), "count": len(convs),
                              "turns_per_conversation": length_stats(turns_per)}
     info["prompts"] = {"input_tokens": length_stats([p.input_tokens for c in convs for p in c]),
-                       "max_tokens": length_stats([b["max_tokens"] for c in bodies for b in c])}
+                       "max_tokens": length_stats([max_tokens_of(b) for c in bodies for b in c])}
     return Conversations(bodies, [[p.input_tokens for p in c] for c in convs], think, info, source)

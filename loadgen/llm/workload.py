@@ -69,6 +69,8 @@ class LlmOptions:
     stream: bool = True
     turns: int = defaults.TURNS
     think_time_ms: Optional[str] = None
+    tools: Optional[str] = None
+    tool_choice: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -119,6 +121,12 @@ class PromptBuilder:
                 ids += list(self.rng.choice(self.pool, -d))
         raise ValueError(f"--tokenizer {self.tok.name}: no prompt of exactly {want} tokens after "
                          f"{_FIX_ROUNDS} rounds of re-encoding")
+
+
+def max_tokens_of(body: Dict[str, Any]) -> int:
+    """A body's output token limit: ``max_tokens``, or ``max_output_tokens`` (``/v1/responses``);
+    0 for none."""
+    return int(body.get("max_tokens") or body.get("max_output_tokens") or 0)
 
 
 def check_prompt_bytes(o: LlmOptions, tok: Optional[Tokenizer], tokens: int, prompts: int) -> None:
@@ -189,6 +197,8 @@ def request_body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, 
             raise ValueError(f"{where}: chat 'messages' cannot be sent to /v1/embeddings (give 'prompt')")
         body["input"] = content
         return {**body, **extra}
+    if endpoint == "responses":
+        return {**_responses_body(o, body, p, content), **extra}
     if endpoint == "chat":
         body["messages"] = [{"role": "user", "content": content}] if isinstance(content, str) else content
     elif isinstance(content, str):
@@ -203,6 +213,18 @@ def request_body(o: LlmOptions, endpoint: str, model: Optional[str], p: Prompt, 
     if o.stream:
         body["stream_options"] = {"include_usage": True}
     return {**body, **extra}
+
+
+def _responses_body(o: LlmOptions, body: Dict[str, Any], p: Prompt, content: Content) -> Dict[str, Any]:
+    """A ``/v1/responses`` body: ``input`` (the prompt, or a message list as given),
+    ``max_output_tokens`` and ``stream``."""
+    body["input"] = content
+    mt = p.max_tokens or o.max_tokens
+    body["max_output_tokens"] = mt
+    if o.ignore_eos:
+        body.update(ignore_eos=True, min_tokens=mt)
+    body["stream"] = o.stream
+    return body
 
 
 @dataclasses.dataclass
@@ -235,7 +257,7 @@ def workload_setup(o: LlmOptions, endpoint: str) -> WorkloadSetup:
 
 
 def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Workload:
-    """The bodies for ``endpoint`` ("completions", "chat" or "embeddings") and ``model``.
+    """The bodies for ``endpoint`` ("completions", "chat", "responses" or "embeddings") and ``model``.
 
     Raises:
         ValueError: a bad dataset, distribution, tokenizer or ``--extra-body``; the message
@@ -267,5 +289,5 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
     bodies = [request_body(o, endpoint, model, p, f"{where}: prompt {i + 1}", extra) for i, p in enumerate(prompts)]
     lengths = np.asarray([p.input_tokens for p in prompts], dtype=np.int64)
     info["prompts"] = {"input_tokens": length_stats(lengths),
-                       "max_tokens": length_stats([b["max_tokens"] for b in bodies if "max_tokens" in b])}
+                       "max_tokens": length_stats([max_tokens_of(b) for b in bodies if max_tokens_of(b)])}
     return Workload(bodies, lengths, info, source)

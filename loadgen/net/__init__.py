@@ -72,7 +72,8 @@ def _llm_options(o: Any):
         output_tokens=o.output_tokens, shared_prefix_tokens=o.shared_prefix_tokens, prefix_groups=o.prefix_groups,
         prefix_hit_ratio=o.prefix_hit_ratio,
         tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream,
-        turns=o.turns, think_time_ms=o.think_time_ms)
+        turns=o.turns, think_time_ms=o.think_time_ms, tools=o.tools,
+        tool_choice=o.tool_choice)
 
 
 def pool_size_for(settings: Any) -> int:

@@ -23,10 +23,10 @@ chunks, the per-token inter-token latency, times to the first reasoning and answ
 reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
 the Python side, for its message. Answers not streamed (``--no-stream``, and
 ``/v1/embeddings``) are sent and read natively (``check_each``: no verdict cache, since
-counting them needs the answer and its query). A completions or chat answer whose count
-is certain (a JSON object with choices and ``usage.completion_tokens``:
+counting them needs the answer and its query). A completions or chat answer (without
+``--tools``) whose count is certain (a JSON object with choices and ``usage.completion_tokens``:
 ``read_whole_answer`` in ``csrc/sse.h``) is counted and completed in the core; every other
-answer, and every embeddings answer, comes to the Python side, where the asyncio client's
+answer, and every embeddings and ``/v1/responses`` answer, comes to the Python side, where the asyncio client's
 own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`) and the
 verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
 stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
@@ -67,13 +67,13 @@ _WHOLE_HISTOGRAMS = (("tokens_per_s_milli", "tokens_per_s"), ("input_length_toke
                      ("output_length_tokens", "output_length_hist"), ("reasoning_length_tokens", "reasoning_length_hist"))
 
 
-def _bad_token_count_text(digits: bytes) -> str:
-    """The message of a stream whose ``usage.completion_tokens`` (``digits``, an integer's
-    text) is outside 0 to ``_core.MAX_TOKEN_COUNT``, as the asyncio client words it."""
-    from loadgen.net.options import clip
+def _bad_token_count_text(digits: bytes, responses: bool = False) -> str:
+    """The message of a stream whose ``usage.completion_tokens`` (``usage.output_tokens``
+    of a ``/v1/responses`` stream; ``digits``, an integer's text) is outside 0 to
+    ``_core.MAX_TOKEN_COUNT``, as the asyncio client words it."""
+    from loadgen.net.openai_stream import bad_count_text
 
-    return f"usage.completion_tokens {clip(digits.decode('ascii', 'replace'), 40)} is out of range " \
-           f"(0 to {_core.MAX_TOKEN_COUNT})"
+    return bad_count_text(digits.decode("ascii", "replace"), "output_tokens" if responses else "completion_tokens")
 
 
 # Why a build without OpenSSL refuses a TLS target natively (the scheme follows).
@@ -89,14 +89,15 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     what = {"kserve_grpc": "gRPC"}.get(target.kind)
     if what is None and target.tls and not _core.tls_available():
         return _NO_TLS + "https://"
-    if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "embeddings"):
+    if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "responses",
+                                                                                  "embeddings"):
         what = f"OpenAI {target.path}"
     if what is None and target.kind == "openai" and "," in (getattr(net, "model", None) or ""):
         what = "a model mix (--model NAME=WEIGHT,...)"  # per-model figures: the asyncio client's
     if what is None:
         return None
-    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings "
-            f"and chat targets over http:// and https://, not {what}")
+    return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings, "
+            f"chat and responses targets over http:// and https://, not {what}")
 
 
 def grpc_refusal(target: Any) -> Optional[str]:
@@ -374,8 +375,8 @@ class _AnswerSink:
 
 
 class NativeOpenAISUT(NativeHttpSUT):
-    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (completions, chat or
-    embeddings; streamed or not; or a multi-turn :class:`~loadgen.net.openai_turns.ConversationSUT`)
+    """A prepared :class:`~loadgen.net.openai_stream.OpenAISUT` (completions, chat, responses
+    or embeddings; streamed or not; or a multi-turn :class:`~loadgen.net.openai_turns.ConversationSUT`)
     whose requests the core sends and whose answers it reads: a stream's histograms, counts
     and ``llm`` section are the core's figures; a completions or chat answer not streamed
     is counted in the core where its count is certain (:attr:`whole_answers`), and the
@@ -402,17 +403,20 @@ class NativeOpenAISUT(NativeHttpSUT):
 
     @property
     def whole_answers(self) -> bool:
-        """Completions or chat answers not streamed, outside a conversation: the core counts
-        an answer whose verdict is certain (a JSON object with choices and
-        ``usage.completion_tokens``; ``read_whole_answer`` in ``csrc/sse.h``) itself."""
+        """Completions or chat answers not streamed, outside a conversation and without
+        tools: the core counts an answer whose verdict is certain (a JSON object with
+        choices and ``usage.completion_tokens``; ``read_whole_answer`` in ``csrc/sse.h``)
+        itself. (Responses answers and those that may hold tool calls go to the check.)"""
         inner = self.inner
-        return not inner.stream_responses and not self.follow_ups and inner.target.endpoint != "embeddings"
+        return (not inner.stream_responses and not self.follow_ups and inner.target.endpoint in ("completions", "chat")
+                and inner.tools is None)
 
     def client_settings(self) -> _core.NetClientSettings:
         h = super().client_settings()
         inner = self.inner
         h.sse = bool(inner.stream_responses)
         h.sse_check = bool(inner.check)
+        h.sse_responses = bool(inner.responses)
         h.check_each = self.check_each
         h.whole_answers = self.whole_answers
         h.input_tokens = [int(n) for n in inner.input_lens]
@@ -469,17 +473,20 @@ class NativeOpenAISUT(NativeHttpSUT):
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error (kind, message) of a stream the core failed, worded (and redacted) as
         the asyncio client words it: ``problem`` is the core's code, ``body`` its bytes."""
-        from loadgen.net.openai_stream import NO_DONE, NO_TOKENS, loads_json, event_problem, too_large_text
+        from loadgen.net.openai_stream import NO_COMPLETED, NO_DONE, NO_TOKENS, loads_json, event_problem, \
+            too_large_text
 
         inner = self.inner
+        responses = bool(getattr(inner, "responses", False))
         if problem == _HTTP_STATUS:
             kind, message = f"http_{status}", f"HTTP {status}: {inner.redactor.excerpt(body, 200)}"
         elif problem == _TOO_LARGE:
             kind, message = "response_too_large", too_large_text(inner.max_event_bytes, int(body))
         elif problem in (_NO_TOKENS, _NO_DONE):
-            kind, message = "invalid_response", NO_TOKENS if problem == _NO_TOKENS else NO_DONE
+            kind, message = "invalid_response", NO_TOKENS if problem == _NO_TOKENS else \
+                NO_COMPLETED if responses else NO_DONE
         elif problem == _BAD_TOKEN_COUNT:  # body: the count's digits
-            kind, message = "invalid_response", _bad_token_count_text(body)
+            kind, message = "invalid_response", _bad_token_count_text(body, responses)
         else:
             try:
                 doc: Any = loads_json(body.decode("utf-8", "replace"))
@@ -508,7 +515,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.output_lengths = Counter(dict(f["output_lengths"]))
         for key in ("tokens_from_usage", "tokens_from_chunks", "output_tokens", "input_tokens_sent", "checked",
                     "reasoning_tokens", "reasoning_from_usage", "reasoning_from_chunks", "split_by_chunks",
-                    "split_by_text", "cached_tokens", "cached_from_usage"):
+                    "split_by_text", "cached_tokens", "cached_from_usage", "tool_calls", "tool_call_requests"):
             setattr(inner, key, f[key])
         for key, attr in _STREAM_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]))

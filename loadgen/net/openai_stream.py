@@ -8,7 +8,21 @@ A token is a choice whose ``delta.content`` (chat) or ``text`` (completions) is
 non-empty (an answer token), or whose ``delta.reasoning_content`` or ``delta.reasoning``
 is (a reasoning token, as vLLM, SGLang and DeepSeek stream a reasoning model's thinking):
 both are tokens of the stream (time to first token is the first of either), and the
-reasoning ones are counted apart."""
+reasoning ones are counted apart.
+
+``/v1/responses`` streams typed events instead (OpenAI's Responses API): every event is
+read as JSON; a ``response.output_text.delta`` or ``response.function_call_arguments.delta``
+with a non-empty ``delta`` is an answer token, a ``response.reasoning_text.delta`` or
+``response.reasoning_summary_text.delta`` one a reasoning token, a
+``response.output_item.added`` whose item is a ``function_call`` a tool call, and
+``response.completed`` (or ``response.incomplete``) ends the stream, as ``data: [DONE]``
+does a chat stream, with the usage (``output_tokens``,
+``output_tokens_details.reasoning_tokens``, ``input_tokens_details.cached_tokens``) in its
+``response``; ``error`` and ``response.failed`` are the stream's error.
+
+Chat tool calls (``--tools``): a delta's ``tool_calls`` element with a truthy ``id``
+starts a call (counted), and one with a non-empty ``function.arguments`` makes the
+choice an answer token when it has no text or reasoning."""
 
 from __future__ import annotations
 
@@ -22,6 +36,7 @@ import numpy as np
 
 from loadgen.defaults import sample_seed_of
 from loadgen.llm.models import ModelMix, parse_model_mix
+from loadgen.llm.tools import Tools, load_tools
 from loadgen.llm.workload import LlmOptions, Workload, build_workload, length_stats
 from loadgen.net.base import HttpSUT
 from loadgen.net.http1 import Request, ResponseTooLarge
@@ -37,8 +52,11 @@ __all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "token_itl"]
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
 # A non-empty reasoning string value (chat delta): vLLM's and DeepSeek's, or another family's.
 _REASONING_FIELD = re.compile(rb'"(?:reasoning_content|reasoning)"\s*:\s*"(?!")')
-# Every text string of an event, as written (escapes undone or not: an estimate's weight).
-_TEXT_STRING = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)', re.S)
+# Every text string of an event, as written (escapes undone or not: an estimate's weight):
+# a chat or completions event's texts and tool call arguments, a responses event's delta.
+_TEXT_STRING = re.compile(rb'"(?:text|content|reasoning_content|reasoning|arguments)"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)',
+                          re.S)
+_DELTA_STRING = re.compile(rb'"delta"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)', re.S)
 # A choice's finish_reason given (a string, not null).
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 
@@ -46,16 +64,43 @@ _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"')
 #: The end-of-stream checks' problems (``--no-check`` skips them).
 NO_TOKENS = "the stream had no tokens (and no finish_reason)"
 NO_DONE = "the stream ended without data: [DONE]"
+NO_COMPLETED = "the stream ended without response.completed"
+
+#: The usage fields of chat and completions answers and of ``/v1/responses`` answers:
+#: (output tokens, their details (reasoning_tokens), the prompt's details (cached_tokens)).
+CHAT_USAGE = ("completion_tokens", "completion_tokens_details", "prompt_tokens_details")
+RESPONSES_USAGE = ("output_tokens", "output_tokens_details", "input_tokens_details")
+# /v1/responses stream events: those whose delta is an answer or a reasoning token, and
+# those that end a stream.
+_ANSWER_DELTAS = ("response.output_text.delta", "response.function_call_arguments.delta")
+_REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
+_RESPONSE_ENDS = ("response.completed", "response.incomplete")
+_RESPONSE_ERRORS = ("error", "response.failed")
 
 
 def event_problem(data: bytes, doc: Any) -> str:
     """What is wrong with an event whose ``data`` is not a plain token chunk: ``doc`` is
-    its JSON (a ValueError when it is not JSON), not an object, or has an ``error``."""
+    its JSON (a ValueError when it is not JSON), not an object, or has an ``error`` (or
+    is a ``/v1/responses`` ``error`` or ``response.failed`` event: its error, with its
+    class, is the message)."""
     if isinstance(doc, ValueError):
         return f"an event is not JSON: {clip(data, 80)!r}"
     if not isinstance(doc, dict):
         return f"an event is not a JSON object: {clip(data, 80)!r}"
-    return f"the server sent an error event: {clip(json.dumps(doc['error']), 200)}"
+    if "error" in doc and (doc["error"] or doc.get("type") not in _RESPONSE_ERRORS):
+        error = doc["error"]
+    else:
+        response = doc.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        if not error:
+            error = {k: v for k, v in doc.items() if k not in ("sequence_number", "response")}
+    return f"the server sent an error event: {clip(json.dumps(error), 200)}"
+
+
+def _responses_error(doc: Dict[str, Any]) -> bool:
+    """Whether a ``/v1/responses`` stream event is an error: a truthy ``error``, or an
+    ``error`` or ``response.failed`` event."""
+    return bool(doc.get("error")) or doc.get("type") in _RESPONSE_ERRORS
 
 
 def too_large_text(max_event_bytes: int, held: int) -> str:
@@ -71,15 +116,20 @@ MAX_TOKEN_COUNT = 2**31 - 1
 _MAX_RATE = 2**62  # milli-tokens/s past any histogram's range: recorded as out of range
 
 
-def _token_count(usage: Any) -> Tuple[Optional[int], Optional[str]]:
-    """(the ``completion_tokens`` of a ``usage`` object, or None when it gives none; the
-    problem when the count is out of range, else None)."""
-    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+def _token_count(usage: Any, key: str = "completion_tokens") -> Tuple[Optional[int], Optional[str]]:
+    """(the ``completion_tokens`` (or ``key``) of a ``usage`` object, or None when it gives
+    none; the problem when the count is out of range, else None)."""
+    n = usage.get(key) if isinstance(usage, dict) else None
     if not isinstance(n, int) or isinstance(n, bool):
         return None, None
     if not 0 <= n <= MAX_TOKEN_COUNT:
-        return None, f"usage.completion_tokens {clip(str(n), 40)} is out of range (0 to {MAX_TOKEN_COUNT})"
+        return None, bad_count_text(str(n), key)
     return n, None
+
+
+def bad_count_text(digits: str, key: str = "completion_tokens") -> str:
+    """The problem of an answer whose ``usage.key`` (``digits``) is out of range."""
+    return f"usage.{key} {clip(digits, 40)} is out of range (0 to {MAX_TOKEN_COUNT})"
 
 
 def _reasoning_count(usage: Any, section: str = "completion_tokens_details", key: str = "reasoning_tokens") -> \
@@ -94,16 +144,18 @@ def _reasoning_count(usage: Any, section: str = "completion_tokens_details", key
     return n
 
 
-def _cached_count(usage: Any) -> Optional[int]:
-    """``usage.prompt_tokens_details.cached_tokens`` (the prompt's tokens the server's
-    prefix cache held) when it is a count in range, else None."""
-    return _reasoning_count(usage, "prompt_tokens_details", "cached_tokens")
+def _cached_count(usage: Any, section: str = "prompt_tokens_details") -> Optional[int]:
+    """``usage.prompt_tokens_details.cached_tokens`` (or ``usage.section.cached_tokens``:
+    the prompt's tokens the server's prefix cache held) when it is a count in range, else
+    None."""
+    return _reasoning_count(usage, section, "cached_tokens")
 
 
-def text_weight(data: bytes) -> int:
+def text_weight(data: bytes, responses: bool = False) -> int:
     """An event's text weight: the raw bytes of its ``text``, ``content``,
-    ``reasoning_content`` and ``reasoning`` strings as written, at least 1."""
-    found = _TEXT_STRING.findall(data)
+    ``reasoning_content``, ``reasoning`` and ``arguments`` strings as written (of a
+    ``/v1/responses`` event, ``responses``: its ``delta`` strings), at least 1."""
+    found = (_DELTA_STRING if responses else _TEXT_STRING).findall(data)
     n = len(found[0]) if len(found) == 1 else sum(map(len, found))  # one string: the usual event
     return n if n > 0 else 1
 
@@ -150,13 +202,61 @@ def loads_json(text: str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def _response_call(item: Dict[str, Any]) -> Dict[str, Any]:
+    """A ``/v1/responses`` ``function_call`` output item as a call: its ``call_id`` (the
+    id its result names), name, arguments so far and item id."""
+    return {"id": str(item.get("call_id") or item.get("id") or ""), "name": str(item.get("name") or ""),
+            "arguments": str(item.get("arguments") or ""), "item": item.get("id")}
+
+
+def whole_calls(doc: Dict[str, Any], responses: bool) -> List[Dict[str, Any]]:
+    """The tool calls of a non-streamed answer: each chat choice's ``message.tool_calls``,
+    or the ``function_call`` items of a ``/v1/responses`` answer's ``output``, as calls
+    (``id``, ``name``, ``arguments``)."""
+    out: List[Dict[str, Any]] = []
+    if responses:
+        for item in doc.get("output") or ():
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                out.append(_response_call(item))
+        return out
+    for c in doc.get("choices") or ():
+        msg = c.get("message") if isinstance(c, dict) else None
+        calls = msg.get("tool_calls") if isinstance(msg, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, dict):
+                fn = call.get("function")
+                fn = fn if isinstance(fn, dict) else {}
+                out.append({"id": str(call.get("id") or ""), "name": str(fn.get("name") or ""),
+                            "arguments": str(fn.get("arguments") or "")})
+    return out
+
+
+def whole_text(doc: Dict[str, Any], responses: bool) -> str:
+    """The answer text of a non-streamed chat or completions answer (its first choice
+    with text), or of a ``/v1/responses`` answer (its messages' ``output_text`` parts)."""
+    if responses:
+        parts = []
+        for item in doc.get("output") or ():
+            if isinstance(item, dict) and item.get("type") == "message":
+                for c in item.get("content") or ():
+                    if isinstance(c, dict) and c.get("type") == "output_text" and isinstance(c.get("text"), str):
+                        parts.append(c["text"])
+        return "".join(parts)
+    for c in doc.get("choices") or ():
+        if isinstance(c, dict):
+            msg = c.get("message")
+            if isinstance(msg, dict) and isinstance(msg.get("content"), str):
+                return str(msg["content"])
+    return ""
+
+
 class TokenStream:
     """One streamed completion: Server-Sent Events parsed as they arrive, tokens timed."""
 
     __slots__ = ("sut", "query_id", "scheduled_ns", "buf", "first_ns", "last_ns", "chunks", "usage_tokens",
                  "done", "finished", "error", "gaps", "texts", "n_input", "reasoning_chunks",
                  "usage_reasoning_tokens", "first_reasoning_ns", "first_answer_ns", "events", "event_texts",
-                 "model_id", "usage_cached_tokens")
+                 "model_id", "usage_cached_tokens", "responses", "tool_calls", "calls")
 
     def __init__(self, sut: "OpenAISUT", query_id: int, scheduled_ns: int) -> None:
         self.sut = sut
@@ -185,6 +285,10 @@ class TokenStream:
         # With a tokenizer (--tokenizer): each such event's text, to count its tokens.
         self.event_texts: Optional[List[str]] = [] if getattr(sut, "itl_tokenizer", None) is not None else None
         self.model_id = 0  # the request's model among the run's (--model a=3,b=1)
+        self.responses = bool(getattr(sut, "responses", False))  # a /v1/responses stream
+        self.tool_calls = 0
+        # The answer's tool calls (id, name, arguments), kept with texts (a conversation).
+        self.calls: Optional[List[Dict[str, Any]]] = None
 
     def on_data(self, req: Optional[Request], piece: bytes, t: int) -> None:
         # One buffer, appended to, searched only where an event's end may newly be (from
@@ -242,13 +346,16 @@ class TokenStream:
         before = self.chunks
         self._data(data, t)
         if self.chunks != before:
-            self.events.append((t, self.chunks - before, text_weight(data)))
+            self.events.append((t, self.chunks - before, text_weight(data, self.responses)))
 
     def _data(self, data: bytes, t: int) -> None:
-        # Fast path: a plain token chunk (no usage, no error) is recognised without
-        # building its JSON; anything else is parsed in full.
+        if self.responses:
+            self._response_event(data, t)
+            return
+        # Fast path: a plain token chunk (no usage, no error, no tool call) is recognised
+        # without building its JSON; anything else is parsed in full.
         if (data[:1] == b"{" and data[-1:] == b"}" and b'"usage"' not in data and b'"error"' not in data
-                and self.texts is None and self.event_texts is None):
+                and b'"tool_calls"' not in data and self.texts is None and self.event_texts is None):
             if _TOKEN_FIELD.search(data):
                 self._token(t, False)
             elif _REASONING_FIELD.search(data):
@@ -263,24 +370,15 @@ class TokenStream:
         if not isinstance(doc, dict) or "error" in doc:
             self.error = self.error or event_problem(data, doc)
             return
-        usage = doc.get("usage")
-        n, problem = _token_count(usage)
-        if problem is not None:
-            self.error = self.error or problem
-        elif n is not None:
-            self.usage_tokens = n
-        reasoning_count = _reasoning_count(usage)
-        if reasoning_count is not None:
-            self.usage_reasoning_tokens = reasoning_count
-        cached = _cached_count(usage)
-        if cached is not None:
-            self.usage_cached_tokens = cached
+        self._usage(doc.get("usage"), CHAT_USAGE)
         pieces = []
         for choice in doc.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             delta = choice.get("delta")
             text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+            arguments = self._tool_call_deltas(calls) if isinstance(calls, list) else []
             if text:
                 if self.texts is not None and isinstance(text, str):
                     self.texts.append(text)
@@ -289,10 +387,84 @@ class TokenStream:
             elif isinstance(delta, dict) and (delta.get("reasoning_content") or delta.get("reasoning")):
                 pieces.append(delta.get("reasoning_content") or delta.get("reasoning"))
                 self._token(t, True)
+            elif arguments:
+                pieces += arguments
+                self._token(t, False)
             if choice.get("finish_reason"):
                 self.finished = True
         if pieces and self.event_texts is not None:
             self.event_texts.append("".join(p for p in pieces if isinstance(p, str)))
+
+    def _usage(self, usage: Any, keys: Tuple[str, str, str]) -> None:
+        """An answer's ``usage`` (``keys``: :data:`CHAT_USAGE` or :data:`RESPONSES_USAGE`)."""
+        n, problem = _token_count(usage, keys[0])
+        if problem is not None:
+            self.error = self.error or problem
+        elif n is not None:
+            self.usage_tokens = n
+        reasoning_count = _reasoning_count(usage, keys[1])
+        if reasoning_count is not None:
+            self.usage_reasoning_tokens = reasoning_count
+        cached = _cached_count(usage, keys[2])
+        if cached is not None:
+            self.usage_cached_tokens = cached
+
+    def _tool_call_deltas(self, calls: List[Any]) -> List[Any]:
+        """A chat delta's ``tool_calls``: each element with a truthy ``id`` starts a call
+        (counted; kept in :attr:`calls` in a conversation); returns the truthy
+        ``function.arguments`` pieces (an answer token when there are any)."""
+        out = []
+        for c in calls:
+            if not isinstance(c, dict):
+                continue
+            fn = c.get("function")
+            fn = fn if isinstance(fn, dict) else {}
+            if c.get("id"):
+                self.tool_calls += 1
+                if self.calls is not None:
+                    self.calls.append({"index": c.get("index"), "id": str(c["id"]), "name": str(fn.get("name") or ""),
+                                       "arguments": ""})
+            arguments = fn.get("arguments")
+            if arguments:
+                out.append(arguments)
+                if self.calls and isinstance(arguments, str):
+                    same = [k for k in self.calls if k["index"] == c.get("index")]
+                    (same[-1] if same else self.calls[-1])["arguments"] += arguments
+        return out
+
+    def _response_event(self, data: bytes, t: int) -> None:
+        """A ``/v1/responses`` stream event (every one is read as JSON; see the module doc)."""
+        try:
+            doc = loads_json(data.decode("utf-8", "replace"))
+        except ValueError as e:
+            doc = e
+        if not isinstance(doc, dict) or _responses_error(doc):
+            self.error = self.error or event_problem(data, doc)
+            return
+        kind = doc.get("type")
+        if kind in _ANSWER_DELTAS or kind in _REASONING_DELTAS:
+            delta = doc.get("delta")
+            if not delta:
+                return
+            if isinstance(delta, str):
+                if kind == _ANSWER_DELTAS[0] and self.texts is not None:
+                    self.texts.append(delta)
+                elif kind == _ANSWER_DELTAS[1] and self.calls:
+                    same = [k for k in self.calls if k["item"] == doc.get("item_id")]
+                    (same[-1] if same else self.calls[-1])["arguments"] += delta
+            if self.event_texts is not None:
+                self.event_texts.append(delta if isinstance(delta, str) else "")
+            self._token(t, kind in _REASONING_DELTAS)
+        elif kind == "response.output_item.added":
+            item = doc.get("item")
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                self.tool_calls += 1
+                if self.calls is not None:
+                    self.calls.append(_response_call(item))
+        elif kind in _RESPONSE_ENDS:
+            self.done = self.finished = True
+            response = doc.get("response")
+            self._usage(response.get("usage") if isinstance(response, dict) else None, RESPONSES_USAGE)
 
     def _token(self, t: int, reasoning: bool) -> None:
         if reasoning:
@@ -326,7 +498,7 @@ class TokenStream:
             if self.chunks == 0 and not (self.finished or self.usage_tokens == 0):
                 problem = NO_TOKENS
             elif not self.done:
-                problem = NO_DONE
+                problem = NO_COMPLETED if self.responses else NO_DONE
         if problem is not None:
             sut.fail_query(self.query_id, "invalid_response", problem)
             return
@@ -362,18 +534,21 @@ class WholeResponse:
         if not isinstance(doc, dict):
             sut.fail_query(self.query_id, "invalid_response", f"not a JSON object: {clip(body, 80)!r}")
             return
-        problem = _whole_problem(doc, embeddings) if sut.check else None
+        responses = sut.responses
+        problem = _whole_problem(doc, embeddings, responses) if sut.check else None
         if sut.check:
             sut.checked += 1
         if problem is not None:
             sut.fail_query(self.query_id, "invalid_response", problem)
             return
-        n, problem = _token_count(doc.get("usage"))
+        n, problem = _token_count(doc.get("usage"), RESPONSES_USAGE[0] if responses else CHAT_USAGE[0])
         if problem is not None and not embeddings:
             sut.fail_query(self.query_id, "invalid_response", problem)
             return
         if embeddings:
             n = -1
+        elif n is None and responses:
+            n = len(whole_text(doc, True).split())
         elif n is None:
             n = sum(len(str((c.get("message") or {}).get("content") or c.get("text") or "").split())
                     for c in doc.get("choices") or () if isinstance(c, dict))
@@ -383,9 +558,17 @@ class WholeResponse:
         self.sut.fail_query(self.query_id, kind, message)
 
 
-def _whole_problem(doc: Dict[str, Any], embeddings: bool) -> Optional[str]:
+def _whole_problem(doc: Dict[str, Any], embeddings: bool, responses: bool = False) -> Optional[str]:
     """What is wrong with a non-streamed answer (None when nothing): an error object, no
-    choices, or (embeddings) no ``data`` list of embeddings."""
+    choices, or (embeddings) no ``data`` list of embeddings; a ``/v1/responses`` answer:
+    a truthy ``error``, ``"status": "failed"``, or no ``output`` items."""
+    if responses:
+        if doc.get("error") or doc.get("status") == "failed":
+            return f"the server sent an error: {clip(json.dumps(doc.get('error')), 200)}"
+        output = doc.get("output")
+        if not isinstance(output, list) or not output:
+            return "no 'output' items in the answer"
+        return None
     if "error" in doc:
         return f"the server sent an error: {clip(json.dumps(doc['error']), 200)}"
     if embeddings:
@@ -466,6 +649,18 @@ class OpenAISUT(HttpSUT):
         # usage.prompt_tokens_details.cached_tokens: their sum, and the answers that gave it.
         self.cached_tokens = 0
         self.cached_from_usage = 0
+        # Tool calls made (--tools), and the answers that made at least one.
+        self.tool_calls = 0
+        self.tool_call_requests = 0
+        self.responses = target.endpoint == "responses"  # /v1/responses: its events and usage
+        self.tools: Optional[Tools] = None
+        if net.llm is not None and net.llm.tools:
+            if target.endpoint not in ("chat", "responses"):
+                raise ValueError(f"--tools {net.llm.tools}: tools go to a /v1/chat/completions or /v1/responses "
+                                 f"target, not {target.path}")
+            self.tools = load_tools(net.llm.tools, net.llm.tool_choice)
+        elif net.llm is not None and net.llm.tool_choice:
+            raise ValueError(f"--tool-choice {net.llm.tool_choice}: give the tools with --tools FILE")
         # How each request's tokens were spread over its events for the per-token ITL.
         self.split_by_chunks = 0
         self.split_by_text = 0
@@ -511,6 +706,8 @@ class OpenAISUT(HttpSUT):
                 raise ValueError(f"GET {base}/v1/models listed no model; give --model NAME")
             self.model = listed[0]
         bodies, source = self._bodies()
+        for b in bodies:
+            self.add_tools(b)
         if self.model_figures:
             assert self.model_mix is not None
             index = {name: i for i, name in enumerate(self.model_mix.names)}
@@ -522,6 +719,11 @@ class OpenAISUT(HttpSUT):
             self.itl_tokenizer = load_tokenizer(llm.tokenizer)
         self.set_requests([self.serialize("POST", self.target.path,
                                             json.dumps(b, separators=(",", ":")).encode()) for b in bodies], source)
+
+    def add_tools(self, body: Dict[str, Any]) -> None:
+        """Puts the run's ``tools`` and ``tool_choice`` (``--tools``) in a request body."""
+        if self.tools is not None:
+            body.update(self.tools.body_fields(self.target.endpoint))
 
     def llm_options(self) -> LlmOptions:
         """The run's LLM workload options (the defaults when the run gave none)."""
@@ -544,7 +746,7 @@ class OpenAISUT(HttpSUT):
             return work.bodies, work.source
         if payload_kind(self.net.payload) != "jsonl":
             raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
-        key = {"chat": "messages", "embeddings": "input"}.get(endpoint, "prompt")
+        key = {"chat": "messages", "embeddings": "input", "responses": "input"}.get(endpoint, "prompt")
         bodies = []
         lines = read_jsonl(self.net.payload)[: self.net.sample_count]
         drawn = self.drawn_models(len(lines))
@@ -560,7 +762,7 @@ class OpenAISUT(HttpSUT):
             b.setdefault("model", drawn[i] if drawn else self.model)
             if endpoint != "embeddings":
                 b["stream"] = self.stream_responses
-                if self.stream_responses:
+                if self.stream_responses and endpoint != "responses":
                     b.setdefault("stream_options", {"include_usage": True})
                 else:
                     b.pop("stream_options", None)
@@ -608,10 +810,12 @@ class OpenAISUT(HttpSUT):
         self.tokens_from_usage += 1
         self.output_tokens += n
         self.output_lengths[n] += 1
-        reasoning = _reasoning_count(doc.get("usage"))
+        keys = RESPONSES_USAGE if self.responses else CHAT_USAGE
+        reasoning = _reasoning_count(doc.get("usage"), keys[1])
         self._record_reasoning(-1 if reasoning is None else reasoning, 0)
-        cached = _cached_count(doc.get("usage"))
+        cached = _cached_count(doc.get("usage"), keys[2])
         self._record_cached(-1 if cached is None else cached)
+        self._record_tool_calls(len(whole_calls(doc, self.responses)))
         elapsed = t - w.scheduled_ns
         if elapsed > 0 and n > 0:
             self.tokens_per_s.record(_tokens_per_s_milli(n, elapsed))
@@ -631,6 +835,7 @@ class OpenAISUT(HttpSUT):
         self.output_lengths[n] += 1
         self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
         self._record_cached(s.usage_cached_tokens)
+        self._record_tool_calls(s.tool_calls)
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
@@ -675,6 +880,12 @@ class OpenAISUT(HttpSUT):
         self.reasoning_tokens += r
         if r > 0:
             self.reasoning_length_hist.record(r)
+
+    def _record_tool_calls(self, calls: int) -> None:
+        """An answer's tool calls."""
+        if calls > 0:
+            self.tool_calls += calls
+            self.tool_call_requests += 1
 
     def _record_cached(self, cached: int) -> None:
         """An answer's cached prompt tokens (-1: its usage gave none)."""
@@ -753,6 +964,8 @@ class OpenAISUT(HttpSUT):
             "cached_requests": self.cached_from_usage,
             # Of the input tokens sent, by loadgen's count (exact with --tokenizer).
             "cached_share": self.cached_tokens / self.input_tokens_sent if self.input_tokens_sent else None,
+            "tool_calls": self.tool_calls,
+            "tool_call_requests": self.tool_call_requests,
         }
         if self.workload is not None:
             out["llm"] = self.llm_section()

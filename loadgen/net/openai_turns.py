@@ -18,6 +18,15 @@ turns and reads the answers; each answer (a stream's bytes, or the whole JSON) c
 this class's checks on the client's checker thread (:meth:`ConversationSUT.native_turn`
 names its session by its sample index), and the next turn's request goes to the core
 (``add_request``) before its follow-up is scheduled.
+
+On ``/v1/responses`` the history goes in the request's ``input`` as a message list (no
+``previous_response_id``: the server keeps no state). With ``--tools``, a turn whose
+answer made tool calls is followed by a turn that carries, in place of its own user
+message, the calls' results: after the history with the assistant's message and its
+``tool_calls``, one ``role: "tool"`` message per call (``tool_call_id``, ``content``) on
+chat, or the ``function_call`` items and one ``function_call_output`` item per call
+(``call_id``, ``output``) on responses; a result is the function's ``x-result`` from the
+tools file, else :data:`~loadgen.llm.tools.DEFAULT_TOOL_RESULT`.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import numpy as np
 
 from loadgen.llm.conversation import Conversations, build_conversations
 from loadgen.net.http1 import Request
-from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse
+from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse, whole_calls, whole_text
 from loadgen.units import NS_PER
 
 __all__ = ["ConversationSUT", "FOLLOW_TAG"]
@@ -42,7 +51,7 @@ _THINK_DRAWS = 4096  # think times drawn at a time
 class _Session:
     """One conversation under way: which one, the next turn, the history so far."""
 
-    __slots__ = ("sid", "conv", "turn", "messages", "history_tokens")
+    __slots__ = ("sid", "conv", "turn", "messages", "history_tokens", "calls")
 
     def __init__(self, sid: int, conv: int) -> None:
         self.sid = sid
@@ -50,16 +59,29 @@ class _Session:
         self.turn = 0
         self.messages: List[Dict[str, Any]] = []
         self.history_tokens = 0
+        self.calls: List[Dict[str, Any]] = []  # the last answer's tool calls (their results go next)
 
 
-def _reply_of(doc: Dict[str, Any]) -> str:
-    """The assistant text of a non-streamed chat answer."""
-    for c in doc.get("choices") or ():
-        if isinstance(c, dict):
-            msg = c.get("message")
-            if isinstance(msg, dict) and isinstance(msg.get("content"), str):
-                return str(msg["content"])
-    return ""
+def _user_messages(body: Dict[str, Any]) -> List[Any]:
+    """A prepared turn's own messages: chat's ``messages``, or ``/v1/responses``'s
+    ``input`` (a prompt becomes one user message)."""
+    if "messages" in body:
+        return list(body["messages"])
+    given = body["input"]
+    return list(given) if isinstance(given, list) else [{"role": "user", "content": given}]
+
+
+def _assistant_messages(reply: str, calls: List[Dict[str, Any]], responses: bool) -> List[Dict[str, Any]]:
+    """The history's record of an answer: its text and its tool calls, in the target's form."""
+    if responses:
+        out: List[Dict[str, Any]] = [{"role": "assistant", "content": reply}] if reply or not calls else []
+        return out + [{"type": "function_call", "call_id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+                      for c in calls]
+    msg: Dict[str, Any] = {"role": "assistant", "content": reply if reply or not calls else None}
+    if calls:
+        msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+    return [msg]
 
 
 class ConversationSUT(OpenAISUT):
@@ -95,6 +117,9 @@ class ConversationSUT(OpenAISUT):
         for turns, name in zip(convs.bodies, self.drawn_models(len(convs.bodies))):
             for body in turns:
                 body["model"] = name
+        for turns in convs.bodies:
+            for body in turns:
+                self.add_tools(body)
         self.conversations = convs
         self._rng = np.random.default_rng(llm.seed + 7)
         self.turns_completed = [0] * max(len(c) for c in convs.bodies)
@@ -125,12 +150,12 @@ class ConversationSUT(OpenAISUT):
             self.started += 1
             data = self.requests[conv]
         self._by_query[query_id] = session
-        n_input = session.history_tokens + convs.turn_tokens[session.conv][session.turn]
+        n_input = session.history_tokens + self._turn_tokens(session)
         self.input_tokens_sent += n_input
         handler: Any
         if self.stream_responses:
             handler = TokenStream(self, query_id, scheduled_ns)
-            handler.texts = []
+            handler.texts, handler.calls = [], []
         else:
             handler = WholeResponse(self, query_id, scheduled_ns)
         handler.n_input = n_input
@@ -138,12 +163,32 @@ class ConversationSUT(OpenAISUT):
         pool.submit(Request(data, handler, query_id, self.stream_responses), scheduled_ns + self.timeout_ns
                     if self.timeout_ns else 0)
 
+    def _turn_input(self, session: _Session) -> List[Any]:
+        """What ``session``'s next turn sends after the history: the results of the last
+        answer's tool calls, or else the turn's own user message."""
+        assert self.conversations is not None
+        if not session.calls:
+            return _user_messages(self.conversations.bodies[session.conv][session.turn])
+        results = [(c["id"], self.tools.result(c["name"]) if self.tools is not None else "") for c in session.calls]
+        if self.responses:
+            return [{"type": "function_call_output", "call_id": i, "output": r} for i, r in results]
+        return [{"role": "tool", "tool_call_id": i, "content": r} for i, r in results]
+
+    def _turn_tokens(self, session: _Session) -> int:
+        """The input tokens of ``session``'s next turn, less the history (a tool result's
+        words, as words stand for tokens)."""
+        assert self.conversations is not None
+        if not session.calls:
+            return self.conversations.turn_tokens[session.conv][session.turn]
+        return sum(len(self.tools.result(c["name"]).split()) for c in session.calls) if self.tools else 0
+
     def _turn_request(self, session: _Session) -> bytes:
         """The request of ``session``'s next turn: its messages after the history so far."""
         assert self.conversations is not None
         body = dict(self.conversations.bodies[session.conv][session.turn])
-        body["messages"] = session.messages + body["messages"]
-        self.history_messages_max = max(self.history_messages_max, len(body["messages"]))
+        key = "input" if self.responses else "messages"
+        body[key] = session.messages + self._turn_input(session)
+        self.history_messages_max = max(self.history_messages_max, len(body[key]))
         return self.serialize("POST", self.target.path, json.dumps(body, separators=(",", ":")).encode())
 
     def native_turn(self, qid: int, sample_index: int) -> None:
@@ -168,22 +213,23 @@ class ConversationSUT(OpenAISUT):
         them, complete at ``t``. The core recorded its figures; this advances the
         conversation (the caller then completes the turn)."""
         stream = TokenStream(self, qid, 0)
-        stream.texts = []
+        stream.texts, stream.calls = [], []
         stream.read_whole(body, t)
-        self._advance(qid, "".join(stream.texts), n_tokens, t)
+        self._advance(qid, "".join(stream.texts), n_tokens, t, stream.calls)
 
-    def _advance(self, qid: int, reply: str, n_tokens: int, t: int) -> None:
-        """Turn ``qid`` answered with ``reply`` at ``t``: the next turn as a follow-up
-        (before the caller completes this one), or the conversation's end."""
+    def _advance(self, qid: int, reply: str, n_tokens: int, t: int, calls: List[Dict[str, Any]]) -> None:
+        """Turn ``qid`` answered with ``reply`` (and tool ``calls``) at ``t``: the next turn
+        as a follow-up (before the caller completes this one), or the conversation's end."""
         session = self._by_query.pop(qid, None)
         convs = self.conversations
         if session is None or convs is None:
             return
         turns = convs.bodies[session.conv]
         self.turns_completed[session.turn] += 1
-        session.messages = session.messages + [turns[session.turn]["messages"][-1],
-                                               {"role": "assistant", "content": reply}]
-        session.history_tokens += convs.turn_tokens[session.conv][session.turn] + max(n_tokens, 0)
+        session.messages = (session.messages + self._turn_input(session)
+                            + _assistant_messages(reply, calls, self.responses))
+        session.history_tokens += self._turn_tokens(session) + max(n_tokens, 0)
+        session.calls = calls
         session.turn += 1
         if session.turn >= len(turns):
             self.finished += 1
@@ -191,18 +237,17 @@ class ConversationSUT(OpenAISUT):
         self._waiting[session.sid] = session
         tag = FOLLOW_TAG | session.sid
         if self.add_request is not None:  # the native client: the request goes first
-            self.add_request(tag, self._turn_request(session),
-                             session.history_tokens + convs.turn_tokens[session.conv][session.turn])
+            self.add_request(tag, self._turn_request(session), session.history_tokens + self._turn_tokens(session))
         if not self.sink.follow_up(tag, t + self._think()):
             del self._waiting[session.sid]  # issuing has ended: the engine counts it dropped
 
     def record_stream(self, s: TokenStream, t: int) -> None:
         n = s.usage_tokens if s.usage_tokens >= 0 else s.chunks
-        self._advance(s.query_id, "".join(s.texts or ()), n, t)
+        self._advance(s.query_id, "".join(s.texts or ()), n, t, s.calls or [])
         super().record_stream(s, t)
 
     def record_whole(self, w: WholeResponse, t: int, n: int, doc: Dict[str, Any]) -> None:
-        self._advance(w.query_id, _reply_of(doc), n, t)
+        self._advance(w.query_id, whole_text(doc, self.responses), n, t, whole_calls(doc, self.responses))
         super().record_whole(w, t, n, doc)
 
     def fail_query(self, qid: int, kind: str, message: str) -> None:

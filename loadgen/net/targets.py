@@ -2,8 +2,8 @@
 
 - ``http[s]://HOST:PORT/v2/models/NAME[/versions/V]/infer``: KServe v2 REST;
 - ``grpc[s]://HOST:PORT/NAME[/versions/V]``: KServe v2 gRPC;
-- ``openai+http[s]://HOST:PORT/v1/completions``, ``.../v1/chat/completions`` or
-  ``.../v1/embeddings``: OpenAI-compatible (streamed completions by default);
+- ``openai+http[s]://HOST:PORT/v1/completions``, ``.../v1/chat/completions``,
+  ``.../v1/responses`` or ``.../v1/embeddings``: OpenAI-compatible (streamed completions by default);
 - any ``http[s]://HOST:PORT[/PATH]`` with ``--request-template``: generic JSON over HTTP.
 """
 
@@ -20,9 +20,9 @@ __all__ = ["Target", "host_problem", "parse_target", "redact_url", "url_problem"
 
 _KSERVE_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer/?$")
 _GRPC_PATH = re.compile(r"^/([^/]+)(?:/versions/([^/]+))?/?$")
-_OPENAI_PATH = re.compile(r"^(.*)/v1/(completions|chat/completions|embeddings)/?$")
+_OPENAI_PATH = re.compile(r"^(.*)/v1/(completions|chat/completions|embeddings|responses)/?$")
 _FORMS = ("http://HOST:PORT/v2/models/NAME/infer, grpc://HOST:PORT/NAME, "
-          "openai+http://HOST:PORT/v1/completions (or /v1/chat/completions, /v1/embeddings), or any http URL "
+          "openai+http://HOST:PORT/v1/completions (or /v1/chat/completions, /v1/responses, /v1/embeddings), or any http URL "
           "with --request-template FILE")
 
 
@@ -37,7 +37,7 @@ class Target:
         host, port: the server.
         path: the request path (HTTP kinds).
         model, version: the model (KServe kinds; version "" for the server's choice).
-        endpoint: "completions", "chat" or "embeddings" (openai).
+        endpoint: "completions", "chat", "responses" or "embeddings" (openai).
         base_path: what precedes /v1 in an OpenAI URL (usually "").
     """
 
@@ -194,8 +194,8 @@ def parse_target(url: str, *, template: bool = False) -> Target:
     if scheme.startswith("openai+"):
         m = _OPENAI_PATH.match(parts.path or "")
         if not m:
-            raise ValueError(f"--sut {shown}: an OpenAI target ends in /v1/completions, /v1/chat/completions "
-                             "or /v1/embeddings")
+            raise ValueError(f"--sut {shown}: an OpenAI target ends in /v1/completions, /v1/chat/completions, "
+                             "/v1/responses or /v1/embeddings")
         return Target("openai", shown, tls, host, port, path=path,
                       endpoint="chat" if m.group(2).startswith("chat") else m.group(2),
                       base_path=m.group(1))

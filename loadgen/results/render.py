@@ -310,6 +310,8 @@ def _network_lines(doc: Dict[str, Any]) -> List[str]:
             line = f"tokens       {tokens['output_tokens']:,} output tokens, counted from {tokens['source']}"
             if tokens.get("reasoning_tokens"):
                 line += f"; {tokens['reasoning_tokens']:,} of them reasoning, counted from {tokens['reasoning_source']}"
+            if tokens.get("tool_calls"):
+                line += f"; {tokens['tool_calls']:,} tool calls in {tokens['tool_call_requests']:,} answers"
             lines.append(line)
     sm = doc.get("server_metrics")
     if sm:

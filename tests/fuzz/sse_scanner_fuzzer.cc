@@ -3,7 +3,7 @@
 // (csrc/tls.cc) reaches the scanner decrypted, in the pieces OpenSSL returns: the same input.
 //
 // Byte 0 seeds how the input is split into pieces (some empty), byte 1 picks the event
-// bound. The rest is a stream's body. Each piece is stamped one tick later. Every run
+// bound (its bits 0-1) and whether the stream is a /v1/responses one (bit 2). The rest is a stream's body. Each piece is stamped one tick later. Every run
 // must give sane results: a gap per token after the first, gaps >= 0, a problem's data
 // kept exactly when there is a problem. Without '\r' in the input, events end at "\n\n"
 // only, so that how the input is split cannot change the outcome (with a bound no event
@@ -37,8 +37,8 @@ struct Run {
   std::string data;
 };
 
-Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int64_t limit) {
-  SseScanner s(limit);
+Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int64_t limit, bool responses) {
+  SseScanner s(limit, responses);
   s.start();
   Run run;
   size_t off = 0;
@@ -54,7 +54,7 @@ Run scan(const uint8_t* data, size_t size, const std::vector<size_t>& cuts, int6
     off = end;
   }
   if (!run.over) s.finish(t);
-  CHECK(s.chunks() >= 0);
+  CHECK(s.chunks() >= 0 && s.tool_calls() >= 0);
   CHECK(s.gaps().size() == static_cast<size_t>(s.chunks() > 0 ? s.chunks() - 1 : 0));
   for (const int64_t g : s.gaps()) CHECK(g >= 0);
   CHECK((s.chunks() > 0) == (s.first_ns() > 0) && s.last_ns() >= s.first_ns());
@@ -116,6 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   unsigned seed = data[0];
   static const int64_t kLimits[] = {1, 16, 300, 1 << 20};
   const int64_t limit = kLimits[data[1] & 3];
+  const bool responses = (data[1] & 4) != 0;
   data += 2;
   size -= 2;
   std::vector<size_t> cuts;
@@ -126,9 +127,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (seed == 0) seed = 1;
     if (cuts.size() > 4096) break;
   }
-  const Run split = scan(data, size, cuts, limit);
+  const Run split = scan(data, size, cuts, limit, responses);
   if (limit == (1 << 20) && std::memchr(data, '\r', size) == nullptr) {
-    const Run whole = scan(data, size, {}, limit);
+    const Run whole = scan(data, size, {}, limit, responses);
     CHECK(split.chunks == whole.chunks && split.usage == whole.usage && split.done == whole.done);
     CHECK(split.finished == whole.finished && split.problem == whole.problem && split.data == whole.data);
   }

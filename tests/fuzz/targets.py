@@ -165,8 +165,9 @@ class _Sink:
 class _StreamSUT:
     max_event_bytes = 512  # small, so that the fuzzer reaches the limit
 
-    def __init__(self, check: bool) -> None:
+    def __init__(self, check: bool, responses: bool = False) -> None:
         self.sink = _Sink()
+        self.responses = responses  # a /v1/responses stream (typed events)
         redactor = getattr(net_options, "Redactor", None)  # where the version has one
         self.redactor = redactor([("Authorization", "Bearer SECRET")]) if redactor else None
         self.check = check
@@ -181,18 +182,24 @@ class _StreamSUT:
         self.ends.append("ok")
 
 
-def sse_stream(data: bytes) -> None:
-    """An OpenAI-style event stream as the body of a streamed HTTP response (200, or 500
-    when flags say), in pieces, until the server closes: tokens are counted, the query
-    ends exactly once, and nothing escapes."""
+def sse_stream(data: bytes, responses: bool = False) -> None:
+    """An OpenAI-style event stream (``responses``: a /v1/responses one) as the body of a
+    streamed HTTP response (200, or 500 when flags say), in pieces, until the server
+    closes: tokens are counted, the query ends exactly once, and nothing escapes."""
     flags = data[0] if data else 0
-    sut = _StreamSUT(check=bool(flags & 1))
+    sut = _StreamSUT(check=bool(flags & 1), responses=responses)
     stream = openai_stream.TokenStream(sut, 1, 0)  # type: ignore[arg-type]
     status = b"500 Internal Server Error" if flags & 2 else b"200 OK"
     head = b"HTTP/1.1 " + status + b"\r\nContent-Type: text/event-stream\r\n\r\n"
     _exchange(head + data[1:], stream, flags >> 2, stream=True)
     assert len(sut.ends) == 1, sut.ends
     assert sut.sink.first <= 1 and stream.chunks >= sut.sink.first
+    assert stream.tool_calls >= 0 and stream.reasoning_chunks <= stream.chunks
+
+
+def sse_responses_stream(data: bytes) -> None:
+    """:func:`sse_stream` on a /v1/responses stream."""
+    sse_stream(data, responses=True)
 
 
 # ----------------------------------------------------------------------- KServe
@@ -293,6 +300,7 @@ TARGETS: Dict[str, Callable[[bytes], None]] = {
     "hdrlog": hdrlog,
     "http1": http1_response,
     "sse": sse_stream,
+    "sse_responses": sse_responses_stream,
     "kserve_json": kserve_json,
     "options_config": options_config,
     "options_env": options_env,

@@ -37,7 +37,8 @@ def test_counts_tokens_and_timing_equal_the_servers(tmp_path, endpoint):
     assert net["tokens"] == {"source": "usage", "queries_counted_from_usage": 160, "queries_counted_from_chunks": 0,
                              "output_tokens": 12 * 160, "reasoning_tokens": 0, "reasoning_source": "none",
                              "itl_per_token_split": {"chunks": 0, "text_length": 160, "tokenizer": 0},
-                             "cached_tokens": 0, "cached_requests": 0, "cached_share": 0.0}
+                             "cached_tokens": 0, "cached_requests": 0, "cached_share": 0.0,
+                             "tool_calls": 0, "tool_call_requests": 0}
     assert c["tokens"] == 12 * 160 and net["responses_checked"] == 160
     assert net["native"]["checked_in_python"] == 0  # every stream judged natively
     assert doc["llm"]["requests"]["output_tokens"]["sum"] == 12 * 160

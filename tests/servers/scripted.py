@@ -8,6 +8,8 @@
 Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
   POST /v1/completions, /v1/chat/completions  OpenAI style; Server-Sent Events (chunked)
                                               when the body has "stream": true
+  POST /v1/responses                          OpenAI Responses API: typed Server-Sent Events
+                                              when "stream": true, else one response object
   POST /v1/embeddings                         OpenAI style; one 8-float embedding per input
   GET  /v1/models                             lists the model "scripted"
   GET  /v2/health/live, /v2/health/ready      KServe v2; ready answers 503 until --ready-after-s
@@ -25,6 +27,17 @@ first R tokens are reasoning (``delta.reasoning_content``, or --reasoning-field'
 the rest the answer (``delta.content``); an event holds one kind only (the one that would
 straddle R is cut there), and the usage chunk says R as
 ``completion_tokens_details.reasoning_tokens`` (as a non-streamed chat answer's usage does).
+/v1/responses answers the same way in its own events (``response.reasoning_text.delta``,
+``response.output_text.delta``, then ``response.output_text.done`` and
+``response.completed`` with ``usage.output_tokens``, ``output_tokens_details`` and, with
+--prefix-cache, ``input_tokens_details``), each event written when its last token is due.
+With --tool-calls N a chat or responses request that carries ``tools`` and whose last
+message is not a tool result (chat: ``role: "tool"``; responses: a
+``function_call_output`` item) is answered with N calls of its first tool instead of
+text: the answer tokens are the calls' arguments (`` tok`` each), spread over the calls
+(chat: ``delta.tool_calls``, finish_reason ``tool_calls``; responses:
+``response.output_item.added`` of a ``function_call`` item and
+``response.function_call_arguments.delta``); call j's id is ``call_<j>``.
 Each event's write is a timer callback at its absolute due time (no busy waiting), and
 /stats records the time taken right before the write: the data reaches the client during
 the send() call, and a client woken by it may preempt the server before send() returns.
@@ -79,6 +92,7 @@ class StreamRecord:
     tokens_per_event: int
     first_event_tokens: int  # the first event's tokens; then tokens_per_event each
     reasoning_tokens: int = 0  # the first ones (chat): an event holds one kind only
+    tool_calls: int = 0  # the answer's tool calls (--tool-calls)
     token_write_ns: list[int] = field(default_factory=list)  # one per token event
     usage_sent: bool = False
 
@@ -107,6 +121,149 @@ def words(x: Any) -> int:
     if isinstance(x, dict):
         return words(x.get("text", ""))
     return int(isinstance(x, int))
+
+
+def _messages(body: dict[str, Any], responses: bool) -> list[dict[str, Any]]:
+    """A chat request's messages, or a responses request's input as a message list."""
+    given = body.get("input") if responses else body.get("messages", [])
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return [m for m in given or [] if isinstance(m, dict)]
+
+
+def _tool_result(messages: list[dict[str, Any]]) -> bool:
+    """Whether the last message is a tool call's result (chat or responses)."""
+    last = messages[-1] if messages else {}
+    return last.get("role") == "tool" or last.get("type") == "function_call_output"
+
+
+def _first_tool(body: dict[str, Any]) -> str:
+    """The name of a request's first tool (either form)."""
+    tool = (body.get("tools") or [{}])[0]
+    return str(tool.get("name") or (tool.get("function") or {}).get("name") or "tool")
+
+
+@dataclass
+class Answer:
+    """What one answer holds: n tokens, the first ``reasoning`` of them reasoning, the rest
+    text, or (``calls`` > 0) the arguments of that many calls of ``tool``, spread evenly;
+    in the form of chat (else completions) or of the Responses API."""
+
+    n: int
+    reasoning: int
+    calls: int
+    tool: str
+    chat: bool
+    responses: bool
+
+    def __post_init__(self) -> None:
+        self.calls = min(self.calls, self.n - self.reasoning)
+
+    def call_range(self, j: int) -> tuple[int, int]:
+        m = self.n - self.reasoning
+        return self.reasoning + j * m // self.calls, self.reasoning + (j + 1) * m // self.calls
+
+    def call_starts(self) -> list[int]:
+        return [self.call_range(j)[0] for j in range(self.calls)]
+
+    def kind_at(self, start: int) -> int:
+        """-1: reasoning; 0: text; j + 1: call j's arguments."""
+        if start < self.reasoning:
+            return -1
+        if not self.calls:
+            return 0
+        return next(j for j in range(self.calls) if start < self.call_range(j)[1]) + 1
+
+    def starts_part(self, start: int) -> bool:
+        return start == 0 or (self.calls > 0 and start in self.call_starts())
+
+    def event(self, base: dict[str, Any], count: int, start: int, reasoning_field: str) -> bytes:
+        """The event of ``count`` tokens from token ``start`` on."""
+        text = " tok" * count
+        kind, first = self.kind_at(start), self.starts_part(start)
+        if self.responses:
+            if kind <= 0:
+                what, item = ("reasoning_text", "rs_0") if kind < 0 else ("output_text", "msg_0")
+                return sse({"type": f"response.{what}.delta", "item_id": item, "output_index": int(kind == 0 and
+                            self.reasoning > 0), "content_index": 0, "delta": text})
+            j = kind - 1
+            added = sse({"type": "response.output_item.added", "output_index": j, "item": {
+                "type": "function_call", "id": f"fc_{j}", "call_id": f"call_{j}", "name": self.tool,
+                "arguments": "", "status": "in_progress"}}) if first else b""
+            return added + sse({"type": "response.function_call_arguments.delta", "item_id": f"fc_{j}",
+                                "output_index": j, "delta": text})
+        if not self.chat:
+            return sse({**base, "choices": [{"index": 0, "text": text, "finish_reason": None}]})
+        delta: dict[str, Any] = {"role": "assistant"} if start == 0 else {}
+        if kind > 0:
+            j = kind - 1
+            call: dict[str, Any] = {"index": j, "function": {"arguments": text}}
+            if first:
+                call = {"index": j, "id": f"call_{j}", "type": "function",
+                        "function": {"name": self.tool, "arguments": text}}
+            delta["tool_calls"] = [call]
+        elif count:
+            delta[reasoning_field if kind < 0 else "content"] = text
+        return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+    def head(self, base: dict[str, Any]) -> bytes:
+        """What a stream starts with before its first token (responses: response.created)."""
+        if not self.responses:
+            return b""
+        return sse({"type": "response.created", "sequence_number": 0,
+                    "response": {**base, "status": "in_progress", "output": [], "usage": None}})
+
+    def tail(self, base: dict[str, Any], usage: dict[str, Any] | None) -> bytes:
+        """What follows the last token's event: the finish, the usage and the stream's end."""
+        if self.responses:
+            out = b""
+            if self.calls:
+                for j in range(self.calls):
+                    lo, hi = self.call_range(j)
+                    out += sse({"type": "response.function_call_arguments.done", "item_id": f"fc_{j}",
+                                "output_index": j, "arguments": " tok" * (hi - lo)})
+            elif self.n > self.reasoning:
+                out += sse({"type": "response.output_text.done", "item_id": "msg_0", "content_index": 0,
+                            "text": " tok" * (self.n - self.reasoning)})
+            done = {**base, "status": "completed", "output": self.output_items(), "usage": usage}
+            return out + sse({"type": "response.completed", "response": done}) + b"0\r\n\r\n"
+        finish = "tool_calls" if self.calls else "length"
+        last = ({"index": 0, "delta": {}, "finish_reason": finish} if self.chat
+                else {"index": 0, "text": "", "finish_reason": finish})
+        return (sse({**base, "choices": [last]}) + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
+                + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    def output_items(self) -> list[dict[str, Any]]:
+        """A responses answer's output items."""
+        items: list[dict[str, Any]] = []
+        if self.reasoning:
+            items.append({"type": "reasoning", "id": "rs_0", "summary": [],
+                          "content": [{"type": "reasoning_text", "text": " tok" * self.reasoning}]})
+        for j in range(self.calls):
+            lo, hi = self.call_range(j)
+            items.append({"type": "function_call", "id": f"fc_{j}", "call_id": f"call_{j}", "name": self.tool,
+                          "arguments": " tok" * (hi - lo), "status": "completed"})
+        if not self.calls:
+            items.append({"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
+                          "content": [{"type": "output_text", "text": " tok" * (self.n - self.reasoning),
+                                       "annotations": []}]})
+        return items
+
+    def whole(self, base: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """The answer not streamed."""
+        if self.responses:
+            return {**base, "status": "completed", "error": None, "output": self.output_items(), "usage": usage}
+        if not self.chat:
+            return {**base, "choices": [{"index": 0, "text": " tok" * self.n, "finish_reason": "length"}],
+                    "usage": usage}
+        message: dict[str, Any] = {"role": "assistant", "content": " tok" * self.n}
+        if self.calls:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{j}", "type": "function", "function": {
+                    "name": self.tool, "arguments": " tok" * (self.call_range(j)[1] - self.call_range(j)[0])}}
+                for j in range(self.calls)]}
+        return {**base, "choices": [{"index": 0, "message": message,
+                                     "finish_reason": "tool_calls" if self.calls else "length"}], "usage": usage}
 
 
 async def sleep_until(due_ns: int) -> None:
@@ -366,6 +523,8 @@ class ScriptedServer:
             return await self.completions(req, writer, chat=False)
         elif post and parts == ["v1", "chat", "completions"]:
             return await self.completions(req, writer, chat=True)
+        elif post and parts == ["v1", "responses"]:
+            return await self.completions(req, writer, chat=True, responses=True)
         elif post and parts == ["v1", "embeddings"]:
             return self.embeddings(req, writer)
         elif get and parts == ["v1", "models"]:
@@ -450,46 +609,55 @@ class ScriptedServer:
         finally:
             self.inflight -= 1
 
-    async def completions(self, req: Request, writer: Connection, chat: bool) -> bool:
-        """OpenAI completions or chat completions, streamed or not."""
+    async def completions(self, req: Request, writer: Connection, chat: bool, responses: bool = False) -> bool:
+        """OpenAI completions, chat completions or responses, streamed or not."""
         a = self.args
-        self.requests["chat_completions" if chat else "completions"] += 1
+        self.requests["responses" if responses else "chat_completions" if chat else "completions"] += 1
         try:
             body = json.loads(req.body)
-            limit = body.get("max_tokens") or body.get("max_completion_tokens") or a.tokens
+            limit = (body.get("max_output_tokens") if responses else None) or body.get("max_tokens") \
+                or body.get("max_completion_tokens") or a.tokens
             n = max(1, min(a.tokens, int(limit)))
-            p = words([m.get("content") for m in body.get("messages", [])] if chat else body.get("prompt", ""))
-            usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+            messages = _messages(body, responses) if chat else []
+            texts = [m.get("content") for m in messages] if chat else [body.get("prompt", "")]
+            p = words(texts)
+            calls = a.tool_calls if a.tool_calls and body.get("tools") and not _tool_result(messages) else 0
+            usage: dict[str, Any] = ({"input_tokens": p, "output_tokens": n, "total_tokens": p + n} if responses
+                                     else {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n})
             streamed = bool(body.get("stream"))
             entry = {"prompt_words": p, "completion_tokens": n, "stream": streamed, "recv_ns": req.recv_ns,
-                     **{k: v for k, v in body.items() if k not in ("prompt", "messages")}}
+                     "tool_calls": calls, **{k: v for k, v in body.items() if k not in ("prompt", "messages", "input")}}
             if a.prefix_cache:
-                texts = [m.get("content") for m in body.get("messages", [])] if chat else [body.get("prompt", "")]
                 cached = self.cached_words(tuple(w for t in texts if isinstance(t, str) for w in t.split()))
-                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+                details = "input_tokens_details" if responses else "prompt_tokens_details"
+                usage[details] = {"cached_tokens": cached}
                 entry["cached_tokens"] = cached
             if a.log_messages and chat:
-                entry["messages"] = body.get("messages")
+                entry["messages"] = messages
             self.completion_log.append(entry)
             include_usage = a.usage or bool((body.get("stream_options") or {}).get("include_usage"))
         except (ValueError, TypeError, AttributeError) as e:
             self.send_json(writer, req, 400, {"error": f"bad completion request: {e!r}"})
             return True
-        base = {"id": f"{'chat' if chat else ''}cmpl-{req.recv_ns}",
-                "object": ("chat.completion.chunk" if streamed else "chat.completion") if chat else "text_completion",
-                "created": int(time.time()), "model": body.get("model", "scripted")}
+        reasoning = min(n, a.reasoning_tokens) if chat else 0
+        base: dict[str, Any] = {"id": f"{'chat' if chat else ''}cmpl-{req.recv_ns}",
+                                "object": ("chat.completion.chunk" if streamed else "chat.completion") if chat
+                                else "text_completion", "created": int(time.time()),
+                                "model": body.get("model", "scripted")}
+        if responses:
+            base = {"id": f"resp-{req.recv_ns}", "object": "response", "created_at": int(time.time()),
+                    "model": body.get("model", "scripted")}
+        tool = _first_tool(body) if calls else ""
         self.inflight += 1
         try:
             if streamed:
-                return await self.stream(req, writer, base, chat, n, usage if include_usage else None)
+                plan = Answer(n, reasoning, calls, tool, chat, responses)
+                return await self.stream(req, writer, base, plan, usage if include_usage else None)
             await sleep_until(req.recv_ns + round(a.ttft_ms * MS) + (n - 1) * round(a.itl_ms * MS))
-            text = " tok" * n
-            if chat and a.reasoning_tokens:  # counted in usage as a stream's are (the text is the answer's)
-                usage = {**usage, "completion_tokens_details": {"reasoning_tokens": min(n, a.reasoning_tokens)}}
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
-                      else {"index": 0, "text": text})
-            self.send_json(writer, req, 200, {**base, "choices": [{**choice, "finish_reason": "length"}],
-                                              "usage": usage})
+            if reasoning:  # counted in usage as a stream's are (the text is the answer's)
+                details = "output_tokens_details" if responses else "completion_tokens_details"
+                usage = {**usage, details: {"reasoning_tokens": reasoning}}
+            self.send_json(writer, req, 200, Answer(n, reasoning, calls, tool, chat, responses).whole(base, usage))
             return True
         finally:
             self.inflight -= 1
@@ -509,29 +677,21 @@ class ScriptedServer:
                                           "usage": {"prompt_tokens": p, "total_tokens": p}})
         return True
 
-    async def stream(self, req: Request, writer: Connection, base: dict[str, Any], chat: bool,
-                     n: int, usage: dict[str, int] | None) -> bool:
-        """Streams n tokens as Server-Sent Events (module doc). Every event is written by a
-        timer callback of its own, all scheduled up front: no task wakes up per event, and
-        the loop runs the writes due at one wake-up together."""
+    async def stream(self, req: Request, writer: Connection, base: dict[str, Any], answer: Answer,
+                     usage: dict[str, Any] | None) -> bool:
+        """Streams an answer's n tokens as Server-Sent Events (module doc). Every event is
+        written by a timer callback of its own, all scheduled up front: no task wakes up
+        per event, and the loop runs the writes due at one wake-up together."""
         a = self.args
+        n, reasoning = answer.n, answer.reasoning
         k = a.tokens_per_chunk
         first = min(n, a.first_chunk_tokens or k)
-        reasoning = min(n, a.reasoning_tokens) if chat else 0
-        record = StreamRecord(req.recv_ns, n, k, first, reasoning)
+        record = StreamRecord(req.recv_ns, n, k, first, reasoning, tool_calls=answer.calls)
         self.streams.append(record)
         ttft, itl = round(a.ttft_ms * MS), round(a.itl_ms * MS)
         if reasoning and usage is not None:
-            usage = {**usage, "completion_tokens_details": {"reasoning_tokens": reasoning}}
-
-        def event(count: int, first: bool, thinking: bool = False, finish: str | None = None) -> bytes:
-            text = " tok" * count
-            if chat:
-                field = a.reasoning_field if thinking else "content"
-                delta = ({"role": "assistant"} if first else {}) | ({field: text} if count else {})
-                return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-            return sse({**base, "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
-
+            details = "output_tokens_details" if answer.responses else "completion_tokens_details"
+            usage = {**usage, details: {"reasoning_tokens": reasoning}}
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bool] = loop.create_future()
         transport = writer.transport
@@ -548,17 +708,20 @@ class ScriptedServer:
                 record.usage_sent = usage is not None
                 done.set_result(True)
 
-        # Encoded once per request: the events differ only by their token count.
-        events: dict[tuple[int, bool, bool], bytes] = {}
-        tail = (event(0, False, False, "length") + (sse({**base, "choices": [], "usage": usage}) if usage else b"")
-                + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        # Encoded once per request: the events differ only by their token count and kind.
+        events: dict[tuple[int, int, int], bytes] = {}
+        tail = answer.tail(base, usage)
         self.send(writer, req, 200, content_type="text/event-stream", chunked=True)
+        head = answer.head(base)
+        if head:
+            writer.write(head)
         plan = []
-        starts = sorted({0, *range(first, n, k), *([reasoning] if 0 < reasoning < n else [])})
+        starts = sorted({0, *range(first, n, k), *([reasoning] if 0 < reasoning < n else []),
+                         *answer.call_starts()})
         for start, end in zip(starts, [*starts[1:], n]):
             count = end - start
-            key = (count, chat and start == 0, start < reasoning)
-            data = events.get(key) or events.setdefault(key, event(*key))
+            key = (count, answer.kind_at(start), int(answer.starts_part(start)))
+            data = events.get(key) or events.setdefault(key, answer.event(base, count, start, a.reasoning_field))
             last = start + count == n
             plan.append((req.recv_ns + ttft + (start + count - 1) * itl, data + tail if last else data, last))
         # One timer at a time, each write setting the next: a burst of new requests then
@@ -660,7 +823,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--tokens", type=positive, default=32,
                    help="per answer (a smaller max_tokens wins); default %(default)s")
     g.add_argument("--log-messages", action="store_true",
-                   help="keep each chat request's messages in /stats' completion_log")
+                   help="keep each chat request's messages (a responses request's input as messages) in "
+                        "/stats' completion_log")
     g.add_argument("--tokens-per-chunk", type=positive, default=1, help="tokens per stream event; default 1")
     g.add_argument("--first-chunk-tokens", type=positive, default=None,
                    help="tokens in a stream's first event (default: --tokens-per-chunk)")
@@ -668,6 +832,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="chat: the first R tokens of a stream are reasoning; default 0")
     g.add_argument("--reasoning-field", choices=("reasoning_content", "reasoning"), default="reasoning_content",
                    help="the delta's field of reasoning tokens; default %(default)s")
+    g.add_argument("--tool-calls", type=int, default=0, metavar="N",
+                   help="chat and responses: answer a request carrying tools, whose last message is not a tool "
+                        "result, with N tool calls; default 0")
     g.add_argument("--prefix-cache", action="store_true",
                    help="usage.prompt_tokens_details.cached_tokens: the words of the longest prefix the prompt "
                         "shares with one seen before")
