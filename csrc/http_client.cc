@@ -153,6 +153,11 @@ struct HttpClient::Io : IoThread {
   mutable std::mutex fig_mu;
   std::unique_ptr<SseFigures> fig;
   std::map<int64_t, int64_t> output_lengths;
+  // The token events of the stream that ended last (for its record), copied from its
+  // connection's scanner, which the next request may reuse before the completion; their
+  // capacity is kept from one stream to the next.
+  std::vector<int64_t> end_event_ns;
+  std::vector<int64_t> end_event_tokens;
 };
 
 HttpClient::HttpClient(NetClientSettings settings)
@@ -589,7 +594,20 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
     out->check = true;
     out->body = std::move(c->kept);
+  } else if (sink_->wants_token_events()) {
+    out->events = keep_token_events(io, s);
   }
+}
+
+bool HttpClient::keep_token_events(Io& io, const SseScanner& s) noexcept {
+  try {
+    io.end_event_ns.assign(s.event_ns().begin(), s.event_ns().end());
+    io.end_event_tokens.resize(io.end_event_ns.size());
+  } catch (...) {  // no memory: the record goes without its events
+    return false;
+  }
+  s.event_token_counts(s.usage_tokens(), [&io](size_t j, int64_t k) { io.end_event_tokens[j] = k; });
+  return true;
 }
 
 void HttpClient::record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept {
@@ -635,7 +653,12 @@ void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
   hand_over(std::move(u));
 }
 
-void HttpClient::finish_stream(StreamEnd&& e) noexcept {
+void HttpClient::finish_stream(Io& io, StreamEnd&& e) noexcept {
+  if (e.problem == 0 && !e.check && e.events) {
+    const TokenEvents events{io.end_event_ns.data(), io.end_event_tokens.data(), io.end_event_ns.size()};
+    sink_->complete_stream_native(e.id, e.t, e.n, e.n_input, events);
+    return;
+  }
   if (e.problem == 0 && !e.check) {
     sink_->complete_tokens_native(e.id, e.t, e.n, e.n_input);
     return;
@@ -754,7 +777,7 @@ void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept
   } else if (out.done_id >= 0) {
     judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
   }
-  if (out.stream_end.id >= 0) finish_stream(std::move(out.stream_end));
+  if (out.stream_end.id >= 0) finish_stream(*c->io, std::move(out.stream_end));
   if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
   sink_->issue_ready();  // closed loop: the next request goes out from here
 }

@@ -85,6 +85,7 @@ class HttpClient final : public NetClient {
     int problem = 0;
     std::string body;
     bool check = false;  // check_each: a good stream goes to the Python side's check (body: its bytes)
+    bool events = false;  // its token events are in its I/O thread's end_event_* (for its record)
     int64_t sample = 0;
     int64_t scheduled = 0;
   };
@@ -154,8 +155,12 @@ class HttpClient final : public NetClient {
   // sse: ends c's stream (its lock held) at t with `status`: records a good one in its
   // I/O thread's figures, or says why it failed.
   void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
+  // Copies a good stream's token events and their tokens (as the per-token ITL counts
+  // them) into `io`'s end_event_*; false when there was no memory.
+  bool keep_token_events(Io& io, const SseScanner& s) noexcept;
   // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
-  void finish_stream(StreamEnd&& e) noexcept;
+  // `io`: the thread's, which holds the stream's token events (StreamEnd::events).
+  void finish_stream(Io& io, StreamEnd&& e) noexcept;
   // check_each: out's whole response (no lock held) goes to the Python side's check, unless
   // (whole_answers) it is an answer read_whole_answer() counts, which completes here.
   void check_whole(Io& io, EventOutcome& out) noexcept;

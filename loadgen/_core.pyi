@@ -20,7 +20,7 @@ Threads and the GIL, as the bindings have them:
   plain values, copied when an engine or client is made from them.
 """
 import enum
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -314,7 +314,15 @@ class Engine:
     def inline_issue(self) -> bool: ...
     def eventfd(self) -> int: ...
     def arm_eventfd(self) -> None: ...
-    def complete(self, id: int, completed_ns: int = 0, n_tokens: int = -1, n_input: int = -1) -> bool: ...
+    def complete(
+        self,
+        id: int,
+        completed_ns: int = 0,
+        n_tokens: int = -1,
+        n_input: int = -1,
+        event_ns: Optional[Sequence[int]] = None,
+        tokens_per_event: Optional[Sequence[int]] = None,
+    ) -> bool: ...
     def complete_many(
         self, ids: npt.NDArray[np.int64], completed_ns: Union[None, int, npt.NDArray[np.int64]] = None
     ) -> int: ...

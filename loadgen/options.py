@@ -559,7 +559,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "endpoint_url=http://127.0.0.1:9000 (repeatable; credentials: the AWS_* environment variables)",
                "KEY=VALUE", repeatable=True, default=[]),
     OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
-               "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
+               "tokens, a stream's inter-token gaps) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
     OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)",
                default=False),

@@ -31,7 +31,7 @@ from loadgen.net.targets import Target
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "token_itl"]
+__all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "event_token_counts", "token_itl"]
 
 # A non-empty "text" (completions) or "content" (chat delta) string value.
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
@@ -108,6 +108,23 @@ def text_weight(data: bytes) -> int:
     return n if n > 0 else 1
 
 
+def event_token_counts(events: List[Tuple[int, int, int]], total_tokens: int) -> List[int]:
+    """Each event's tokens k as :func:`token_itl` counts them: its own count without a
+    total (``total_tokens`` < 0), else the total spread over the events by weight
+    (cumulative rounding, halves up, so that the k sum to the total; a k may be 0)."""
+    if total_tokens < 0:
+        return [k for _, k, _ in events]
+    weight = sum(w for _, _, w in events)
+    out: List[int] = []
+    cum = given = 0
+    for _, _, w in events:
+        cum += w
+        upto = (total_tokens * cum * 2 + weight) // (weight * 2)
+        out.append(upto - given)
+        given = upto
+    return out
+
+
 def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tuple[int, int]]:
     """The per-token inter-token latency of one stream as (value_ns, count) pairs.
 
@@ -120,14 +137,8 @@ def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tup
     an event of 16 tokens 160 ms after the last gives 16 values of 10 ms.
     """
     out: List[Tuple[int, int]] = []
-    weight = sum(w for _, _, w in events)
-    cum = given = 0
     prev_t = -1
-    for t, k, w in events:
-        if total_tokens >= 0:
-            cum += w
-            upto = (total_tokens * cum * 2 + weight) // (weight * 2)
-            k, given = upto - given, upto
+    for (t, _, _), k in zip(events, event_token_counts(events, total_tokens)):
         if k <= 0:
             continue
         if prev_t >= 0:
@@ -631,9 +642,11 @@ class OpenAISUT(HttpSUT):
         self.output_lengths[n] += 1
         self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
         self._record_cached(s.usage_cached_tokens)
+        events, total = s.events, s.usage_tokens
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
+            total = -1
             per_token = token_itl(events, -1)
             self.split_by_tokenizer += 1
         else:
@@ -659,6 +672,12 @@ class OpenAISUT(HttpSUT):
         self._lengths(s.n_input, n)
         if self.model_figures:
             self.model_figures[s.model_id].record(s.scheduled_ns, s.first_ns, t, n)
+        # A conversation's turns keep no token events: the native client checks them from
+        # their bytes alone, and both clients' records say the same.
+        if events and getattr(self.sink, "keeps_token_events", False) and not getattr(self, "follow_ups", False):
+            self.sink.complete_stream(s.query_id, t, n, s.n_input, [e[0] for e in events],
+                                      event_token_counts(events, total))
+            return
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
 
     def _record_reasoning(self, usage_count: int, chunks: int) -> None:

@@ -21,7 +21,7 @@ import pytest
 from loadgen import _core
 from loadgen.engine import Engine, EngineSettings
 from loadgen.engine import records as records_module
-from loadgen.engine.records import check_record_path, record_format, spool_path
+from loadgen.engine.records import check_record_path, record_format, side_paths, spool_path
 from loadgen.sut.forms import Batch
 from loadgen.sut.spec import load_sut
 
@@ -38,6 +38,7 @@ def read_records(path: Path) -> "pd.DataFrame":
     """A records file as a DataFrame; a Parquet one must have left no spool behind."""
     if path.suffix == ".parquet":
         assert not Path(spool_path(str(path))).exists(), "the spool was left behind"
+        assert not any(Path(p).exists() for p in side_paths(str(path))), "the spool's side files were left behind"
         return pd.read_parquet(path)
     return read_jsonl(path)
 
