@@ -503,6 +503,8 @@ void def_net_client(EngineClass& c) {
              d["tokens_from_chunks"] = f.tokens_from_chunks;
              d["output_tokens"] = f.output_tokens;
              d["input_tokens_sent"] = f.input_tokens_sent;
+             d["images_sent"] = f.images_sent;
+             d["image_bytes_sent"] = f.image_bytes_sent;
              d["checked"] = f.checked;
              d["ttfrt_ns"] = PyHistogram(std::move(f.stream.ttfrt_ns));
              d["ttfat_ns"] = PyHistogram(std::move(f.stream.ttfat_ns));

@@ -329,8 +329,14 @@ void HttpClient::start(CompletionSink& sink) {
 
 void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
   const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0, scheduled_ns};
-  const int64_t n_input = input_tokens_of(sample);
+  bool one_off = false;
+  const int64_t n_input = input_tokens_of(sample, &one_off);
   if (n_input > 0) input_tokens_sent_.fetch_add(n_input, std::memory_order_relaxed);
+  if (!one_off && !s_.image_bytes.empty()) {  // a one-off (a conversation's later turn) has none
+    images_sent_.fetch_add(s_.images_per_request, std::memory_order_relaxed);
+    image_bytes_sent_.fetch_add(s_.image_bytes[static_cast<size_t>(sample) % s_.image_bytes.size()],
+                                std::memory_order_relaxed);
+  }
   for (;;) {
     Conn* c = nullptr;
     {
@@ -692,11 +698,12 @@ bool HttpClient::take_one_off(Conn* c, int64_t sample) noexcept {
   return true;
 }
 
-int64_t HttpClient::input_tokens_of(int64_t sample) noexcept {
+int64_t HttpClient::input_tokens_of(int64_t sample, bool* one_off) noexcept {
   if (one_offs_.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(one_off_mutex_);
     auto it = one_off_.find(sample);
-    if (it != one_off_.end()) return it->second.input_tokens;
+    *one_off = it != one_off_.end();
+    if (*one_off) return it->second.input_tokens;
   }
   return s_.input_tokens.empty() ? -1 : s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()];
 }
@@ -999,6 +1006,8 @@ SseFigures HttpClient::sse_figures() const {
   }
   out.output_lengths.assign(lengths.begin(), lengths.end());
   out.input_tokens_sent = input_tokens_sent_.load();
+  out.images_sent = images_sent_.load();
+  out.image_bytes_sent = image_bytes_sent_.load();
   return out;
 }
 

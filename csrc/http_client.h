@@ -42,6 +42,8 @@ struct SseFigures {
   int64_t tokens_from_chunks = 0;    ///< requests counted from their token chunks
   int64_t output_tokens = 0;
   int64_t input_tokens_sent = 0;     ///< input tokens of the requests sent (when known)
+  int64_t images_sent = 0;           ///< images in the requests sent (NetClientSettings::image_bytes)
+  int64_t image_bytes_sent = 0;      ///< their image data, in bytes
   int64_t checked = 0;               ///< streams checked (sse_check) and found good
   SseStreamFigures stream;           ///< reasoning, per-token inter-token latency (sse.h)
 };
@@ -188,6 +190,8 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> open_{0};  // connections open or opening
 
   std::atomic<int64_t> input_tokens_sent_{0};
+  std::atomic<int64_t> images_sent_{0};
+  std::atomic<int64_t> image_bytes_sent_{0};
 
   // One-off requests by sample index (add_request()); one_offs_ counts them, so that
   // submit() takes the lock only while there are any.
@@ -196,8 +200,9 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> one_offs_{0};
   // Takes the one-off request of `sample` into c (its lock held); false when none.
   bool take_one_off(Conn* c, int64_t sample) noexcept;
-  // The input tokens of query sample `sample`: its one-off's, else the prepared request's.
-  int64_t input_tokens_of(int64_t sample) noexcept;
+  // The input tokens of query sample `sample`: its one-off's, else the prepared request's;
+  // *one_off says which.
+  int64_t input_tokens_of(int64_t sample, bool* one_off) noexcept;
 };
 
 }  // namespace loadgen

@@ -500,6 +500,8 @@ class NetClientSettings:
     check_each: bool
     whole_answers: bool
     input_tokens: List[int]
+    image_bytes: List[int]
+    images_per_request: int
     significant_figures: int
     # The unary method's path, /package.Service/Method.
     grpc_method: str

@@ -534,6 +534,11 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                default=D.TURNS),
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
+    OptionSpec("images", _str, "OpenAI chat: each request's user message gets --images-per-request images "
+               "from DIR (.png, .jpg, .jpeg, .webp, .gif; read and base64-encoded before the run, drawn with the "
+               "sample seed; a conversation's first turn only); llm.images counts what was sent", "DIR"),
+    OptionSpec("images_per_request", _int(1, 64), "OpenAI chat, --images: image parts per request "
+               "(default {default})", "N", default=D.IMAGES_PER_REQUEST),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
     OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT",
                default=False),
@@ -684,6 +689,8 @@ class RunOptions:
     ignore_eos: bool = _default("ignore_eos")
     turns: int = _default("turns")
     think_time_ms: Optional[str] = _default("think_time_ms")
+    images: Optional[str] = _default("images")
+    images_per_request: int = _default("images_per_request")
     extra_body: Optional[str] = _default("extra_body")
     no_stream: bool = _default("no_stream")
     server_metrics_url: Optional[str] = _default("server_metrics_url")

@@ -498,6 +498,10 @@ class OpenAISUT(HttpSUT):
         self.input_tokens_sent = 0
         self.output_lengths: Counter[int] = Counter()  # output tokens -> completed requests
         self.embeddings = 0
+        # --images: each prepared request's image bytes (empty: none), and what was sent.
+        self.image_bytes: List[int] = []
+        self.images_sent = 0
+        self.image_bytes_sent = 0
 
     def prepare(self) -> None:
         base = self.target.http_base + self.target.base_path
@@ -552,7 +556,10 @@ class OpenAISUT(HttpSUT):
                 body["model"] = name
             self.workload = work
             self.input_lens = [int(x) for x in work.input_tokens]
+            self.image_bytes = work.image_bytes
             return work.bodies, work.source
+        if llm.images:
+            raise ValueError(f"--images {llm.images}: images go in the requests loadgen builds, not in --payload's")
         if payload_kind(self.net.payload) != "jsonl":
             raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
         key = {"chat": "messages", "embeddings": "input"}.get(endpoint, "prompt")
@@ -593,8 +600,21 @@ class OpenAISUT(HttpSUT):
             handler.model_id = m = self.request_models[i]
             self.model_figures[m].sent += 1
 
+    def count_images_sent(self, info: Dict[str, Any]) -> None:
+        """Adds the images sent (``count``) and their bytes to ``info["images"]``, when
+        the run sends images."""
+        if "images" in info:
+            info["images"] = {**info["images"], "count": self.images_sent, "bytes": self.image_bytes_sent}
+
+    def count_images(self, i: int) -> None:
+        """Counts the images of prepared request ``i`` sent (``--images``)."""
+        if self.image_bytes:
+            self.images_sent += self.llm_options().images_per_request
+            self.image_bytes_sent += self.image_bytes[i]
+
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         i = sample_index % len(self.requests)
+        self.count_images(i)
         handler = TokenStream(self, query_id, scheduled_ns) if self.stream_responses else WholeResponse(self, query_id,
                                                                                                 scheduled_ns)
         self.count_model(handler, i)
@@ -783,6 +803,7 @@ class OpenAISUT(HttpSUT):
         info = dict(self.workload.info) if self.workload is not None else {}
         lengths = sorted(self.output_lengths.items())
         values = np.repeat(np.asarray([k for k, _ in lengths], dtype=np.int64), [c for _, c in lengths])
+        self.count_images_sent(info)
         info["requests"] = {"input_tokens_sent": self.input_tokens_sent,
                             "output_tokens": length_stats(values),
                             "reasoning_tokens": self.reasoning_tokens,
