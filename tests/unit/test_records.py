@@ -140,6 +140,31 @@ def test_parquet_row_groups_cover_every_record_once(tmp_path, monkeypatch):
     assert sorted(df["query"]) == list(range(1, issued + 1))
 
 
+def test_parquet_lists_each_records_token_events_across_row_groups(tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    # Five records in row groups of two: no events, one event, three (one of 0 tokens),
+    # none, two; their gaps and tokens record after record, as lg-records spools them.
+    monkeypatch.setattr(records_module, "ROW_GROUP_RECORDS", 2)
+    path = str(tmp_path / "r.parquet")
+    spool = np.zeros(5, dtype=_core.record_dtype)
+    spool["query"] = np.arange(1, 6)
+    spool.tofile(spool_path(path))
+    events, gaps, tokens = side_paths(path)
+    np.asarray([0, 1, 3, 0, 2], dtype=np.uint32).tofile(events)
+    np.asarray([5, 7, 9], dtype=np.int64).tofile(gaps)
+    np.asarray([2, 1, 0, 4, 3, 3], dtype=np.int32).tofile(tokens)
+    conversion = records_module.ParquetConversion(path, 0)
+    conversion.run([""], "")
+    assert conversion.error == "" and conversion.written == 5
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    table = pq.read_table(path)
+    assert table.column("itl_ns").to_pylist() == [None, [], [5, 7], None, [9]]
+    assert table.column("tokens_per_event").to_pylist() == [None, [2], [1, 0, 4], None, [3, 3]]
+    assert not any(Path(p).exists() for p in (spool_path(path), events, gaps, tokens))
+
+
 class _Batched:
     """A batched SUT completing each batch at once."""
 
