@@ -17,7 +17,10 @@ are interleaved round by round, and each figure is the median over the rounds:
 
 Then, without the engine, the capture itself: 2 million records appended on one thread
 (what the resolving thread pays per query) while ``lg-records`` writes them, and the
-rate from the first append until the file is closed (``_core.time_request_log``).
+rate from the first append until the file is closed (``_core.time_request_log``); once
+plain, and once with each record carrying a stream's token events (``--capture-events``,
+default 32: the inter-token gaps of a 32-token stream, in the chunk's side arena and
+written inline as ``itl_ns`` and ``tokens_per_event``).
 
 Ratios on/off are printed at the end. Usage:
 
@@ -37,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 MODES = ("off", "jsonl", "parquet")
 
@@ -93,6 +96,8 @@ def main() -> None:
     ap.add_argument("--sut", default="null")
     ap.add_argument("--dir", default=None, help="where the record files go (default: a temporary folder)")
     ap.add_argument("--json", default=None, help="also write every run's figures here")
+    ap.add_argument("--capture-events", type=int, default=32,
+                    help="token events a record in the second capture (0: none); default %(default)s")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -122,25 +127,33 @@ def main() -> None:
         if args.dir is None:
             shutil.rmtree(folder, ignore_errors=True)
     report(runs, args)
-    capture(folder if args.dir else tempfile.gettempdir())
+    where = folder if args.dir else tempfile.gettempdir()
+    plain = capture(where)
+    if args.capture_events:
+        with_events = capture(where, events=args.capture_events)
+        print(f"capture with {args.capture_events} token events a record: x{with_events[0] / plain[0]:.2f} ns per "
+              f"append, x{with_events[1] / plain[1]:.2f} records/s end to end")
 
 
-def capture(folder: str, n: int = 2_000_000, repeats: int = 3) -> None:
-    """The native capture alone: ns per append and end-to-end records/s (medians)."""
+def capture(folder: str, n: int = 2_000_000, repeats: int = 3, events: int = 0) -> Tuple[float, float]:
+    """The native capture alone, each record with ``events`` token events: ns per append
+    and end-to-end records/s (medians), printed and returned."""
     from loadgen import _core
 
     path = os.path.join(folder, "bench-records-capture.jsonl")
     figures = []
     try:
         for _ in range(repeats):
-            append_ns, total_ns = _core.time_request_log(n, path)
+            append_ns, total_ns = _core.time_request_log(n, path, events)
             figures.append((append_ns, n / (total_ns / 1e9)))
     finally:
         if os.path.exists(path):
             os.unlink(path)
-    print(f"capture: {statistics.median(f[0] for f in figures):.1f} ns per append on the resolving thread; "
-          f"{statistics.median(f[1] for f in figures):,.0f} records/s appended and written as JSON lines "
-          f"(one thread each, medians of {repeats})")
+    append, rate = statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
+    what = f" with {events} token events each" if events else ""
+    print(f"capture{what}: {append:.1f} ns per append on the resolving thread; {rate:,.0f} records/s appended "
+          f"and written as JSON lines (one thread each, medians of {repeats})")
+    return append, rate
 
 
 def report(runs: Dict[str, List[Dict[str, Any]]], args: argparse.Namespace) -> None:

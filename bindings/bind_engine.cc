@@ -89,6 +89,7 @@ py::dict records_stats(const Engine& e) {
   d["appended"] = st.appended;
   d["written"] = st.written;
   d["lost"] = st.lost;
+  d["events_lost"] = st.events_lost;
   d["peak_buffered"] = st.peak_buffered;
   d["bytes"] = st.bytes;
   d["writer_cpu_ns"] = st.writer_cpu_ns;
@@ -319,7 +320,8 @@ void def_run(EngineClass& c) {
       .def("eventfd", &Engine::eventfd)
       .def("arm_eventfd", &Engine::arm_eventfd)
       .def("complete",
-           [](Engine& e, int64_t id, int64_t completed_ns, const py::handle& n_tokens, int64_t n_input) {
+           [](Engine& e, int64_t id, int64_t completed_ns, const py::handle& n_tokens, int64_t n_input,
+              const py::object& event_ns, const py::object& tokens_per_event) {
              // Any Python int: one past int64 fails the query as the engine fails any count
              // out of range (invalid_token_count), not as a TypeError of the binding.
              int overflow = 0;
@@ -331,11 +333,22 @@ void def_run(EngineClass& c) {
                           std::to_string(loadgen::kMaxTokenCount) + ")");
                return false;
              }
-             return e.complete(id, completed_ns, n, n_input);
+             if (event_ns.is_none()) return e.complete(id, completed_ns, n, n_input);
+             // A stream's token events, for its record: converted only when records are kept.
+             if (e.records() == nullptr) return e.complete(id, completed_ns, n, n_input);
+             const auto times = event_ns.cast<std::vector<int64_t>>();
+             const auto tokens = tokens_per_event.cast<std::vector<int64_t>>();
+             if (times.size() != tokens.size()) {
+               throw py::value_error("event_ns and tokens_per_event must have one value per event");
+             }
+             const loadgen::TokenEvents events{times.data(), tokens.data(), times.size()};
+             return e.complete(id, completed_ns, n, n_input, &events);
            },
            py::arg("id"), py::arg("completed_ns") = 0, py::arg("n_tokens") = -1, py::arg("n_input") = -1,
+           py::arg("event_ns") = py::none(), py::arg("tokens_per_event") = py::none(),
            "Completes query id (see Engine::complete); a count of n_tokens outside -1..MAX_TOKEN_COUNT "
-           "fails it as invalid_token_count.")
+           "fails it as invalid_token_count. event_ns and tokens_per_event (one value per event): a "
+           "stream's token events for its per-request record.")
       .def("complete_many",
            [](Engine& e, const Int64Array& ids, const py::object& completed_ns) {
              const int64_t n = static_cast<int64_t>(ids.size());
@@ -490,6 +503,8 @@ void def_net_client(EngineClass& c) {
              d["tokens_from_chunks"] = f.tokens_from_chunks;
              d["output_tokens"] = f.output_tokens;
              d["input_tokens_sent"] = f.input_tokens_sent;
+             d["images_sent"] = f.images_sent;
+             d["image_bytes_sent"] = f.image_bytes_sent;
              d["checked"] = f.checked;
              d["ttfrt_ns"] = PyHistogram(std::move(f.stream.ttfrt_ns));
              d["ttfat_ns"] = PyHistogram(std::move(f.stream.ttfat_ns));
@@ -560,7 +575,8 @@ void def_results(EngineClass& c) {
            },
            "The error kinds of the records' error_kind field, by index (0: none).")
       .def("records_stats", &records_stats,
-           "appended, written, lost, peak_buffered, bytes, writer_cpu_ns, error ({} without records).")
+           "appended, written, lost, events_lost, peak_buffered, bytes, writer_cpu_ns, error ({} without "
+           "records).")
       .def("last_interval",
            [](const Engine& e) -> py::object {
              std::optional<loadgen::IntervalPoint> p;

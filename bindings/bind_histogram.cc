@@ -264,16 +264,16 @@ void bind_histogram(py::module_& m) {
         py::arg("values"), py::arg("threads"), py::arg("mode"),
         "Nanoseconds per record per thread for a recording loop that runs entirely in C++.");
   m.def("time_request_log",
-        [](size_t n, const std::string& path) {
+        [](size_t n, const std::string& path, size_t events_per_record) {
           double append_ns = 0, total_ns = 0;
           {
             py::gil_scoped_release release;
-            loadgen::time_request_log(n, path.c_str(), &append_ns, &total_ns);
+            loadgen::time_request_log(n, path.c_str(), &append_ns, &total_ns, events_per_record);
           }
           return py::make_tuple(append_ns, total_ns);
         },
-        py::arg("n"), py::arg("path"),
+        py::arg("n"), py::arg("path"), py::arg("events_per_record") = 0,
         "(ns per append, ns until written) for n per-request records appended on one thread and "
-        "written as JSON lines to path.");
+        "written as JSON lines to path; each with a stream of events_per_record token events.");
   bind_recorder(m);
 }

@@ -84,6 +84,8 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("sse_check", &NetClientSettings::sse_check)
       .def_readwrite("sse_responses", &NetClientSettings::sse_responses)
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
+      .def_readwrite("image_bytes", &NetClientSettings::image_bytes)
+      .def_readwrite("images_per_request", &NetClientSettings::images_per_request)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
       .def_readwrite("check_each", &NetClientSettings::check_each)
       .def_readwrite("whole_answers", &NetClientSettings::whole_answers)

@@ -589,7 +589,7 @@ void Engine::track_timeout(int64_t id) {
 }
 
 bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
-                               bool count_unknown, int64_t n_input) noexcept {
+                               bool count_unknown, int64_t n_input, const TokenEvents* events) noexcept {
   if (n_tokens < -1 || n_tokens > kMaxTokenCount) {
     // A count no answer has: the query fails (no total takes it, so none can wrap).
     try {
@@ -620,7 +620,7 @@ bool Engine::complete_internal(int64_t id, int64_t completed_ns, int64_t n_token
                        sl.first_token_ns.load(std::memory_order_relaxed));
     completed_.fetch_add(1, std::memory_order_relaxed);
   }
-  log_resolution(id, RecordStatus::kOk, t, n_tokens, 0, n_input);
+  log_resolution(id, RecordStatus::kOk, t, n_tokens, 0, n_input, events);
   release(id, t, InFlightTable::kBySut);
   return true;
 }
@@ -640,7 +640,7 @@ void Engine::count_stray(int64_t id) noexcept {
 }
 
 void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens,
-                           uint16_t kind, int64_t n_input) noexcept {
+                           uint16_t kind, int64_t n_input, const TokenEvents* events) noexcept {
   const InFlightTable::Slot& sl = table_.slot(id);
   RequestRecord r;
   r.query = table_.seq_of(id);
@@ -655,7 +655,7 @@ void Engine::append_record(int64_t id, RecordStatus status, int64_t t, int64_t n
   r.error_kind = kind;
   r.status = static_cast<uint8_t>(status);
   r.warmup = in_warmup(sl.scheduled_ns) ? 1 : 0;
-  records_->append(r);
+  records_->append(r, events);
 }
 
 void Engine::release(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept {

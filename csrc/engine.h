@@ -208,9 +208,11 @@ class Engine : private CompletionSink {
   /// is not in flight; that is counted (unknown, duplicate or late), never fatal. A time
   /// before the query was scheduled or issued, or a latency above highest_trackable_ns,
   /// completes the query but is counted as out of range instead of recorded.
-  /// `n_input` >= 0: the request's input tokens, for its per-request record.
-  bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1, int64_t n_input = -1) noexcept {
-    return complete_internal(id, completed_ns, n_tokens, true, n_input);
+  /// `n_input` >= 0: the request's input tokens, for its per-request record; `events`
+  /// (may be null): a stream's token events, for the same record (borrowed for the call).
+  bool complete(int64_t id, int64_t completed_ns = 0, int64_t n_tokens = -1, int64_t n_input = -1,
+                const TokenEvents* events = nullptr) noexcept {
+    return complete_internal(id, completed_ns, n_tokens, true, n_input, events);
   }
   /// complete() for n ids; `completed_ns` may be null (now) or hold one time per id.
   int64_t complete_many(const int64_t* ids, const int64_t* completed_ns, int64_t n) noexcept;
@@ -274,7 +276,7 @@ class Engine : private CompletionSink {
   // Completes issued query `id` (see complete()); counts an id not in flight as unknown
   // when `count_unknown`.
   bool complete_internal(int64_t id, int64_t completed_ns, int64_t n_tokens,
-                         bool count_unknown, int64_t n_input = -1) noexcept;
+                         bool count_unknown, int64_t n_input = -1, const TokenEvents* events = nullptr) noexcept;
   // Frees a claimed slot (ended at t, 0: now; resolved by `by`) and wakes the issue thread.
   void release(int64_t id, int64_t t, InFlightTable::ResolvedBy by) noexcept;
   /// Resolves a claimed query as timed out at time t (its deadline passed).
@@ -353,17 +355,22 @@ class Engine : private CompletionSink {
   // Appends the record of query `id` (claimed, not yet released) resolved at `t`, when
   // records are kept.
   void log_resolution(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens = -1,
-                      uint16_t kind = 0, int64_t n_input = -1) noexcept {
-    if (records_) append_record(id, status, t, n_tokens, kind, n_input);
+                      uint16_t kind = 0, int64_t n_input = -1, const TokenEvents* events = nullptr) noexcept {
+    if (records_) append_record(id, status, t, n_tokens, kind, n_input, events);
   }
   void append_record(int64_t id, RecordStatus status, int64_t t, int64_t n_tokens, uint16_t kind,
-                     int64_t n_input) noexcept;
+                     int64_t n_input, const TokenEvents* events) noexcept;
   void complete_native(int64_t id, int64_t t_ns) noexcept override {
     complete_internal(id, t_ns, -1, false);
   }
   void complete_tokens_native(int64_t id, int64_t t_ns, int64_t n_tokens, int64_t n_input) noexcept override {
     complete_internal(id, t_ns, n_tokens, false, n_input);
   }
+  void complete_stream_native(int64_t id, int64_t t_ns, int64_t n_tokens, int64_t n_input,
+                              const TokenEvents& events) noexcept override {
+    complete_internal(id, t_ns, n_tokens, false, n_input, &events);
+  }
+  bool wants_token_events() const noexcept override { return records_ != nullptr; }
   void first_token_native(int64_t id, int64_t t_ns) noexcept override { first_token(id, t_ns); }
   // Closed loop with the native HTTP client: generates and sends the next queries on
   // the calling thread (the one that resolved a query), while there is room.

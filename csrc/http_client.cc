@@ -153,6 +153,11 @@ struct HttpClient::Io : IoThread {
   mutable std::mutex fig_mu;
   std::unique_ptr<SseFigures> fig;
   std::map<int64_t, int64_t> output_lengths;
+  // The token events of the stream that ended last (for its record), copied from its
+  // connection's scanner, which the next request may reuse before the completion; their
+  // capacity is kept from one stream to the next.
+  std::vector<int64_t> end_event_ns;
+  std::vector<int64_t> end_event_tokens;
 };
 
 HttpClient::HttpClient(NetClientSettings settings)
@@ -324,8 +329,14 @@ void HttpClient::start(CompletionSink& sink) {
 
 void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
   const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0, scheduled_ns};
-  const int64_t n_input = input_tokens_of(sample);
+  bool one_off = false;
+  const int64_t n_input = input_tokens_of(sample, &one_off);
   if (n_input > 0) input_tokens_sent_.fetch_add(n_input, std::memory_order_relaxed);
+  if (!one_off && !s_.image_bytes.empty()) {  // a one-off (a conversation's later turn) has none
+    images_sent_.fetch_add(s_.images_per_request, std::memory_order_relaxed);
+    image_bytes_sent_.fetch_add(s_.image_bytes[static_cast<size_t>(sample) % s_.image_bytes.size()],
+                                std::memory_order_relaxed);
+  }
   for (;;) {
     Conn* c = nullptr;
     {
@@ -589,7 +600,20 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
     out->check = true;
     out->body = std::move(c->kept);
+  } else if (sink_->wants_token_events()) {
+    out->events = keep_token_events(io, s);
   }
+}
+
+bool HttpClient::keep_token_events(Io& io, const SseScanner& s) noexcept {
+  try {
+    io.end_event_ns.assign(s.event_ns().begin(), s.event_ns().end());
+    io.end_event_tokens.resize(io.end_event_ns.size());
+  } catch (...) {  // no memory: the record goes without its events
+    return false;
+  }
+  s.event_token_counts(s.usage_tokens(), [&io](size_t j, int64_t k) { io.end_event_tokens[j] = k; });
+  return true;
 }
 
 void HttpClient::record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns, int64_t n_input) noexcept {
@@ -635,7 +659,12 @@ void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
   hand_over(std::move(u));
 }
 
-void HttpClient::finish_stream(StreamEnd&& e) noexcept {
+void HttpClient::finish_stream(Io& io, StreamEnd&& e) noexcept {
+  if (e.problem == 0 && !e.check && e.events) {
+    const TokenEvents events{io.end_event_ns.data(), io.end_event_tokens.data(), io.end_event_ns.size()};
+    sink_->complete_stream_native(e.id, e.t, e.n, e.n_input, events);
+    return;
+  }
   if (e.problem == 0 && !e.check) {
     sink_->complete_tokens_native(e.id, e.t, e.n, e.n_input);
     return;
@@ -669,11 +698,12 @@ bool HttpClient::take_one_off(Conn* c, int64_t sample) noexcept {
   return true;
 }
 
-int64_t HttpClient::input_tokens_of(int64_t sample) noexcept {
+int64_t HttpClient::input_tokens_of(int64_t sample, bool* one_off) noexcept {
   if (one_offs_.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(one_off_mutex_);
     auto it = one_off_.find(sample);
-    if (it != one_off_.end()) return it->second.input_tokens;
+    *one_off = it != one_off_.end();
+    if (*one_off) return it->second.input_tokens;
   }
   return s_.input_tokens.empty() ? -1 : s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()];
 }
@@ -754,7 +784,7 @@ void HttpClient::on_event(Conn* c, uint32_t ev, std::vector<char>& buf) noexcept
   } else if (out.done_id >= 0) {
     judge(out.done_id, out.done_t, out.done_status, std::move(out.done_body));
   }
-  if (out.stream_end.id >= 0) finish_stream(std::move(out.stream_end));
+  if (out.stream_end.id >= 0) finish_stream(*c->io, std::move(out.stream_end));
   if (c->state.load() == Conn::kClosed) want_connection();  // for queries waiting, if any
   sink_->issue_ready();  // closed loop: the next request goes out from here
 }
@@ -976,6 +1006,8 @@ SseFigures HttpClient::sse_figures() const {
   }
   out.output_lengths.assign(lengths.begin(), lengths.end());
   out.input_tokens_sent = input_tokens_sent_.load();
+  out.images_sent = images_sent_.load();
+  out.image_bytes_sent = image_bytes_sent_.load();
   return out;
 }
 

@@ -42,6 +42,8 @@ struct SseFigures {
   int64_t tokens_from_chunks = 0;    ///< requests counted from their token chunks
   int64_t output_tokens = 0;
   int64_t input_tokens_sent = 0;     ///< input tokens of the requests sent (when known)
+  int64_t images_sent = 0;           ///< images in the requests sent (NetClientSettings::image_bytes)
+  int64_t image_bytes_sent = 0;      ///< their image data, in bytes
   int64_t checked = 0;               ///< streams checked (sse_check) and found good
   SseStreamFigures stream;           ///< reasoning, per-token inter-token latency (sse.h)
 };
@@ -85,6 +87,7 @@ class HttpClient final : public NetClient {
     int problem = 0;
     std::string body;
     bool check = false;  // check_each: a good stream goes to the Python side's check (body: its bytes)
+    bool events = false;  // its token events are in its I/O thread's end_event_* (for its record)
     int64_t sample = 0;
     int64_t scheduled = 0;
   };
@@ -154,8 +157,12 @@ class HttpClient final : public NetClient {
   // sse: ends c's stream (its lock held) at t with `status`: records a good one in its
   // I/O thread's figures, or says why it failed.
   void end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noexcept;
+  // Copies a good stream's token events and their tokens (as the per-token ITL counts
+  // them) into `io`'s end_event_*; false when there was no memory.
+  bool keep_token_events(Io& io, const SseScanner& s) noexcept;
   // sse: acts on a stream's end (no lock held): completes its query, or hands it over.
-  void finish_stream(StreamEnd&& e) noexcept;
+  // `io`: the thread's, which holds the stream's token events (StreamEnd::events).
+  void finish_stream(Io& io, StreamEnd&& e) noexcept;
   // check_each: out's whole response (no lock held) goes to the Python side's check, unless
   // (whole_answers) it is an answer read_whole_answer() counts, which completes here.
   void check_whole(Io& io, EventOutcome& out) noexcept;
@@ -183,6 +190,8 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> open_{0};  // connections open or opening
 
   std::atomic<int64_t> input_tokens_sent_{0};
+  std::atomic<int64_t> images_sent_{0};
+  std::atomic<int64_t> image_bytes_sent_{0};
 
   // One-off requests by sample index (add_request()); one_offs_ counts them, so that
   // submit() takes the lock only while there are any.
@@ -191,8 +200,9 @@ class HttpClient final : public NetClient {
   std::atomic<int64_t> one_offs_{0};
   // Takes the one-off request of `sample` into c (its lock held); false when none.
   bool take_one_off(Conn* c, int64_t sample) noexcept;
-  // The input tokens of query sample `sample`: its one-off's, else the prepared request's.
-  int64_t input_tokens_of(int64_t sample) noexcept;
+  // The input tokens of query sample `sample`: its one-off's, else the prepared request's;
+  // *one_off says which.
+  int64_t input_tokens_of(int64_t sample, bool* one_off) noexcept;
 };
 
 }  // namespace loadgen

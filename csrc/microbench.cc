@@ -74,8 +74,11 @@ double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode m
   return ns / static_cast<double>(n);
 }
 
-void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns) {
+void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns,
+                      size_t events_per_record) {
   if (n == 0) throw std::invalid_argument("n must be >= 1");
+  std::vector<int64_t> times(events_per_record), tokens(events_per_record, 1);
+  TokenEvents events{times.data(), tokens.data(), events_per_record};
   RequestLogSettings settings;
   settings.sink = RecordSink::kJsonl;
   settings.path = path;
@@ -90,7 +93,14 @@ void time_request_log(size_t n, const char* path, double* append_ns, double* tot
     r.issued_ns = r.scheduled_ns + 300;
     r.completed_ns = r.scheduled_ns + 2'000'000 + static_cast<int64_t>(i % 997) * 1'000;
     r.sample_index = static_cast<int64_t>(i % 24576);
-    log.append(r);
+    if (events_per_record > 0) {
+      for (size_t j = 0; j < events_per_record; ++j) {
+        times[j] = r.scheduled_ns + 50'000'000 + static_cast<int64_t>(j) * 10'000'000 + static_cast<int64_t>(i % 7);
+      }
+      log.append(r, &events);
+    } else {
+      log.append(r);
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
   log.seal();

@@ -23,7 +23,10 @@ double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode m
 /// Appends `n` (>= 1) per-request records on the calling thread to a RequestLog writing
 /// JSON lines to `path`, as the engine does when it resolves queries. Writes the
 /// nanoseconds per append (the hot path's cost) to `append_ns`, and the wall time from
-/// the first append until the file is written and closed to `total_ns`.
-void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns);
+/// the first append until the file is written and closed to `total_ns`. With
+/// `events_per_record` > 0 each record carries a stream of that many token events (10 ms
+/// apart, one token each), as a streamed LLM request's does.
+void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns,
+                      size_t events_per_record = 0);
 
 }  // namespace loadgen

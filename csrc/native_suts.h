@@ -12,6 +12,7 @@
 
 #include "net_client.h"
 #include "notifier.h"
+#include "request_log.h"
 
 namespace loadgen {
 
@@ -62,6 +63,15 @@ class CompletionSink {
     (void)n_input;
     complete_native(id, t_ns);
   }
+  /// complete_tokens_native() with a stream's token events for the query's record
+  /// (borrowed for the call). Asked for only when wants_token_events().
+  virtual void complete_stream_native(int64_t id, int64_t t_ns, int64_t n_tokens, int64_t n_input,
+                                      const TokenEvents& events) noexcept {
+    (void)events;
+    complete_tokens_native(id, t_ns, n_tokens, n_input);
+  }
+  /// Whether completions should carry their token events (the per-request records keep them).
+  virtual bool wants_token_events() const noexcept { return false; }
   /// The first token of query `id` arrived at `t_ns` (Engine::first_token).
   virtual void first_token_native(int64_t id, int64_t t_ns) noexcept {
     (void)id;

@@ -315,6 +315,9 @@ void validate(const NetClientSettings& s) {
   require(s.cache_entries >= 0 && s.cache_body_bytes >= 0, "net.cache_entries and cache_body_bytes must be >= 0");
   require(s.input_tokens.empty() || s.input_tokens.size() == s.requests.size(),
           "net.input_tokens must be empty or hold one count per request");
+  require(s.image_bytes.empty() || s.image_bytes.size() == s.requests.size(),
+          "net.image_bytes must be empty or hold one count per request");
+  require(s.images_per_request >= 0, "net.images_per_request must be >= 0");
   require(s.significant_figures >= 1 && s.significant_figures <= 5, "net.significant_figures must be in 1..5");
   require(!s.tls || tls_available(),
           "net.tls: this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it "

@@ -97,6 +97,11 @@ struct NetClientSettings {
   bool sse_responses = false;
   /// sse: each request's input tokens, by sample index like `requests` (empty: not known).
   std::vector<int64_t> input_tokens;
+  /// Each request's image data in bytes, by sample index like `requests` (empty: no
+  /// images), and the images in each: counted as each prepared request is sent
+  /// (SseFigures::images_sent, image_bytes_sent).
+  std::vector<int64_t> image_bytes;
+  int64_t images_per_request = 0;
   /// sse: the figures' histograms keep this many significant figures (1..5).
   int significant_figures = 3;
   /// HTTP/1.1: every response goes to the Python side's check, none to the verdict cache:

@@ -1,10 +1,12 @@
 #include "request_log.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
+#include <utility>
 
 #include "affinity.h"
 
@@ -25,8 +27,15 @@ thread_local LogCacheSlot tls_logs[kLogCacheSlots];
 // Chunks kept for reuse: enough for a writer a little behind, bounded so that a burst
 // that queued many chunks gives their memory back.
 constexpr size_t kMaxFreeChunks = 8;
-// The longest JSON line a record gives (every number at its widest) is under 400 bytes.
+// The longest JSON line a record gives (every number at its widest) is under 400 bytes,
+// its token events aside: each gap adds at most 20 bytes and a comma, each count 11 and one.
 constexpr size_t kMaxLineBytes = 512;
+constexpr size_t kMaxGapBytes = 21;
+constexpr size_t kMaxTokensBytes = 12;
+// A reused chunk whose arena grew past this many gaps gives the memory back.
+constexpr size_t kMaxKeptArena = size_t{1} << 20;
+// The side files of a spool, by index in side_.
+const char* const kSideSuffixes[3] = {".events", ".itl", ".tokens"};
 
 const char* status_name(uint8_t status) {
   switch (static_cast<RecordStatus>(status)) {
@@ -51,6 +60,16 @@ struct LineWriter {
     p += s.size();
   }
   void number(int64_t v) { p = std::to_chars(p, p + 24, v).ptr; }
+  // A JSON list of `n` values (`[]` when `n` is 0).
+  template <class T>
+  void list(const T* v, size_t n) {
+    *p++ = '[';
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) *p++ = ',';
+      number(static_cast<int64_t>(v[i]));
+    }
+    *p++ = ']';
+  }
   // `v`, or null when `present` is false.
   void number_or_null(bool present, int64_t v) {
     if (present) {
@@ -71,12 +90,27 @@ RequestLog::RequestLog(RequestLogSettings settings, std::function<void()> on_wri
       throw std::invalid_argument("record_requests: cannot write " + s_.path + ": " + std::strerror(errno));
     }
   }
+  if (s_.sink == RecordSink::kSpool) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string side = s_.path + kSideSuffixes[i];
+      side_[i] = std::fopen(side.c_str(), "wb");
+      if (side_[i] == nullptr) {
+        const int err = errno;
+        for (int j = 0; j < i; ++j) std::fclose(side_[j]);
+        std::fclose(file_);
+        throw std::invalid_argument("record_requests: cannot write " + side + ": " + std::strerror(err));
+      }
+    }
+  }
 }
 
 RequestLog::~RequestLog() {
   seal();
   join();
   if (file_ != nullptr) std::fclose(file_);  // never started: nothing was written
+  for (std::FILE* f : side_) {
+    if (f != nullptr) std::fclose(f);
+  }
 }
 
 void RequestLog::start() {
@@ -112,10 +146,40 @@ RequestLog::Shard* RequestLog::create_local() noexcept {
   return mine;
 }
 
+uint32_t RequestLog::keep_events(Chunk& c, const TokenEvents& e, size_t at) noexcept {
+  const size_t n = std::min<size_t>(e.count, UINT32_MAX);
+  const size_t gaps_before = c.itl_ns.size();
+  const size_t tokens_before = c.event_tokens.size();
+  try {
+    // A fresh chunk's arena grows at once to what the rest of the chunk needs if its
+    // records are like this one (up to kMaxKeptArena), not by doubling from empty.
+    if (tokens_before + n > c.event_tokens.capacity()) {
+      const size_t rest = std::min(n * (kChunkRecords - at), kMaxKeptArena);
+      const size_t want = std::max({2 * c.event_tokens.capacity(), tokens_before + rest, tokens_before + n});
+      c.event_tokens.reserve(want);
+      c.itl_ns.reserve(want);
+    }
+    c.itl_ns.resize(gaps_before + n - 1);
+    c.event_tokens.resize(tokens_before + n);
+  } catch (...) {  // no memory for the arena to grow: the record goes without its events
+    c.itl_ns.resize(gaps_before);
+    c.event_tokens.resize(tokens_before);
+    events_lost_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  int64_t* gaps = c.itl_ns.data() + gaps_before;
+  for (size_t i = 1; i < n; ++i) gaps[i - 1] = e.event_ns[i] - e.event_ns[i - 1];
+  int32_t* tokens = c.event_tokens.data() + tokens_before;
+  for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(std::clamp<int64_t>(e.tokens[i], 0, INT32_MAX));
+  return static_cast<uint32_t>(n);
+}
+
 std::unique_ptr<RequestLog::Chunk> RequestLog::fresh_chunk_locked() noexcept {
   if (!free_.empty()) {
     std::unique_ptr<Chunk> c = std::move(free_.back());
     free_.pop_back();
+    c->itl_ns.clear();
+    c->event_tokens.clear();
     return c;
   }
   return std::unique_ptr<Chunk>(new (std::nothrow) Chunk);
@@ -145,6 +209,10 @@ void RequestLog::hand_off(Shard& s) noexcept {
 }
 
 void RequestLog::recycle(std::unique_ptr<Chunk> c) {
+  if (c->itl_ns.capacity() > kMaxKeptArena || c->event_tokens.capacity() > kMaxKeptArena) {
+    std::vector<int64_t>().swap(c->itl_ns);  // outside the lock: it frees
+    std::vector<int32_t>().swap(c->event_tokens);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (free_.size() < kMaxFreeChunks) free_.push_back(std::move(c));
 }
@@ -208,6 +276,7 @@ RequestLogStats RequestLog::stats() const {
   }
   st.written = written_.load();
   st.lost = lost_.load();
+  st.events_lost = events_lost_.load();
   st.peak_buffered = peak_buffered_;
   st.bytes = bytes_.load();
   st.writer_cpu_ns = writer_cpu_ns_.load();
@@ -259,14 +328,29 @@ bool RequestLog::write_chunk(const Chunk& c, std::string& buf, std::vector<std::
     error_ = "writing " + s_.path + " failed: " + std::strerror(errno);
     return false;
   }
+  if (s_.sink == RecordSink::kSpool) {
+    const std::pair<const void*, size_t> side[3] = {{c.events, c.count * sizeof(uint32_t)},
+                                                    {c.itl_ns.data(), c.itl_ns.size() * sizeof(int64_t)},
+                                                    {c.event_tokens.data(), c.event_tokens.size() * sizeof(int32_t)}};
+    for (int i = 0; i < 3; ++i) {
+      if (side[i].second != 0 && std::fwrite(side[i].first, 1, side[i].second, side_[i]) != side[i].second) {
+        std::lock_guard<std::mutex> lock(mu_);
+        error_ = "writing " + s_.path + kSideSuffixes[i] + " failed: " + std::strerror(errno);
+        return false;
+      }
+      n += side[i].second;
+    }
+  }
   bytes_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
   written_.fetch_add(static_cast<int64_t>(c.count), std::memory_order_relaxed);
   return true;
 }
 
 size_t RequestLog::format_jsonl(const Chunk& c, std::string& buf, std::vector<std::string>& kinds) {
-  buf.resize(c.count * kMaxLineBytes);
+  buf.resize(c.count * kMaxLineBytes + c.itl_ns.size() * kMaxGapBytes + c.event_tokens.size() * kMaxTokensBytes);
   LineWriter w{buf.data()};
+  const int64_t* gaps = c.itl_ns.data();
+  const int32_t* tokens = c.event_tokens.data();
   for (size_t i = 0; i < c.count; ++i) {
     const RequestRecord& r = c.records[i];
     if (r.error_kind >= kinds.size()) kinds = this->kinds();  // interned after the last look
@@ -310,13 +394,35 @@ size_t RequestLog::format_jsonl(const Chunk& c, std::string& buf, std::vector<st
     w.number_or_null(r.output_tokens >= 0, r.output_tokens);
     w.text(",\"worker_index\":");
     w.number(s_.worker_index);
-    w.text(r.warmup ? ",\"warmup\":true}\n" : ",\"warmup\":false}\n");
+    w.text(r.warmup ? ",\"warmup\":true" : ",\"warmup\":false");
+    const uint32_t events = c.events[i];
+    if (events == 0) {
+      w.text(",\"itl_ns\":null,\"tokens_per_event\":null}\n");
+      continue;
+    }
+    w.text(",\"itl_ns\":");
+    w.list(gaps, events - 1);
+    w.text(",\"tokens_per_event\":");
+    w.list(tokens, events);
+    w.text("}\n");
+    gaps += events - 1;
+    tokens += events;
   }
   return static_cast<size_t>(w.p - buf.data());
 }
 
 void RequestLog::finish_file() {
   if (file_ == nullptr) return;
+  for (std::FILE*& f : side_) {
+    if (f == nullptr) continue;
+    const bool flushed_side = std::fflush(f) == 0;
+    const bool ok = std::fclose(f) == 0 && flushed_side;
+    f = nullptr;
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.empty()) error_ = "writing " + s_.path + " (its token events) failed: " + std::strerror(errno);
+    }
+  }
   const bool flushed = std::fflush(file_) == 0;
   const int flush_errno = errno;
   const bool closed = std::fclose(file_) == 0;

@@ -40,12 +40,25 @@ struct RequestRecord {
 };
 static_assert(sizeof(RequestRecord) == 64, "RequestRecord is one cache line");
 
+/// A streamed request's token events, for its record (RequestLog::append): when each
+/// event that held tokens came (now_ns() clock, in order) and the tokens it held as the
+/// per-token inter-token latency counts them (SseScanner::event_token_counts). Borrowed
+/// for the call only; `count` 0: no event (the record's lists are null).
+struct TokenEvents {
+  const int64_t* event_ns = nullptr;
+  const int64_t* tokens = nullptr;
+  size_t count = 0;
+};
+
 /// Where records go.
 enum class RecordSink {
   kNone,    ///< not recorded
   kJsonl,   ///< written as JSON lines to `path` by the log's own thread ("lg-records")
   kSpool,   ///< the records as they are (64 bytes each, native byte order) to `path`, by
-            ///< the same thread; converted to Parquet after the run (engine/records.py)
+            ///< the same thread; converted to Parquet after the run (engine/records.py).
+            ///< Beside it, in the same order: `path`.events (uint32 per record: its token
+            ///< events), `path`.itl (int64: each record's gaps between them) and
+            ///< `path`.tokens (int32: each record's tokens per event)
 };
 
 struct RequestLogSettings {
@@ -59,6 +72,7 @@ struct RequestLogStats {
   int64_t appended = 0;       ///< records captured
   int64_t written = 0;        ///< records written to the file
   int64_t lost = 0;           ///< records that could not be kept (no memory for a chunk)
+  int64_t events_lost = 0;    ///< records kept without their token events (no memory for them)
   int64_t peak_buffered = 0;  ///< most records waiting in full chunks for the writer at once
   int64_t bytes = 0;          ///< bytes written
   int64_t writer_cpu_ns = 0;  ///< CPU time of the writer thread, once it ended
@@ -70,6 +84,9 @@ struct RequestLogStats {
 /// Thread-safety: append() from any thread, lock-free and allocation-free except once
 /// per thread (its first chunk) and once per kChunkRecords records (a full chunk is
 /// queued under the mutex; its replacement comes from the free list or is allocated).
+/// A record's token events (a stream's gaps and tokens per event) go to its chunk's side
+/// arena, whose vectors keep their capacity when the chunk is reused: they allocate only
+/// while a thread's streams outgrow what its chunks held before.
 /// A thread's chunk is written only by that thread; its fill count is published with a
 /// release store, so seal() (which reads the partial chunks, under the mutex) sees every
 /// record it counts. seal() must come after the last append() (the engine calls it once
@@ -83,6 +100,11 @@ class RequestLog {
 
   struct Chunk {
     RequestRecord records[kChunkRecords];
+    /// The side arena: each record's token events (0: none), and their gaps (events - 1
+    /// each) and tokens (events each), record after record.
+    uint32_t events[kChunkRecords];
+    std::vector<int64_t> itl_ns;
+    std::vector<int32_t> event_tokens;
     size_t count = 0;
   };
 
@@ -96,14 +118,16 @@ class RequestLog {
 
   /// Starts the writer thread. Once.
   void start();
-  /// Appends one record on the calling thread. Never blocks on the writer.
-  void append(const RequestRecord& r) noexcept {
+  /// Appends one record on the calling thread, with a stream's token events when
+  /// `events` is given. Never blocks on the writer.
+  void append(const RequestRecord& r, const TokenEvents* events = nullptr) noexcept {
     Shard* s = local();
     if (s == nullptr || s->chunk == nullptr) {
       lost_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     const size_t n = s->filled.load(std::memory_order_relaxed);
+    s->chunk->events[n] = events != nullptr && events->count > 0 ? keep_events(*s->chunk, *events, n) : 0;
     s->chunk->records[n] = r;
     s->filled.store(n + 1, std::memory_order_release);
     if (n + 1 == kChunkRecords) hand_off(*s);
@@ -131,6 +155,9 @@ class RequestLog {
   };
   Shard* local() noexcept;
   Shard* create_local() noexcept;
+  // Puts `e`'s gaps and tokens in `c`'s arena for its record `at`; the events kept (0
+  // when there was no memory).
+  uint32_t keep_events(Chunk& c, const TokenEvents& e, size_t at) noexcept;
   void hand_off(Shard& s) noexcept;
   // Queues a chunk of `count` records (mu_ held).
   void enqueue_locked(std::unique_ptr<Chunk> c, size_t count);
@@ -147,6 +174,8 @@ class RequestLog {
   RequestLogSettings s_;
   std::function<void()> on_written_;
   std::FILE* file_ = nullptr;
+  // kSpool: the side arena's files (path.events, path.itl, path.tokens).
+  std::FILE* side_[3] = {nullptr, nullptr, nullptr};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -164,6 +193,7 @@ class RequestLog {
 
   std::atomic<int64_t> written_{0};
   std::atomic<int64_t> lost_{0};
+  std::atomic<int64_t> events_lost_{0};
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> writer_cpu_ns_{0};
   std::atomic<bool> done_{false};

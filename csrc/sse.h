@@ -144,12 +144,25 @@ class SseScanner {
   /// one's) / k (rounded, at least 1 ns), k times: f(value_ns, k). Allocates nothing.
   template <class F>
   void token_itl(int64_t total_tokens, F&& f) const {
+    int64_t prev_t = -1;
+    event_token_counts(total_tokens, [&](size_t j, int64_t k) {
+      if (k <= 0) return;
+      if (prev_t >= 0) {
+        const int64_t gap = event_ns_[j] - prev_t;
+        f(std::max<int64_t>(1, (gap + k / 2) / k), k);
+      }
+      prev_t = event_ns_[j];
+    });
+  }
+  /// Each event's tokens k as token_itl() counts them, given `total_tokens`: f(j, k) for
+  /// event j in order. Allocates nothing.
+  template <class F>
+  void event_token_counts(int64_t total_tokens, F&& f) const {
     const size_t m = event_ns_.size();
     unsigned __int128 weight = 0;
     for (const int64_t w : event_weights_) weight += static_cast<uint64_t>(w);
     unsigned __int128 cum = 0;
     int64_t given = 0;  // the tokens handed out so far
-    int64_t prev_t = -1;
     for (size_t j = 0; j < m; ++j) {
       int64_t k = event_tokens_[j];
       if (total_tokens >= 0) {
@@ -160,12 +173,7 @@ class SseScanner {
         k = upto - given;
         given = upto;
       }
-      if (k <= 0) continue;
-      if (prev_t >= 0) {
-        const int64_t gap = event_ns_[j] - prev_t;
-        f(std::max<int64_t>(1, (gap + k / 2) / k), k);
-      }
-      prev_t = event_ns_[j];
+      f(j, k);
     }
   }
   SseProblem problem() const noexcept { return problem_; }

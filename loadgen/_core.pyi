@@ -20,7 +20,7 @@ Threads and the GIL, as the bindings have them:
   plain values, copied when an engine or client is made from them.
 """
 import enum
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -108,7 +108,7 @@ class RecordMode(enum.Enum):
     sharded = ...
 
 def time_record_ns(values: npt.NDArray[np.int64], threads: int, mode: RecordMode) -> float: ...
-def time_request_log(n: int, path: str) -> Tuple[float, float]: ...
+def time_request_log(n: int, path: str, events_per_record: int = 0) -> Tuple[float, float]: ...
 
 class Recorder:
     """A run's recorded figures, read from its ``Engine.recorder`` or
@@ -314,7 +314,15 @@ class Engine:
     def inline_issue(self) -> bool: ...
     def eventfd(self) -> int: ...
     def arm_eventfd(self) -> None: ...
-    def complete(self, id: int, completed_ns: int = 0, n_tokens: int = -1, n_input: int = -1) -> bool: ...
+    def complete(
+        self,
+        id: int,
+        completed_ns: int = 0,
+        n_tokens: int = -1,
+        n_input: int = -1,
+        event_ns: Optional[Sequence[int]] = None,
+        tokens_per_event: Optional[Sequence[int]] = None,
+    ) -> bool: ...
     def complete_many(
         self, ids: npt.NDArray[np.int64], completed_ns: Union[None, int, npt.NDArray[np.int64]] = None
     ) -> int: ...
@@ -493,6 +501,8 @@ class NetClientSettings:
     check_each: bool
     whole_answers: bool
     input_tokens: List[int]
+    image_bytes: List[int]
+    images_per_request: int
     significant_figures: int
     # The unary method's path, /package.Service/Method.
     grpc_method: str

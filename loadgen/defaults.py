@@ -92,6 +92,7 @@ SHARED_PREFIX_TOKENS = 0
 PREFIX_GROUPS = 1
 PREFIX_HIT_RATIO = 1.0
 TURNS = 1  # user turns per conversation
+IMAGES_PER_REQUEST = 1  # --images: image parts per chat request
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a response body (a stream: each event) past this fails
 MAX_SERVER_SERIES = 5000  # --server-metrics-url: series kept; those past it are counted, not kept
 

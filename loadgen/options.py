@@ -541,6 +541,11 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                default=D.TURNS),
     OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
+    OptionSpec("images", _str, "OpenAI chat: each request's user message gets --images-per-request images "
+               "from DIR (.png, .jpg, .jpeg, .webp, .gif; read and base64-encoded before the run, drawn with the "
+               "sample seed; a conversation's first turn only); llm.images counts what was sent", "DIR"),
+    OptionSpec("images_per_request", _int(1, 64), "OpenAI chat, --images: image parts per request "
+               "(default {default})", "N", default=D.IMAGES_PER_REQUEST),
     OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
     OptionSpec("tools", _tools_file, "OpenAI chat and responses: every request carries the tools of FILE (an "
                "OpenAI tools array); tool calls are counted, and with --turns their results are fed back "
@@ -571,7 +576,7 @@ OPTION_SPECS: Tuple[OptionSpec, ...] = (
                "endpoint_url=http://127.0.0.1:9000 (repeatable; credentials: the AWS_* environment variables)",
                "KEY=VALUE", repeatable=True, default=[]),
     OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
-               "tokens) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
+               "tokens, a stream's inter-token gaps) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
     OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)",
                default=False),
@@ -696,6 +701,8 @@ class RunOptions:
     ignore_eos: bool = _default("ignore_eos")
     turns: int = _default("turns")
     think_time_ms: Optional[str] = _default("think_time_ms")
+    images: Optional[str] = _default("images")
+    images_per_request: int = _default("images_per_request")
     extra_body: Optional[str] = _default("extra_body")
     tools: Optional[str] = _default("tools")
     tool_choice: Optional[str] = _default("tool_choice")

@@ -440,6 +440,9 @@ class _LoopDriver(_AsyncDriver):
         self.sut = dispatcher.sut
         self.closed_loop = bool(self.core.inline_issue)
         self._issue = self.sut.issue_query
+        #: Whether the per-request records keep a stream's token events
+        #: (:meth:`complete_stream`); a SUT that has them asks before it gathers them.
+        self.keeps_token_events = bool(self.core.records_stats())
 
     async def run(self) -> None:
         # A failure here reaches Dispatcher.start through _drive_guarded, which records
@@ -524,6 +527,14 @@ class _LoopDriver(_AsyncDriver):
         """Query ``qid`` completed at ``t_ns`` with ``n_tokens`` output tokens (and
         ``n_input`` input tokens, when known, for its per-request record)."""
         self.core.complete(qid, t_ns, n_tokens, n_input)
+        if self.closed_loop and not self.exhausted.is_set():
+            self._issue_next()
+
+    def complete_stream(self, qid: int, t_ns: int, n_tokens: int, n_input: int, event_ns: List[int],
+                        tokens_per_event: List[int]) -> None:
+        """:meth:`complete_tokens` for a stream whose token events (when each event that
+        held tokens came, and its tokens) go in its per-request record."""
+        self.core.complete(qid, t_ns, n_tokens, n_input, event_ns, tokens_per_event)
         if self.closed_loop and not self.exhausted.is_set():
             self._issue_next()
 

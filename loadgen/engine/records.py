@@ -6,6 +6,10 @@ writes them: formatted as JSON lines, or, for a Parquet file (``.parquet``, with
 installed), as they are to a spool file beside it (``FILE.spool``). Once the run is over
 :class:`ParquetConversion` turns the spool into the Parquet file, a row group at a time
 (a memory map over the spool: large runs never need it all in memory), and removes it.
+A streamed request's token events (``itl_ns``: the gaps between its token events;
+``tokens_per_event``) are kept in a side arena of each chunk and spooled beside the
+records, in the same order, to ``FILE.spool.events`` (uint32 per record: its events),
+``FILE.spool.itl`` (int64 gaps) and ``FILE.spool.tokens`` (int32 tokens per event).
 The result document's ``requests`` section says where the file is and how to put its
 times on the wall clock (:func:`requests_section`).
 """
@@ -14,16 +18,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from loadgen import _core
 from loadgen.units import ns_to_s
 
-__all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "spool_path"]
+__all__ = ["FIELDS", "ParquetConversion", "check_record_path", "record_format", "requests_section", "side_paths",
+           "spool_path"]
 
 #: The columns of a record, in file order (docs/results.md, "Per-request records", explains each).
 FIELDS = ("query", "scheduled_ns", "issued_ns", "completed_ns", "first_token_ns", "latency_ns", "status", "error",
-          "sample_index", "samples", "input_tokens", "output_tokens", "worker_index", "warmup")
+          "sample_index", "samples", "input_tokens", "output_tokens", "worker_index", "warmup", "itl_ns",
+          "tokens_per_event")
 #: RecordStatus values, by number.
 STATUSES = ("ok", "failed", "timed_out", "cancelled")
 #: Records per Parquet row group (16 of the engine's chunks; 4 MiB of spool).
@@ -78,6 +84,13 @@ def spool_path(path: str) -> str:
     return path + ".spool"
 
 
+def side_paths(path: str) -> Tuple[str, str, str]:
+    """The side files of a Parquet file's spool (the token events): events per record,
+    gaps and tokens per event."""
+    spool = spool_path(path)
+    return spool + ".events", spool + ".itl", spool + ".tokens"
+
+
 def engine_path(path: str) -> str:
     """The file the engine itself writes for ``path``: the spool for Parquet, else ``path``."""
     return spool_path(path) if record_format(path) == "parquet" else path
@@ -88,14 +101,34 @@ def _schema() -> Any:
 
     i64, i32 = pa.int64(), pa.int32()
     types = {"status": pa.string(), "error": pa.string(), "samples": i32, "input_tokens": i32, "output_tokens": i32,
-             "worker_index": i32, "warmup": pa.bool_()}
+             "worker_index": i32, "warmup": pa.bool_(), "itl_ns": pa.list_(i64),
+             "tokens_per_event": pa.list_(i32)}
     return pa.schema([(name, types.get(name, i64)) for name in FIELDS])
 
 
-def records_table(chunk: Any, kinds: List[str], worker_index: int) -> Any:
+def _event_lists(events: Any, gaps: Any, tokens: Any) -> Tuple[Any, Any]:
+    """The ``itl_ns`` and ``tokens_per_event`` columns of records with ``events`` token
+    events each (0: null), their gaps and tokens given in record order."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = events.astype(np.int64)
+    none = n == 0
+    token_offsets = np.concatenate(([0], np.cumsum(n))).astype(np.int32)
+    gap_offsets = np.concatenate(([0], np.cumsum(np.maximum(n - 1, 0)))).astype(np.int32)
+    mask = pa.array(none)
+    itl = pa.ListArray.from_arrays(pa.array(gap_offsets), pa.array(gaps, type=pa.int64()), mask=mask)
+    per_event = pa.ListArray.from_arrays(pa.array(token_offsets), pa.array(tokens, type=pa.int32()), mask=mask)
+    return itl, per_event
+
+
+def records_table(chunk: Any, kinds: List[str], worker_index: int, events: Any = None, gaps: Any = None,
+                  tokens: Any = None) -> Any:
     """The engine's records (a structured array of ``_core.record_dtype``) as a pyarrow
     Table with :data:`FIELDS` as columns: absent times and counts null, latency only for
-    completed queries, the error kind (or ``timed_out``, ``cancelled``) for the rest."""
+    completed queries, the error kind (or ``timed_out``, ``cancelled``) for the rest.
+    ``events`` (one count per record; None: none had any), ``gaps`` and ``tokens``: the
+    records' token events, as the spool's side files hold them."""
     import numpy as np
     import pyarrow as pa
 
@@ -124,6 +157,10 @@ def records_table(chunk: Any, kinds: List[str], worker_index: int) -> Any:
         "worker_index": pa.array(np.full(len(status), worker_index, dtype=np.int32)),
         "warmup": pa.array(f["warmup"] != 0),
     }
+    if events is None:
+        events, gaps, tokens = (np.zeros(len(status), dtype=np.uint32), np.zeros(0, dtype=np.int64),
+                                np.zeros(0, dtype=np.int32))
+    columns["itl_ns"], columns["tokens_per_event"] = _event_lists(events, gaps, tokens)
     return pa.Table.from_pydict(columns, schema=_schema())
 
 
@@ -159,6 +196,9 @@ class ParquetConversion:
             try:
                 self._convert(kinds)
                 os.unlink(self.spool)
+                for side in side_paths(self.path):
+                    if os.path.exists(side):
+                        os.unlink(side)
             except (Exception, KeyboardInterrupt) as e:
                 # Interrupted or failed: the spool holds every record; the Parquet file, if
                 # begun, has no footer and cannot be read, so it goes.
@@ -166,7 +206,7 @@ class ParquetConversion:
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
                 self.error = (f"converting the records to {os.path.abspath(self.path)} failed ({why}); they are kept in "
                               f"{self.spool} ({_core.record_dtype.itemsize} bytes each, as "
-                              "loadgen._core.record_dtype)")
+                              "loadgen._core.record_dtype; their token events beside it)")
                 if self._begun and os.path.exists(self.path):
                     os.unlink(self.path)
         self.convert_s = time.monotonic() - started
@@ -185,13 +225,31 @@ class ParquetConversion:
             if count == 0:
                 return
             spool = np.memmap(self.spool, dtype=dtype, mode="r", shape=(count,))
+            events, gaps, tokens = (_map(p, t) for p, t in zip(side_paths(self.path), (np.uint32, np.int64, np.int32)))
+            if len(events) < count:  # no side file (or a short one): no record has token events
+                events = np.zeros(count, dtype=np.uint32)
+            at_gap = at_token = 0
             try:
                 for begin in range(0, count, ROW_GROUP_RECORDS):
-                    table = records_table(spool[begin:begin + ROW_GROUP_RECORDS], kinds, self.worker_index)
+                    n = events[begin:begin + ROW_GROUP_RECORDS].astype(np.int64)
+                    n_tokens, n_gaps = int(n.sum()), int(np.maximum(n - 1, 0).sum())
+                    table = records_table(spool[begin:begin + ROW_GROUP_RECORDS], kinds, self.worker_index, n,
+                                          gaps[at_gap:at_gap + n_gaps], tokens[at_token:at_token + n_tokens])
+                    at_gap, at_token = at_gap + n_gaps, at_token + n_tokens
                     writer.write_table(table, row_group_size=len(table))
                     self.written += len(table)
             finally:
-                del spool  # unmapped (the file can go)
+                del spool, events, gaps, tokens  # unmapped (the files can go)
+
+
+def _map(path: str, dtype: Any) -> Any:
+    """The whole values of a side file as a read-only array (empty when it is missing or
+    empty: a memory map cannot be empty)."""
+    import numpy as np
+
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    n = size // np.dtype(dtype).itemsize
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
 
 
 def requests_section(core: Any, path: str, parquet: Optional[ParquetConversion], start_ns: int,

@@ -22,9 +22,8 @@ import numpy as np
 
 from loadgen.llm.dataset import Prompt, read_conversations
 from loadgen.llm.dist import LengthDist, parse_dist
-from loadgen.llm.workload import (LlmOptions, PromptBuilder, check_prompt_bytes, length_stats, max_tokens_of,
-                                  request_body,
-                                  sample_prefixes, workload_setup)
+from loadgen.llm.workload import (LlmOptions, PromptBuilder, add_images, check_prompt_bytes, length_stats,
+                                  max_tokens_of, request_body, sample_prefixes, workload_setup)
 
 __all__ = ["Conversations", "build_conversations", "parse_think_time"]
 
@@ -40,14 +39,15 @@ def parse_think_time(text: Optional[str]) -> LengthDist:
 @dataclasses.dataclass
 class Conversations:
     """Per conversation, one prepared body per user turn (its ``messages`` holding that
-    turn's user message only), each turn's own input tokens, and the description for the
-    result's ``llm`` section."""
+    turn's user message only), each turn's own input tokens, the description for the
+    result's ``llm`` section, and with ``--images`` each first turn's image bytes."""
 
     bodies: List[List[Dict[str, Any]]]
     turn_tokens: List[List[int]]
     think: LengthDist
     info: Dict[str, Any]
     source: str
+    image_bytes: List[int] = dataclasses.field(default_factory=list)
 
 
 def _synthetic(o: LlmOptions, builder: PromptBuilder, rng: np.random.Generator, count: int,
@@ -113,4 +113,5 @@ def build_conversations(o: LlmOptions, endpoint: str, model: Optional[str]) -> C
                              "turns_per_conversation": length_stats(turns_per)}
     info["prompts"] = {"input_tokens": length_stats([p.input_tokens for c in convs for p in c]),
                        "max_tokens": length_stats([max_tokens_of(b) for c in bodies for b in c])}
-    return Conversations(bodies, [[p.input_tokens for p in c] for c in convs], think, info, source)
+    image_bytes = add_images(o, endpoint, [c[0] for c in bodies], info)  # the first turns only
+    return Conversations(bodies, [[p.input_tokens for p in c] for c in convs], think, info, source, image_bytes)

@@ -19,6 +19,7 @@ from loadgen import defaults
 from loadgen.files import size_text
 from loadgen.llm.dataset import Content, Prompt, read_dataset
 from loadgen.llm.dist import parse_dist
+from loadgen.llm.images import attach_images, load_images
 from loadgen.llm.tokenizer import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:  # numpy is imported where it is used
@@ -71,17 +72,20 @@ class LlmOptions:
     think_time_ms: Optional[str] = None
     tools: Optional[str] = None
     tool_choice: Optional[str] = None
+    images: Optional[str] = None
+    images_per_request: int = defaults.IMAGES_PER_REQUEST
 
 
 @dataclasses.dataclass
 class Workload:
-    """The bodies (one per sample index), their input lengths and the description that
-    goes in the result's ``llm`` section."""
+    """The bodies (one per sample index), their input lengths, the description that
+    goes in the result's ``llm`` section, and with ``--images`` each body's image bytes."""
 
     bodies: List[Dict[str, Any]]
     input_tokens: np.ndarray
     info: Dict[str, Any]
     source: str
+    image_bytes: List[int] = dataclasses.field(default_factory=list)
 
 
 def length_stats(values: Any) -> Dict[str, Any]:
@@ -290,4 +294,18 @@ def build_workload(o: LlmOptions, endpoint: str, model: Optional[str]) -> Worklo
     lengths = np.asarray([p.input_tokens for p in prompts], dtype=np.int64)
     info["prompts"] = {"input_tokens": length_stats(lengths),
                        "max_tokens": length_stats([max_tokens_of(b) for b in bodies if max_tokens_of(b)])}
-    return Workload(bodies, lengths, info, source)
+    return Workload(bodies, lengths, info, source, add_images(o, endpoint, bodies, info))
+
+
+def add_images(o: LlmOptions, endpoint: str, bodies: List[Dict[str, Any]], info: Dict[str, Any]) -> List[int]:
+    """With ``--images``: the folder's images in ``bodies`` (chat bodies; a conversation's
+    first turns), described in ``info["images"]``; each body's image bytes (empty without)."""
+    if not o.images:
+        return []
+    if endpoint != "chat":
+        raise ValueError(f"--images {o.images}: images go in chat messages; the target is not /v1/chat/completions")
+    images = load_images(o.images)
+    out = attach_images(bodies, images, o.images_per_request, o.seed, MAX_PROMPT_BYTES,
+                        f"--images {o.images} with --images-per-request {o.images_per_request}")
+    info["images"] = images.describe(o.images_per_request)
+    return out

@@ -73,7 +73,7 @@ def _llm_options(o: Any):
         prefix_hit_ratio=o.prefix_hit_ratio,
         tokenizer=o.tokenizer, ignore_eos=o.ignore_eos, extra_body=o.extra_body, stream=not o.no_stream,
         turns=o.turns, think_time_ms=o.think_time_ms, tools=o.tools,
-        tool_choice=o.tool_choice)
+        tool_choice=o.tool_choice, images=o.images, images_per_request=o.images_per_request)
 
 
 def pool_size_for(settings: Any) -> int:
@@ -128,6 +128,9 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
     from loadgen.net.targets import parse_target
 
     target = parse_target(url, template=bool(net.request_template))
+    if net.llm is not None and net.llm.images and (target.kind != "openai" or target.endpoint != "chat"):
+        raise ValueError(f"--images {net.llm.images}: images go in chat messages; {url} is not an OpenAI "
+                         "/v1/chat/completions target")
     if net.request_template and target.kind != "template":
         raise ValueError(f"--request-template applies to http(s) URLs, not {target.kind} targets")
     # The protocol's module is imported when its target is used (gRPC's needs protobuf).

@@ -420,6 +420,8 @@ class NativeOpenAISUT(NativeHttpSUT):
         h.check_each = self.check_each
         h.whole_answers = self.whole_answers
         h.input_tokens = [int(n) for n in inner.input_lens]
+        h.image_bytes = [int(n) for n in inner.image_bytes]
+        h.images_per_request = inner.llm_options().images_per_request if inner.image_bytes else 0
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
         return h
@@ -503,6 +505,7 @@ class NativeOpenAISUT(NativeHttpSUT):
         f = self.core.sse_figures()
         inner = self.inner
         inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
+        inner.images_sent, inner.image_bytes_sent = f["images_sent"], f["image_bytes_sent"]
         if self.whole_answers:
             self._whole_figures(f)
             return

@@ -46,7 +46,7 @@ from loadgen.net.targets import Target
 from loadgen.stats.histogram import Histogram
 from loadgen.sut.report import NamedHistogram
 
-__all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "token_itl"]
+__all__ = ["OpenAISUT", "TokenStream", "WholeResponse", "event_token_counts", "token_itl"]
 
 # A non-empty "text" (completions) or "content" (chat delta) string value.
 _TOKEN_FIELD = re.compile(rb'"(?:text|content)"\s*:\s*"(?!")')
@@ -160,6 +160,23 @@ def text_weight(data: bytes, responses: bool = False) -> int:
     return n if n > 0 else 1
 
 
+def event_token_counts(events: List[Tuple[int, int, int]], total_tokens: int) -> List[int]:
+    """Each event's tokens k as :func:`token_itl` counts them: its own count without a
+    total (``total_tokens`` < 0), else the total spread over the events by weight
+    (cumulative rounding, halves up, so that the k sum to the total; a k may be 0)."""
+    if total_tokens < 0:
+        return [k for _, k, _ in events]
+    weight = sum(w for _, _, w in events)
+    out: List[int] = []
+    cum = given = 0
+    for _, _, w in events:
+        cum += w
+        upto = (total_tokens * cum * 2 + weight) // (weight * 2)
+        out.append(upto - given)
+        given = upto
+    return out
+
+
 def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tuple[int, int]]:
     """The per-token inter-token latency of one stream as (value_ns, count) pairs.
 
@@ -172,14 +189,8 @@ def token_itl(events: List[Tuple[int, int, int]], total_tokens: int) -> List[Tup
     an event of 16 tokens 160 ms after the last gives 16 values of 10 ms.
     """
     out: List[Tuple[int, int]] = []
-    weight = sum(w for _, _, w in events)
-    cum = given = 0
     prev_t = -1
-    for t, k, w in events:
-        if total_tokens >= 0:
-            cum += w
-            upto = (total_tokens * cum * 2 + weight) // (weight * 2)
-            k, given = upto - given, upto
+    for (t, _, _), k in zip(events, event_token_counts(events, total_tokens)):
         if k <= 0:
             continue
         if prev_t >= 0:
@@ -682,6 +693,10 @@ class OpenAISUT(HttpSUT):
         self.input_tokens_sent = 0
         self.output_lengths: Counter[int] = Counter()  # output tokens -> completed requests
         self.embeddings = 0
+        # --images: each prepared request's image bytes (empty: none), and what was sent.
+        self.image_bytes: List[int] = []
+        self.images_sent = 0
+        self.image_bytes_sent = 0
 
     def prepare(self) -> None:
         base = self.target.http_base + self.target.base_path
@@ -743,7 +758,10 @@ class OpenAISUT(HttpSUT):
                 body["model"] = name
             self.workload = work
             self.input_lens = [int(x) for x in work.input_tokens]
+            self.image_bytes = work.image_bytes
             return work.bodies, work.source
+        if llm.images:
+            raise ValueError(f"--images {llm.images}: images go in the requests loadgen builds, not in --payload's")
         if payload_kind(self.net.payload) != "jsonl":
             raise ValueError("--payload: an OpenAI target takes a .jsonl file of request bodies")
         key = {"chat": "messages", "embeddings": "input", "responses": "input"}.get(endpoint, "prompt")
@@ -784,8 +802,21 @@ class OpenAISUT(HttpSUT):
             handler.model_id = m = self.request_models[i]
             self.model_figures[m].sent += 1
 
+    def count_images_sent(self, info: Dict[str, Any]) -> None:
+        """Adds the images sent (``count``) and their bytes to ``info["images"]``, when
+        the run sends images."""
+        if "images" in info:
+            info["images"] = {**info["images"], "count": self.images_sent, "bytes": self.image_bytes_sent}
+
+    def count_images(self, i: int) -> None:
+        """Counts the images of prepared request ``i`` sent (``--images``)."""
+        if self.image_bytes:
+            self.images_sent += self.llm_options().images_per_request
+            self.image_bytes_sent += self.image_bytes[i]
+
     def issue_query(self, query_id: int, sample_index: int, scheduled_ns: int) -> None:
         i = sample_index % len(self.requests)
+        self.count_images(i)
         handler = TokenStream(self, query_id, scheduled_ns) if self.stream_responses else WholeResponse(self, query_id,
                                                                                                 scheduled_ns)
         self.count_model(handler, i)
@@ -836,9 +867,11 @@ class OpenAISUT(HttpSUT):
         self._record_reasoning(s.usage_reasoning_tokens, s.reasoning_chunks)
         self._record_cached(s.usage_cached_tokens)
         self._record_tool_calls(s.tool_calls)
+        events, total = s.events, s.usage_tokens
         if s.event_texts is not None and self.itl_tokenizer is not None:
             count = self.itl_tokenizer.count
             events = [(t_j, count(text), w) for (t_j, _, w), text in zip(s.events, s.event_texts)]
+            total = -1
             per_token = token_itl(events, -1)
             self.split_by_tokenizer += 1
         else:
@@ -864,6 +897,12 @@ class OpenAISUT(HttpSUT):
         self._lengths(s.n_input, n)
         if self.model_figures:
             self.model_figures[s.model_id].record(s.scheduled_ns, s.first_ns, t, n)
+        # A conversation's turns keep no token events: the native client checks them from
+        # their bytes alone, and both clients' records say the same.
+        if events and getattr(self.sink, "keeps_token_events", False) and not getattr(self, "follow_ups", False):
+            self.sink.complete_stream(s.query_id, t, n, s.n_input, [e[0] for e in events],
+                                      event_token_counts(events, total))
+            return
         self.sink.complete_tokens(s.query_id, t, n, s.n_input)
 
     def _record_reasoning(self, usage_count: int, chunks: int) -> None:
@@ -977,6 +1016,7 @@ class OpenAISUT(HttpSUT):
         info = dict(self.workload.info) if self.workload is not None else {}
         lengths = sorted(self.output_lengths.items())
         values = np.repeat(np.asarray([k for k, _ in lengths], dtype=np.int64), [c for _, c in lengths])
+        self.count_images_sent(info)
         info["requests"] = {"input_tokens_sent": self.input_tokens_sent,
                             "output_tokens": length_stats(values),
                             "reasoning_tokens": self.reasoning_tokens,

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from loadgen.llm.conversation import Conversations, build_conversations
+from loadgen.llm.images import text_only
 from loadgen.net.http1 import Request
 from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse, whole_calls, whole_text
 from loadgen.units import NS_PER
@@ -121,6 +122,7 @@ class ConversationSUT(OpenAISUT):
             for body in turns:
                 self.add_tools(body)
         self.conversations = convs
+        self.image_bytes = convs.image_bytes
         self._rng = np.random.default_rng(llm.seed + 7)
         self.turns_completed = [0] * max(len(c) for c in convs.bodies)
         self.input_lens = [int(t[0]) for t in convs.turn_tokens]  # the first turns' (the native client counts them)
@@ -149,6 +151,7 @@ class ConversationSUT(OpenAISUT):
             self._next_sid += 1
             self.started += 1
             data = self.requests[conv]
+            self.count_images(conv)
         self._by_query[query_id] = session
         n_input = session.history_tokens + self._turn_tokens(session)
         self.input_tokens_sent += n_input
@@ -226,7 +229,8 @@ class ConversationSUT(OpenAISUT):
             return
         turns = convs.bodies[session.conv]
         self.turns_completed[session.turn] += 1
-        session.messages = (session.messages + self._turn_input(session)
+        # The first turn's images are not sent again: the history holds its text.
+        session.messages = (session.messages + [text_only(m) for m in self._turn_input(session)]
                             + _assistant_messages(reply, calls, self.responses))
         session.history_tokens += self._turn_tokens(session) + max(n_tokens, 0)
         session.calls = calls
@@ -268,6 +272,7 @@ class ConversationSUT(OpenAISUT):
         out = super().llm_section()
         if self.conversations is not None:
             out.update({k: v for k, v in self.conversations.info.items()})
+            self.count_images_sent(out)
         engine = getattr(self.sink, "follow_ups", None)
         follow = engine() if callable(engine) else {}
         conv = dict(out.get("conversations") or {})

@@ -98,6 +98,8 @@ def test_one_row_per_query_however_it_ended_and_times_agree_with_the_result(tmp_
     assert (df["issued_ns"] >= df["scheduled_ns"]).all()
     assert (df["worker_index"] == 0).all() and (df["samples"] == 1).all()
     assert df["input_tokens"].isna().all() and df["first_token_ns"].isna().all()
+    # No stream: no token events.
+    assert df["itl_ns"].isna().all() and df["tokens_per_event"].isna().all()
     # The measured completions' p99, from the records, is the document's within HDR precision.
     p99 = hdr_percentile(measured.loc[measured["status"] == "ok", "latency_ns"].to_numpy(), 99.0)
     assert doc["latency_ns"]["p99"] == pytest.approx(p99, rel=2e-3)

@@ -16,7 +16,8 @@ Endpoints (keep-alive HTTP/1.1, Content-Length request bodies):
   GET  /v2/models/{name}, /v2/models/{name}/ready
   POST /v2/models/{name}/infer                OUTPUT0 = INPUT0 + 1, subject to the fault options
   GET  /metrics                               Prometheus text: request/response counters, inflight
-  GET  /stats                                 JSON record of what was sent and when (the truth)
+  GET  /stats                                 JSON record of what was sent and when (the truth);
+                                              each chat request's image parts as they arrived
 
 Timing: token i of an answer is due at recv + ttft + i * itl on time.monotonic_ns(), recv
 being when the kernel received the request's last bytes (SO_TIMESTAMPNS, converted to the
@@ -54,8 +55,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import bisect
 import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -264,6 +267,28 @@ class Answer:
                 for j in range(self.calls)]}
         return {**base, "choices": [{"index": 0, "message": message,
                                      "finish_reason": "tool_calls" if self.calls else "length"}], "usage": usage}
+def image_parts(messages: Any) -> list[dict[str, Any]]:
+    """The image parts of chat messages, in order: each one's MIME type, its decoded
+    bytes' count and SHA-256 (what arrived, for a test to compare with what was sent);
+    a part that is no base64 data URL is recorded with its error."""
+    out: list[dict[str, Any]] = []
+    for m in messages if isinstance(messages, list) else ():
+        content = m.get("content") if isinstance(m, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            url = str((part.get("image_url") or {}).get("url", ""))
+            head, _, data = url.partition(",")
+            if not (head.startswith("data:") and head.endswith(";base64")):
+                out.append({"error": f"not a base64 data URL: {url[:40]!r}"})
+                continue
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except ValueError as e:
+                out.append({"error": f"bad base64: {e}"})
+                continue
+            out.append({"mime": head[5:-7], "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()})
+    return out
 
 
 async def sleep_until(due_ns: int) -> None:
@@ -634,6 +659,8 @@ class ScriptedServer:
                 entry["cached_tokens"] = cached
             if a.log_messages and chat:
                 entry["messages"] = messages
+            if chat:
+                entry["images"] = image_parts(body.get("messages"))
             self.completion_log.append(entry)
             include_usage = a.usage or bool((body.get("stream_options") or {}).get("include_usage"))
         except (ValueError, TypeError, AttributeError) as e:

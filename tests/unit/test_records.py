@@ -21,7 +21,7 @@ import pytest
 from loadgen import _core
 from loadgen.engine import Engine, EngineSettings
 from loadgen.engine import records as records_module
-from loadgen.engine.records import check_record_path, record_format, spool_path
+from loadgen.engine.records import check_record_path, record_format, side_paths, spool_path
 from loadgen.sut.forms import Batch
 from loadgen.sut.spec import load_sut
 
@@ -38,6 +38,7 @@ def read_records(path: Path) -> "pd.DataFrame":
     """A records file as a DataFrame; a Parquet one must have left no spool behind."""
     if path.suffix == ".parquet":
         assert not Path(spool_path(str(path))).exists(), "the spool was left behind"
+        assert not any(Path(p).exists() for p in side_paths(str(path))), "the spool's side files were left behind"
         return pd.read_parquet(path)
     return read_jsonl(path)
 
@@ -137,6 +138,31 @@ def test_parquet_row_groups_cover_every_record_once(tmp_path, monkeypatch):
     assert meta.num_row_groups == math.ceil(issued / 1000)
     df = read_records(tmp_path / "r.parquet")
     assert sorted(df["query"]) == list(range(1, issued + 1))
+
+
+def test_parquet_lists_each_records_token_events_across_row_groups(tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    # Five records in row groups of two: no events, one event, three (one of 0 tokens),
+    # none, two; their gaps and tokens record after record, as lg-records spools them.
+    monkeypatch.setattr(records_module, "ROW_GROUP_RECORDS", 2)
+    path = str(tmp_path / "r.parquet")
+    spool = np.zeros(5, dtype=_core.record_dtype)
+    spool["query"] = np.arange(1, 6)
+    spool.tofile(spool_path(path))
+    events, gaps, tokens = side_paths(path)
+    np.asarray([0, 1, 3, 0, 2], dtype=np.uint32).tofile(events)
+    np.asarray([5, 7, 9], dtype=np.int64).tofile(gaps)
+    np.asarray([2, 1, 0, 4, 3, 3], dtype=np.int32).tofile(tokens)
+    conversion = records_module.ParquetConversion(path, 0)
+    conversion.run([""], "")
+    assert conversion.error == "" and conversion.written == 5
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    table = pq.read_table(path)
+    assert table.column("itl_ns").to_pylist() == [None, [], [5, 7], None, [9]]
+    assert table.column("tokens_per_event").to_pylist() == [None, [2], [1, 0, 4], None, [3, 3]]
+    assert not any(Path(p).exists() for p in (spool_path(path), events, gaps, tokens))
 
 
 class _Batched:
