@@ -48,7 +48,7 @@ from loadgen.sut.report import NamedHistogram
 from loadgen.units import s_to_ns
 
 __all__ = ["Checker", "NativeClientSUT", "NativeGrpcSUT", "NativeHttpSUT", "NativeOpenAISUT", "check_tls",
-           "grpc_refusal", "http_refusal", "native_sut"]
+           "grpc_refusal", "grpc_settings", "http_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
@@ -141,6 +141,27 @@ def check_tls(target: Any, net: Any, protocol: str) -> None:
         if time.monotonic() >= deadline:
             return
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def grpc_settings(target: Any, net: Any) -> _core.NetClientSettings:
+    """The core client's connection settings for ``target`` over gRPC (server, TLS, the
+    :authority a certificate is checked against, metadata, response bound): what a unary
+    call before the run (``_core.grpc_unary_call``: readiness, metadata) needs."""
+    from loadgen.net.targets import host_port
+
+    h = _core.NetClientSettings()
+    h.protocol = _core.NetProtocol.grpc
+    h.host = _numeric_host(target.host, target.port)
+    h.port = int(target.port)
+    h.max_response_bytes = min(int(net.max_response_bytes), 1 << 32)
+    h.metadata = [(k.lower(), v) for k, v in net.headers]
+    if target.tls:
+        h.tls = True
+        h.server_name = target.host
+        h.ca_file = net.ca_file or ""
+        h.insecure = bool(net.insecure)
+        h.authority = host_port(target) or ""
+    return h
 
 
 # How the core's tls_check() begins a connect that failed (the server is not there yet).
