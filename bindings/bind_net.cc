@@ -83,6 +83,8 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("sse", &NetClientSettings::sse)
       .def_readwrite("sse_check", &NetClientSettings::sse_check)
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
+      .def_readwrite("request_groups", &NetClientSettings::request_groups)
+      .def_readwrite("group_count", &NetClientSettings::group_count)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
       .def_readwrite("check_each", &NetClientSettings::check_each)
       .def_readwrite("whole_answers", &NetClientSettings::whole_answers)

@@ -31,7 +31,9 @@ own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`
 verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
 stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
 reply, hands the next turn's request to the core (``net_add_request``) and schedules it
-as the engine's follow-up, before the turn is completed.
+as the engine's follow-up, before the turn is completed. A model mix (``--model
+a=3,b=1``) gives each request its model's group: the core keeps each group's figures
+(:meth:`NativeOpenAISUT._model_figures` adds those the Python check kept).
 """
 
 from __future__ import annotations
@@ -91,8 +93,6 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
         return _NO_TLS + "https://"
     if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "embeddings"):
         what = f"OpenAI {target.path}"
-    if what is None and target.kind == "openai" and "," in (getattr(net, "model", None) or ""):
-        what = "a model mix (--model NAME=WEIGHT,...)"  # per-model figures: the asyncio client's
     if what is None:
         return None
     return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings "
@@ -439,6 +439,9 @@ class NativeOpenAISUT(NativeHttpSUT):
         h.input_tokens = [int(n) for n in inner.input_lens]
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
+        if inner.model_figures:  # a model mix: each request's model is its group
+            h.group_count = len(inner.model_figures)
+            h.request_groups = [int(m) for m in inner.request_models]
         return h
 
     def start_checker(self, core: _core.Engine) -> Checker:
@@ -478,6 +481,8 @@ class NativeOpenAISUT(NativeHttpSUT):
             else:
                 whole = WholeResponse(inner, qid, scheduled)
                 whole.n_input = n_input
+                if inner.model_figures:  # its model's figures (the asyncio client's count_model)
+                    whole.model_id = inner.model_of(qid, sample)
                 whole.on_response(None, status, body, t)
         except Exception as e:  # a bug in a check must not end the run
             self.check_errors += 1
@@ -517,6 +522,8 @@ class NativeOpenAISUT(NativeHttpSUT):
         f = self.core.sse_figures()
         inner = self.inner
         inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
+        if inner.model_figures:
+            self._model_figures(f["groups"])
         if self.whole_answers:
             self._whole_figures(f)
             return
@@ -549,6 +556,27 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.output_lengths = own["output_lengths"] + Counter(dict(f["output_lengths"]))
         for key, attr in _WHOLE_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]).add(own[attr]))
+
+    def _model_figures(self, groups: List[Dict[str, Any]]) -> None:
+        """A model mix: each model's figures are the core's (its request group's: requests
+        sent, answers it counted) added to those the inner client's check recorded for the
+        answers it counted (taken once, when first asked after the run)."""
+        from loadgen.net.openai_stream import ModelFigures
+
+        inner = self.inner
+        own = getattr(self, "_own_models", None)
+        if own is None:
+            own = self._own_models = list(inner.model_figures)
+        merged = []
+        for mine, core in zip(own, groups):
+            m = ModelFigures(inner._itl.significant_figures)
+            m.sent = mine.sent + core["sent"]
+            m.answered = mine.answered + core["answered"]
+            m.output_tokens = mine.output_tokens + core["output_tokens"]
+            m.latency = Histogram.from_core(core["latency_ns"]).add(mine.latency)
+            m.ttft = Histogram.from_core(core["ttft_ns"]).add(mine.ttft)
+            merged.append(m)
+        inner.model_figures = merged
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
         """The token histograms in ns so far (live metrics); any thread."""
