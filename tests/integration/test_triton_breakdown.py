@@ -291,6 +291,7 @@ def test_a_grpcs_triton_is_read_with_insecure_by_the_cores_calls(tmp_path):
         assert doc["network"]["grpc_engine"] == "native" and doc["network"]["tls_verified"] is False
         assert doc["server_breakdown"]["requests"] == doc["counts"]["completed"] == 60
         assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+        check_result(doc)
 
 
 def test_grpc_statistics_that_fail_are_the_named_warning_and_other_servers_are_left_alone():
