@@ -18,8 +18,14 @@ every client is counted the same way. Each figure is the median of --rounds runs
 clients taking turns; the last column is loadgen's (native) CPU over perf_analyzer's.
 loadgen's p99 issue delay and validity are shown beside it.
 
+With --tls, Triton serves gRPC over TLS (``--grpc-use-ssl`` with a certificate of a CA made
+here, tests/servers/certs.py), loadgen runs ``grpcs://`` with ``--ca-file`` and
+perf_analyzer ``--ssl-grpc-use-ssl --ssl-grpc-root-certifications-file``: both verify the
+server's certificate against that CA.
+
     python bench/bench_grpc.py                      # c1, c8, c32, Poisson 3410; 3 rounds
     python bench/bench_grpc.py --conc 1 --rate 0 --rounds 1 --tools loadgen,perf_analyzer
+    python bench/bench_grpc.py --tls --conc 8,32 --rate 0 --tools loadgen,perf_analyzer   # grpcs://
 """
 
 from __future__ import annotations
@@ -46,25 +52,29 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int = 0) -> List[str]:
+def argv_for(tool: str, grpc_target: str, load: str, duration_s: float, cap: int = 0, ca_file: str = "") -> List[str]:
+    """The client's command line; ``ca_file``: the target is TLS, verified against it."""
     closed, value = load.startswith("c"), load[1:]
     if tool == "perf_analyzer":
         shape = (["--concurrency-range", value] if closed else
                  ["--request-rate-range", value, "--request-distribution", "poisson", "--async"])
+        tls = ["--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", ca_file] if ca_file else []
         return [PERF_ANALYZER, "-m", "add_one", "-u", grpc_target, "-i", "grpc", "--measurement-interval", "3000",
-                *shape]
-    sut = f"grpc://{grpc_target}/add_one"
+                *tls, *shape]
+    sut = f"{'grpcs' if ca_file else 'grpc'}://{grpc_target}/add_one"
+    shape_tls = ["--ca-file", ca_file] if ca_file else []
     engine = tool.partition("-")[2] or "native"
     shape = (["--scenario", "concurrency", "--concurrency", value] if closed else
              ["--scenario", "poisson", "--target-qps", value, *(["--max-in-flight", str(cap)] if cap else [])])
     return [sys.executable, "-m", "loadgen", "run", "--sut", sut, "--grpc-engine", engine, "--json", "--quiet",
-            "--interval-s", "0", "--duration-s", str(duration_s), *shape]
+            "--interval-s", "0", "--duration-s", str(duration_s), *shape_tls, *shape]
 
 
 def measure(a: argparse.Namespace, srv: Any, tool: str, load: str) -> Dict[str, Any]:
     duration = a.settle_s + a.window_s + 2.0
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen(["taskset", "-c", str(a.client_cpu), *argv_for(tool, srv.grpc_target, load, duration, a.max_in_flight)],
+    argv = argv_for(tool, srv.grpc_target, load, duration, a.max_in_flight, a.ca_file)
+    proc = subprocess.Popen(["taskset", "-c", str(a.client_cpu), *argv],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         time.sleep(a.settle_s)
@@ -110,7 +120,9 @@ def main(argv: List[str] | None = None) -> int:
                     help="loadgen's in-flight cap in the Poisson runs (default 0: none, as perf_analyzer has none)")
     ap.add_argument("--tools", default="", help="comma-separated subset of loadgen (native), loadgen-grpcio, perf_analyzer")
     ap.add_argument("--json-out", help="write every run's record here")
+    ap.add_argument("--tls", action="store_true", help="gRPC over TLS: grpcs:// (a CA made here; both clients verify)")
     a = ap.parse_args(argv)
+    a.ca_file = ""
     from tests.servers.triton import start_triton
 
     tools = ["loadgen", "loadgen-grpcio"] + (["perf_analyzer"] if os.path.exists(PERF_ANALYZER) else [])
@@ -119,7 +131,19 @@ def main(argv: List[str] | None = None) -> int:
     loads = [f"c{c}" for c in a.conc] + [f"p{r}" for r in a.rate]
     runs: List[Dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        srv = start_triton(os.path.join(tmp, "triton"), timeout_s=180)
+        extra: List[str] = []
+        if a.tls:
+            from pathlib import Path
+
+            from tests.servers.certs import make_certs
+
+            certs = make_certs(Path(tmp) / "certs")
+            a.ca_file = certs.ca
+            extra = ["--grpc-use-ssl=true", f"--grpc-server-cert={certs.good[0]}", f"--grpc-server-key={certs.good[1]}",
+                     f"--grpc-root-cert={certs.ca}"]
+        print(f"   loadavg before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+              f"{'grpcs:// (TLS)' if a.tls else 'grpc://'}", flush=True)
+        srv = start_triton(os.path.join(tmp, "triton"), timeout_s=180, extra_args=extra)
         try:
             pids = [str(srv.pid)] + subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
                                                    text=True).stdout.split()

@@ -20,9 +20,10 @@ What is measured (``--cases`` takes these names, comma-separated):
            set the rate. The client's user and sys CPU per request are printed as well.
   nginx-tls  the same over HTTPS: nginx with a certificate of a CA made here
            (tests/servers/certs.py; TLS 1.3, sessions resumable), loadgen (the native
-           client over TLS, --ca-file) against wrk (which speaks TLS and does not verify),
-           both on the same OpenSSL. Figures as above, and loadgen's client CPU per
-           request over wrk's, with and without loadgen's start-up (goal: at most 1.1x).
+           client over TLS, --ca-file) against wrk and ``h2load --h1`` (HTTP/1.1 over TLS;
+           Debian's nghttp2-client), which speak TLS and do not verify, all on the same
+           OpenSSL. Figures as above, and loadgen's client CPU per request over wrk's and
+           over h2load's, with and without loadgen's start-up (goal: at most 1.1x wrk's).
   profile  loadgen alone at the largest --conns against that nginx: once plainly (its
            user/sys split) and once under ``py-spy record --nonblocking --format raw``
            (py-spy on the server core). It prints the 15 functions with the most own time
@@ -82,7 +83,7 @@ Usage:
     python bench/bench_http.py --quick                       # smoke run, ~1 min
     python bench/bench_http.py --json /tmp/bench_http.json   # full run, ~10 min
     python bench/bench_http.py --cases nginx --conns 8,64,256 --rounds 5
-    python bench/bench_http.py --cases nginx-tls --rounds 3  # HTTPS: loadgen against wrk
+    python bench/bench_http.py --cases nginx-tls --rounds 3  # HTTPS: loadgen against wrk and h2load
 """
 
 from __future__ import annotations
@@ -565,12 +566,13 @@ class Bench:
                          "it, loadgen does " + ", ".join(
                              f"{fmt_qps(r.get('steady_req_per_cpu_s'))} req/CPU-s at {r['conns']}"
                              for r in rows if r["tool"] == "loadgen") + ".")
-        for n in a.conns if "wrk" in names else ():
-            lg = next(r for r in rows if r["tool"] == "loadgen" and r["conns"] == n)
-            wrk = med(next(r for r in rows if r["tool"] == "wrk" and r["conns"] == n)["req_per_cpu_s"])
-            notes.append(f"loadgen / wrk, client CPU per request at {n} connections: "
-                         f"{fmt_ratio(ratio(wrk, med(lg['req_per_cpu_s'])))} with loadgen's start-up, "
-                         f"{fmt_ratio(ratio(wrk, lg.get('steady_req_per_cpu_s')))} net of it.")
+        for peer in ("wrk", "h2load"):
+            for n in a.conns if peer in names else ():
+                lg = next(r for r in rows if r["tool"] == "loadgen" and r["conns"] == n)
+                other = med(next(r for r in rows if r["tool"] == peer and r["conns"] == n)["req_per_cpu_s"])
+                notes.append(f"loadgen / {peer}, client CPU per request at {n} connections: "
+                             f"{fmt_ratio(ratio(other, med(lg['req_per_cpu_s'])))} with loadgen's start-up, "
+                             f"{fmt_ratio(ratio(other, lg.get('steady_req_per_cpu_s')))} net of it.")
         self.tables[key] = "\n".join(lines + [""] + notes)
         res.update(runs=runs, startup_runs=startup, startup_cpu_s=fixed_s, rows=rows)
         self.results[key] = res
@@ -851,7 +853,7 @@ def run_nginx_tls(bench: Bench, tmp: str) -> None:
     os.makedirs(os.path.join(tmp, "nginx-tls"))
     srv = Nginx(os.path.join(tmp, "nginx-tls"), bench.a.server_cpu, tls=(*certs.good, certs.ca))
     try:
-        bench.case_nginx(srv, tpl, key="nginx-tls", only=("loadgen", "wrk"))
+        bench.case_nginx(srv, tpl, key="nginx-tls", only=("loadgen", "wrk", "h2load"))
     finally:
         srv.stop()
 

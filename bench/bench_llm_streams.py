@@ -66,6 +66,15 @@ Tools (each as bench_stream.py runs it, with 256 output tokens and 64-word promp
             the truth is matched request by request (successful requests, its headline
             set).
 
+Over HTTPS (``loadgen_tls``, ``aiperf_tls``, only when named in --tools; with their plain
+twins in the same run, the TLS cost shows as the difference): the server serves TLS with a
+certificate of a CA made here (tests/servers/certs.py); loadgen verifies it with
+``--ca-file`` (its native client's TLS, in the core), AIPerf with ``SSL_CERT_FILE`` set to
+that CA (its aiohttp client's default context reads it). The truth is the same server
+record (its writes are the TLS writes). The native truth server speaks no TLS: the TLS
+tools, and their plain twins when compared with them, run against the Python server
+(``--server python``).
+
 Server setup, the same for every tool at a level. Each event after the first carries
 --tokens-per-chunk (16) tokens, the first one token (``--first-chunk-tokens 1``, so TTFT
 stays 50 ms): 17 events per stream, ITL between events 160 ms (the Python server costs
@@ -83,6 +92,7 @@ Usage:
     python bench/bench_llm_streams.py --tools loadgen --levels 2000 --rounds 1 --profile 2000
     python bench/bench_llm_streams.py --tools loadgen,loadgen_asyncio --levels 1000,2000  # both HTTP clients
     python bench/bench_llm_streams.py --tools loadgen --levels 1000 --server python  # the Python truth server
+    python bench/bench_llm_streams.py --tools loadgen,loadgen_tls,aiperf,aiperf_tls --levels 1000 --server python  # TLS and plain
 """
 
 from __future__ import annotations
@@ -111,8 +121,9 @@ from tests.servers.scripted_proc import start_scripted  # noqa: E402
 from tests.servers.truth_server import TruthServerUnavailable, build_truth_server, start_truth_server  # noqa: E402
 
 TOOLS = ("loadgen", "aiperf", "guidellm")
-#: Run only when named in --tools: loadgen on its asyncio HTTP client (--http-engine asyncio).
-EXTRA_TOOLS = ("loadgen_asyncio",)
+#: Run only when named in --tools: loadgen on its asyncio HTTP client (--http-engine asyncio);
+#: loadgen and AIPerf over HTTPS (the server with a certificate of a CA made here).
+EXTRA_TOOLS = ("loadgen_asyncio", "loadgen_tls", "aiperf_tls")
 MS = 1_000_000
 
 
@@ -179,6 +190,19 @@ class Ladder(StreamBench):
             self.pin = ["chrt", "-r", str(args.client_rt_priority), *self.pin]
         self.fixed_cpu_s: dict[str, float | None] = {}
         self.rows: list[dict[str, Any]] = []
+        self._certs: Any = None  # made when a TLS tool first runs
+
+    def certs(self) -> Any:
+        """The CA and the server's certificate of the TLS tools (tests/servers/certs.py)."""
+        if self._certs is None:
+            from pathlib import Path
+
+            from tests.servers.certs import make_certs
+
+            self._certs = make_certs(Path(self.tmp) / "certs")
+            # This script's own GET /stats of a TLS server verifies it against the CA too.
+            os.environ["SSL_CERT_FILE"] = self._certs.ca
+        return self._certs
 
     def prepare_tokenizer(self, python: str) -> str:
         r = run_proc([python, "-c", MAKE_TOKENIZER, self.tokenizer], 180, cwd=self.tmp)
@@ -204,6 +228,14 @@ class Ladder(StreamBench):
     def tool_loadgen_asyncio(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.tool_loadgen(url, d, startup)
         return argv + ["--http-engine", "asyncio"], parse
+
+    def tool_loadgen_tls(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
+        argv, parse = self.tool_loadgen(url, d, startup)
+        return argv + ["--ca-file", self.certs().ca], parse
+
+    def tool_aiperf_tls(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
+        argv, parse = self.tool_aiperf(url, d, startup)
+        return ["env", f"SSL_CERT_FILE={self.certs().ca}", *argv], parse
 
     def tool_aiperf(self, url: str, d: str, startup: bool) -> tuple[list[str], Callable]:
         argv, parse = self.aiperf(url, d)
@@ -249,15 +281,17 @@ class Ladder(StreamBench):
         return argv, parse
 
     # -- runs
-    def start_server(self, d: str) -> Any:
-        """A fresh server of --server's kind on the server core, with the ladder's script."""
+    def start_server(self, d: str, tls: bool = False) -> Any:
+        """A fresh server of --server's kind on the server core, with the ladder's script
+        (with ``tls``: the Python server with the CA's certificate; the native one has no TLS)."""
         a = self.args
         script = ("--ttft-ms", a.ttft_ms, "--itl-ms", a.itl_ms, "--tokens", a.tokens, "--tokens-per-chunk",
                   a.tokens_per_chunk, "--first-chunk-tokens", 1, "--max-runtime-s", a.duration_s + 600)
-        if a.server == "native":
+        if a.server == "native" and not tls:
             srv = start_truth_server(d, *script, "--cpu", a.server_cpu, "--realtime-priority", a.server_rt_priority)
         else:
-            srv = start_scripted(d, *script, "--selector", "epoll")
+            pem = ("--tls-cert", self.certs().good[0], "--tls-key", self.certs().good[1]) if tls else ()
+            srv = start_scripted(d, *script, "--selector", "epoll", *pem)
         pin_tree(srv.pid, {a.server_cpu})
         return srv
 
@@ -294,7 +328,7 @@ class Ladder(StreamBench):
     def measure_fixed(self, tool: str) -> None:
         """The tool's fixed CPU cost (start-up, imports, the report): one request."""
         d = tempfile.mkdtemp(prefix=f"{tool}_startup_", dir=self.tmp)
-        srv = self.start_server(d)
+        srv = self.start_server(d, tool.endswith("_tls"))
         try:
             argv, _ = getattr(self, "tool_" + tool)(srv.url, d, True)
             r = run_proc(self.pin + argv, 180, cwd=d)
@@ -313,7 +347,7 @@ class Ladder(StreamBench):
         row: dict[str, Any] = {"tool": tool, "level": level, "round": rnd, "loadavg_1m_before": os.getloadavg()[0]}
         srv = None
         try:
-            srv = self.start_server(d)
+            srv = self.start_server(d, tool.endswith("_tls"))
             argv, parse = getattr(self, "tool_" + tool)(srv.url, d, False)
             row["argv"] = argv
             server_cpu0 = tree_cpu_s(srv.pid)
@@ -327,13 +361,14 @@ class Ladder(StreamBench):
                                    f"{(r['stderr'] or r['stdout'])[-600:]}")
             stats = srv.stats(timeout_s=60)
             row["reported"] = parse(r, stats)
-            row["server"] = server_figures(stats, a.ttft_ms, a.itl_ms, level if tool == "aiperf" else 0)
+            aiperf = tool.startswith("aiperf")
+            row["server"] = server_figures(stats, a.ttft_ms, a.itl_ms, level if aiperf else 0)
             if tool == "guidellm":
                 row["truth"] = row["reported"]["matched"]
             else:
                 # Each tool's warm-up is left out of the truth: AIPerf's first N requests,
                 # loadgen's ramp (the streams it counted apart).
-                skip = level if tool == "aiperf" else row["reported"].get("warmup_issued", 0)
+                skip = level if aiperf else row["reported"].get("warmup_issued", 0)
                 row["truth"] = stream_truth(stats, skip)
         except Exception as e:  # one failed run must not lose the others
             row["error"] = f"{type(e).__name__}: {e}"
@@ -550,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     args.client_rt_priority = rt_priority(ap, "--client-rt-priority", args.client_rt_priority, 0)
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy (pip install py-spy)")
+    if "aiperf_tls" in tools and not os.access(os.path.join(args.aiperf_venv, "bin", "aiperf"), os.X_OK):
+        ap.error(f"no aiperf in {args.aiperf_venv}; install it with: python -m venv {args.aiperf_venv} && "
+                 f"{args.aiperf_venv}/bin/pip install aiperf==0.13.0 (or leave it out: --tools)")
     if "guidellm" in tools and "aiperf" not in tools and not os.access(
             os.path.join(args.aiperf_venv, "bin", "python"), os.X_OK):
         ap.error(f"guidellm's tokenizer is written from AIPerf's corpus: it needs {args.aiperf_venv} too")
@@ -565,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = machine_context()
     with tempfile.TemporaryDirectory(prefix="bench_llm_streams_") as tmp:
         ladder = Ladder(args, tmp)
-        if "aiperf" in tools or "guidellm" in tools:  # both read the same local tokenizer
+        if {"aiperf", "aiperf_tls", "guidellm"} & set(tools):  # all read the same local tokenizer
             ctx["aiperf"] = ladder.prepare_tokenizer(os.path.join(args.aiperf_venv, "bin", "python"))
         if "guidellm" in tools:
             r = run_proc([os.path.join(args.guidellm_venv, "bin", "python"), "-c",
@@ -616,6 +654,13 @@ def main(argv: list[str] | None = None) -> int:
                    f"{_num(summary['sustained'][t], 'd')})")
         print(f"loadgen vs {t}: sustained streams {streams}; {t}'s CPU per 1000 requests over loadgen's, "
               f"by level: {cpu}")
+    for base in ("loadgen", "aiperf"):  # TLS and plain in the same run: the TLS cost in TTFT error
+        cells = summary["cells"]
+        if base in cells and base + "_tls" in cells:
+            by = [f"{n}: {_num(cells[base + '_tls'][n]['ttft_p99_error_ms'], '+.2f')} ms over TLS, "
+                  f"{_num(cells[base][n]['ttft_p99_error_ms'], '+.2f')} ms plain"
+                  for n in args.levels if n in cells[base] and n in cells[base + "_tls"]]
+            print(f"{base}: TTFT p99 error by level, " + "; ".join(by))
     failed = [r for r in ladder.rows if "error" in r]
     if args.json:
         with open(args.json, "w") as f:

@@ -453,16 +453,17 @@ void def_net_client(EngineClass& c) {
            "Completes (kind None; with output_tokens and input_tokens when given, -1: not known) or fails each "
            "response's query, and caches the verdict by its bytes.")
       .def("net_add_request",
-           [](Engine& e, int64_t sample, const py::bytes& request, int64_t input_tokens) {
+           [](Engine& e, int64_t sample, const py::bytes& request, int64_t input_tokens, int32_t group) {
              NetClient* h = e.net_client();
              if (h == nullptr) throw py::value_error("the run's SUT is not a native network client");
              std::string bytes = request;
              py::gil_scoped_release release;
-             return h->add_request(sample, std::move(bytes), input_tokens);
+             return h->add_request(sample, std::move(bytes), input_tokens, group);
            },
-           py::arg("sample"), py::arg("request"), py::arg("input_tokens") = -1,
+           py::arg("sample"), py::arg("request"), py::arg("input_tokens") = -1, py::arg("group") = -1,
            "A request the next query of sample index `sample` sends once instead of the prepared one (a "
-           "multi-turn follow-up: call it before follow_up()); False when the client takes none (gRPC).")
+           "multi-turn follow-up: call it before follow_up()), of request group `group` (-1: none); False when "
+           "the client takes none (gRPC).")
       .def("net_stats",
            [](Engine& e) {
              py::dict d;
@@ -519,6 +520,17 @@ void def_net_client(EngineClass& c) {
              d["cached_from_usage"] = f.stream.cached_from_usage;
              d["tool_calls"] = f.stream.tool_calls;
              d["tool_call_requests"] = f.stream.tool_call_requests;
+             py::list groups;  // by request group (a model mix's models)
+             for (loadgen::GroupFigures& g : f.groups) {
+               py::dict gd;
+               gd["sent"] = g.sent;
+               gd["answered"] = g.answered;
+               gd["output_tokens"] = g.output_tokens;
+               gd["latency_ns"] = PyHistogram(std::move(g.latency_ns));
+               gd["ttft_ns"] = PyHistogram(std::move(g.ttft_ns));
+               groups.append(gd);
+             }
+             d["groups"] = groups;
              return d;
            },
            "The native network client's figures of OpenAI streams (HTTP/1.1, settings.sut.net.sse): histograms "

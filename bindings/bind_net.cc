@@ -86,6 +86,8 @@ void bind_net_client_settings(py::module_& m) {
       .def_readwrite("input_tokens", &NetClientSettings::input_tokens)
       .def_readwrite("image_bytes", &NetClientSettings::image_bytes)
       .def_readwrite("images_per_request", &NetClientSettings::images_per_request)
+      .def_readwrite("request_groups", &NetClientSettings::request_groups)
+      .def_readwrite("group_count", &NetClientSettings::group_count)
       .def_readwrite("significant_figures", &NetClientSettings::significant_figures)
       .def_readwrite("check_each", &NetClientSettings::check_each)
       .def_readwrite("whole_answers", &NetClientSettings::whole_answers)
@@ -110,6 +112,20 @@ void bind_net_client_settings(py::module_& m) {
         "Whether this build's network client has its gRPC protocol (it was built with nghttp2).");
   m.def("grpc_client_nghttp2_version", &loadgen::grpc_client_nghttp2_version,
         "The nghttp2 version the network client's gRPC protocol runs on (\"\" without it).");
+  m.def(
+      "grpc_unary_call",
+      [](const NetClientSettings& settings, const std::string& method, const py::bytes& request, int64_t timeout_ns) {
+        std::string req = request;
+        loadgen::GrpcUnaryResult r;
+        {
+          py::gil_scoped_release release;
+          r = loadgen::grpc_unary_call(settings, method, req, timeout_ns);
+        }
+        return py::make_tuple(r.code, py::bytes(r.text));
+      },
+      "One unary gRPC call of `method` with the serialized `request`, on a connection of its own with the "
+      "settings' server, TLS and metadata, waited for: (status code, response message or status message).",
+      py::arg("settings"), py::arg("method"), py::arg("request"), py::arg("timeout_ns"));
 }
 
 void bind_http_parser(py::module_& m) {

@@ -54,6 +54,10 @@ void validate_grpc(const NetClientSettings& s) {
 bool grpc_client_available() noexcept { return false; }
 const char* grpc_client_nghttp2_version() noexcept { return ""; }
 
+GrpcUnaryResult grpc_unary_call(const NetClientSettings& settings, const std::string&, const std::string&, int64_t) {
+  return make_grpc_client(settings), GrpcUnaryResult{};  // throws: no nghttp2
+}
+
 std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings) {
   validate(settings);
   throw std::runtime_error(
@@ -82,6 +86,7 @@ enum Code : int {
   kUnimplemented = 12,
   kInternal = 13,
   kUnavailable = 14,
+  kDeadlineExceeded = 4,
   kPermissionDenied = 7,
   kUnauthenticated = 16,
 };
@@ -198,6 +203,75 @@ struct Ended {
   int code = 0;
   std::string text;  // the response message (code 0) or the status message
 };
+
+// One response header or trailer of `call`: its HTTP status, grpc-status, grpc-message.
+void take_header(Call& call, const uint8_t* name, size_t namelen, const uint8_t* value, size_t valuelen) {
+  if (header_is(name, namelen, ":status")) {
+    int st = 0;
+    for (size_t i = 0; i < valuelen && i < 4; ++i) st = st * 10 + (value[i] - '0');
+    call.http_status = st;
+  } else if (header_is(name, namelen, "grpc-status")) {
+    int code = 0;
+    bool ok = valuelen > 0 && valuelen <= 3;
+    for (size_t i = 0; ok && i < valuelen; ++i) {
+      ok = value[i] >= '0' && value[i] <= '9';
+      code = code * 10 + (value[i] - '0');
+    }
+    call.grpc_status = ok ? code : kUnknown;
+    if (!ok) call.grpc_message = "a grpc-status that is not a number";
+  } else if (header_is(name, namelen, "grpc-message") && call.grpc_message.empty()) {
+    call.grpc_message = percent_decoded(value, valuelen);
+  }
+}
+
+// How `call` ended (`error_code`: its stream's reset, NGHTTP2_NO_ERROR if none): its
+// status code and message, or its one response message, in *e.
+void judge_end(Call& call, uint32_t error_code, Ended* e) {
+  if (call.expired) {
+    e->what = Ended::kExpired;
+  } else if (call.too_large) {
+    e->code = kResourceExhausted;
+    e->text = std::move(call.grpc_message);
+  } else if (call.grpc_status < 0) {
+    if (call.http_status != 0 && call.http_status != 200) {
+      e->code = code_of_http_status(call.http_status);
+      e->text = "Received http2 header with status: " + std::to_string(call.http_status);
+    } else if (error_code != NGHTTP2_NO_ERROR) {
+      e->code = code_of_reset(error_code);
+      e->text = std::string("the stream was reset by the server (HTTP/2 ") + nghttp2_http2_strerror(error_code) + ")";
+    } else {
+      e->code = kUnknown;
+      e->text = "the call ended without a grpc-status";
+    }
+  } else if (call.grpc_status != kOk) {
+    e->code = call.grpc_status;
+    e->text = std::move(call.grpc_message);
+  } else {
+    // OK: exactly one uncompressed message.
+    const std::string& b = call.body;
+    if (b.empty()) {
+      e->what = Ended::kNoMessage;
+    } else if (b.size() < 5) {
+      e->code = kInternal;
+      e->text = "a truncated response message";
+    } else {
+      const uint64_t n = (uint64_t{static_cast<uint8_t>(b[1])} << 24) | (uint64_t{static_cast<uint8_t>(b[2])} << 16) |
+                         (uint64_t{static_cast<uint8_t>(b[3])} << 8) | uint64_t{static_cast<uint8_t>(b[4])};
+      if (b[0] != 0) {
+        e->code = kInternal;
+        e->text = "a compressed response message, and no compression was asked for";
+      } else if (n + 5 > b.size()) {
+        e->code = kInternal;
+        e->text = "a truncated response message";
+      } else if (n + 5 < b.size()) {
+        e->code = kUnimplemented;
+        e->text = "more than one response message to a unary call";
+      } else {
+        e->text.assign(b, 5, std::string::npos);
+      }
+    }
+  }
+}
 
 struct Pending {
   int64_t id;
@@ -400,23 +474,7 @@ int GrpcClient::on_header(nghttp2_session* session, const nghttp2_frame* frame, 
                           const uint8_t* value, size_t valuelen, uint8_t, void*) {
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   auto* call = static_cast<Call*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
-  if (call == nullptr) return 0;
-  if (header_is(name, namelen, ":status")) {
-    int st = 0;
-    for (size_t i = 0; i < valuelen && i < 4; ++i) st = st * 10 + (value[i] - '0');
-    call->http_status = st;
-  } else if (header_is(name, namelen, "grpc-status")) {
-    int code = 0;
-    bool ok = valuelen > 0 && valuelen <= 3;
-    for (size_t i = 0; ok && i < valuelen; ++i) {
-      ok = value[i] >= '0' && value[i] <= '9';
-      code = code * 10 + (value[i] - '0');
-    }
-    call->grpc_status = ok ? code : kUnknown;
-    if (!ok) call->grpc_message = "a grpc-status that is not a number";
-  } else if (header_is(name, namelen, "grpc-message") && call->grpc_message.empty()) {
-    call->grpc_message = percent_decoded(value, valuelen);
-  }
+  if (call != nullptr) take_header(*call, name, namelen, value, valuelen);
   return 0;
 }
 
@@ -454,50 +512,7 @@ int GrpcClient::on_close(nghttp2_session* session, int32_t stream_id, uint32_t e
   Ended e;
   e.id = call->id;
   e.t = c->read_t != 0 ? c->read_t : now_ns();
-  if (call->expired) {
-    e.what = Ended::kExpired;
-  } else if (call->too_large) {
-    e.code = kResourceExhausted;
-    e.text = std::move(call->grpc_message);
-  } else if (call->grpc_status < 0) {
-    if (call->http_status != 0 && call->http_status != 200) {
-      e.code = code_of_http_status(call->http_status);
-      e.text = "Received http2 header with status: " + std::to_string(call->http_status);
-    } else if (error_code != NGHTTP2_NO_ERROR) {
-      e.code = code_of_reset(error_code);
-      e.text = std::string("the stream was reset by the server (HTTP/2 ") + nghttp2_http2_strerror(error_code) + ")";
-    } else {
-      e.code = kUnknown;
-      e.text = "the call ended without a grpc-status";
-    }
-  } else if (call->grpc_status != kOk) {
-    e.code = call->grpc_status;
-    e.text = std::move(call->grpc_message);
-  } else {
-    // OK: exactly one uncompressed message.
-    std::string& b = call->body;
-    if (b.empty()) {
-      e.what = Ended::kNoMessage;
-    } else if (b.size() < 5) {
-      e.code = kInternal;
-      e.text = "a truncated response message";
-    } else {
-      const uint64_t n = (uint64_t{static_cast<uint8_t>(b[1])} << 24) | (uint64_t{static_cast<uint8_t>(b[2])} << 16) |
-                         (uint64_t{static_cast<uint8_t>(b[3])} << 8) | uint64_t{static_cast<uint8_t>(b[4])};
-      if (b[0] != 0) {
-        e.code = kInternal;
-        e.text = "a compressed response message, and no compression was asked for";
-      } else if (n + 5 > b.size()) {
-        e.code = kInternal;
-        e.text = "a truncated response message";
-      } else if (n + 5 < b.size()) {
-        e.code = kUnimplemented;
-        e.text = "more than one response message to a unary call";
-      } else {
-        e.text.assign(b, 5, std::string::npos);
-      }
-    }
-  }
+  judge_end(*call, error_code, &e);
   if (call->grpc_status >= 0 || call->too_large) c->client->responses_.fetch_add(1, std::memory_order_relaxed);
   if (c->ended != nullptr) c->ended->push_back(std::move(e));
   // Back to the spares, its body's capacity kept for the next call.
@@ -1195,6 +1210,225 @@ void GrpcClient::close() noexcept {
 
 std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings) {
   return std::make_unique<GrpcClient>(settings);
+}
+
+// ---- one unary call, waited for (prepare time)
+
+namespace {
+
+// The socket (and its TLS) of a unary call, each step waiting (poll) until `deadline_`.
+class BlockingConn {
+ public:
+  explicit BlockingConn(int64_t deadline) : deadline_(deadline) {}
+  ~BlockingConn() {
+    tls_.reset();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // "" once connected (TLS: handshake made), else why not.
+  std::string open(const NetClientSettings& s, TlsContext* ctx) {
+    int err = 0;
+    fd_ = netio::connect_nonblocking(s.host, s.port, &err);
+    if (fd_ >= 0) err = netio::finish_connect(fd_, left());
+    if (err != 0) return "failed to connect to " + s.host + ":" + std::to_string(s.port) + ": " + errno_text(err);
+    if (ctx == nullptr) return "";
+    tls_ = std::make_unique<TlsConn>(*ctx, fd_, s.server_name.empty() ? s.host : s.server_name);
+    if (tls_->handshake_blocking(left()) != TlsStatus::kOk) return "TLS handshake: " + tls_->error();
+    return "";
+  }
+  // All of `data` sent: false (why_ says why) when it could not be.
+  bool write_all(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      size_t n = 0;
+      TlsStatus st = TlsStatus::kOk;
+      if (tls_) {
+        st = tls_->write(data.data() + off, data.size() - off, &n);
+      } else {
+        const ssize_t w = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w >= 0) n = static_cast<size_t>(w);
+        st = w >= 0 ? TlsStatus::kOk : (errno == EAGAIN || errno == EINTR) ? TlsStatus::kWantWrite : TlsStatus::kError;
+        if (w < 0 && st == TlsStatus::kError) why_ = "lost while sending: " + errno_text(errno);
+      }
+      if (st == TlsStatus::kOk) {
+        off += n;
+      } else if (st == TlsStatus::kError || st == TlsStatus::kClosed || !wait(st)) {
+        if (tls_ && why_.empty()) why_ = "lost while sending: " + tls_->error();
+        return false;
+      }
+    }
+    return true;
+  }
+  // Some bytes read into buf (> 0), or 0 at the end of the stream, or -1 (why_ says why).
+  ssize_t read_some(char* buf, size_t len) {
+    for (;;) {
+      size_t n = 0;
+      TlsStatus st = TlsStatus::kOk;
+      if (tls_) {
+        st = tls_->read(buf, len, &n);
+        if (st == TlsStatus::kError) why_ = "lost while reading: " + tls_->error();
+      } else {
+        const ssize_t r = ::recv(fd_, buf, len, MSG_DONTWAIT);
+        if (r > 0) n = static_cast<size_t>(r);
+        st = r > 0 ? TlsStatus::kOk : r == 0 ? TlsStatus::kClosed
+             : (errno == EAGAIN || errno == EINTR) ? TlsStatus::kWantRead : TlsStatus::kError;
+        if (st == TlsStatus::kError) why_ = "lost while reading: " + errno_text(errno);
+      }
+      if (st == TlsStatus::kOk) return static_cast<ssize_t>(n);
+      if (st == TlsStatus::kClosed) return 0;
+      if (st == TlsStatus::kError || !wait(st)) return -1;
+    }
+  }
+  const std::string& why() const { return why_; }
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  int64_t left() const { return std::max<int64_t>(0, deadline_ - now_ns()); }
+  // Waits for the readiness `st` asks for; false at the deadline.
+  bool wait(TlsStatus st) {
+    pollfd p{fd_, static_cast<short>(st == TlsStatus::kWantWrite ? POLLOUT : POLLIN), 0};
+    for (;;) {
+      const int64_t ns = left();
+      if (ns <= 0) break;
+      const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ns / 1'000'000 + 1, 1000)));
+      if (r > 0) return true;
+      if (r < 0 && errno != EINTR) break;
+    }
+    timed_out_ = true;
+    why_ = "no answer in time";
+    return false;
+  }
+  int64_t deadline_;
+  int fd_ = -1;
+  std::unique_ptr<TlsConn> tls_;
+  std::string why_;
+  bool timed_out_ = false;
+};
+
+struct UnaryCall {
+  Call call;
+  std::string framed;
+  int64_t max_bytes = 0;
+  bool closed = false;
+  uint32_t error_code = NGHTTP2_NO_ERROR;
+};
+
+int unary_header(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
+                 const uint8_t* value, size_t valuelen, uint8_t, void* user_data) {
+  if (frame->hd.type == NGHTTP2_HEADERS) {
+    take_header(static_cast<UnaryCall*>(user_data)->call, name, namelen, value, valuelen);
+  }
+  (void)session;
+  return 0;
+}
+
+int unary_data(nghttp2_session* session, uint8_t, int32_t stream_id, const uint8_t* data, size_t len, void* user_data) {
+  auto* u = static_cast<UnaryCall*>(user_data);
+  if (u->call.too_large) return 0;
+  if (u->call.body.size() + len > static_cast<size_t>(u->max_bytes) + 5) {
+    u->call.too_large = true;
+    u->call.grpc_message = "a response over " + std::to_string(u->max_bytes) + " bytes";
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
+    return 0;
+  }
+  u->call.body.append(reinterpret_cast<const char*>(data), len);
+  return 0;
+}
+
+int unary_close(nghttp2_session*, int32_t, uint32_t error_code, void* user_data) {
+  auto* u = static_cast<UnaryCall*>(user_data);
+  u->closed = true;
+  u->error_code = error_code;
+  return 0;
+}
+
+ssize_t unary_body(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* data_flags,
+                   nghttp2_data_source* source, void*) {
+  auto* u = static_cast<UnaryCall*>(source->ptr);
+  const size_t n = std::min(length, u->framed.size() - u->call.offset);
+  std::memcpy(buf, u->framed.data() + u->call.offset, n);
+  u->call.offset += n;
+  if (u->call.offset == u->framed.size()) *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+  return static_cast<ssize_t>(n);
+}
+
+// The session's callbacks and the session, freed together.
+struct UnarySession {
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_session* session = nullptr;
+  ~UnarySession() {
+    if (session != nullptr) nghttp2_session_del(session);
+    if (callbacks != nullptr) nghttp2_session_callbacks_del(callbacks);
+  }
+};
+
+}  // namespace
+
+GrpcUnaryResult grpc_unary_call(const NetClientSettings& settings, const std::string& method,
+                                const std::string& request, int64_t timeout_ns) {
+  NetClientSettings s = settings;
+  s.protocol = NetProtocol::kGrpc;
+  s.grpc_method = method;
+  s.requests = {request};
+  validate(s);
+  require(timeout_ns > 0, "timeout_ns must be > 0, got " + std::to_string(timeout_ns));
+  require(request.size() < (uint64_t{1} << 32), "request: a gRPC message over 4 GiB");
+  std::unique_ptr<TlsContext> ctx;
+  if (s.tls) ctx = std::make_unique<TlsContext>(s.ca_file, s.insecure, "h2");  // throws: a CA file that does not load
+  if (s.authority.empty()) {
+    s.authority = (s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host) + ":" + std::to_string(s.port);
+  }
+  BlockingConn conn(now_ns() + timeout_ns);
+  std::string why = conn.open(s, ctx.get());
+  if (!why.empty()) return {kUnavailable, why};
+
+  UnaryCall u;
+  u.max_bytes = s.max_response_bytes;
+  const uint32_t n = static_cast<uint32_t>(request.size());
+  u.framed = std::string{'\0', static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                         static_cast<char>(n)} + request;
+  UnarySession us;
+  nghttp2_session_callbacks_new(&us.callbacks);
+  nghttp2_session_callbacks_set_on_header_callback(us.callbacks, &unary_header);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(us.callbacks, &unary_data);
+  nghttp2_session_callbacks_set_on_stream_close_callback(us.callbacks, &unary_close);
+  if (nghttp2_session_client_new(&us.session, us.callbacks, &u) != 0) return {kInternal, "failed to start HTTP/2"};
+  const nghttp2_settings_entry entries[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
+  nghttp2_submit_settings(us.session, NGHTTP2_FLAG_NONE, entries, 1);
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {":method", "POST"}, {":scheme", s.tls ? "https" : "http"}, {":path", s.grpc_method}, {":authority", s.authority},
+      {"content-type", "application/grpc"}, {"te", "trailers"}, {"user-agent", "loadgen-native-grpc"}};
+  fields.insert(fields.end(), s.metadata.begin(), s.metadata.end());
+  std::vector<nghttp2_nv> nva;
+  for (const auto& [name, value] : fields) nva.push_back(header(name, value));
+  nghttp2_data_provider body;
+  body.source.ptr = &u;
+  body.read_callback = &unary_body;
+  if (nghttp2_submit_request(us.session, nullptr, nva.data(), nva.size(), &body, nullptr) < 0) {
+    return {kInternal, "failed to submit the call"};
+  }
+  std::vector<char> buf(kReadChunk);
+  while (!u.closed) {
+    std::string out;
+    for (;;) {
+      const uint8_t* data = nullptr;
+      const ssize_t k = nghttp2_session_mem_send(us.session, &data);
+      if (k < 0) return {kInternal, std::string("HTTP/2: ") + nghttp2_strerror(static_cast<int>(k))};
+      if (k == 0) break;
+      out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(k));
+    }
+    if (!conn.write_all(out)) return {conn.timed_out() ? kDeadlineExceeded : kUnavailable, conn.why()};
+    if (u.closed) break;
+    const ssize_t r = conn.read_some(buf.data(), buf.size());
+    if (r < 0) return {conn.timed_out() ? kDeadlineExceeded : kUnavailable, conn.why()};
+    if (r == 0) return {kUnavailable, "the server closed the connection before the call ended"};
+    const ssize_t used = nghttp2_session_mem_recv(us.session, reinterpret_cast<const uint8_t*>(buf.data()),
+                                                  static_cast<size_t>(r));
+    if (used < 0) return {kInternal, std::string("HTTP/2: ") + nghttp2_strerror(static_cast<int>(used))};
+  }
+  Ended e;
+  judge_end(u.call, u.error_code, &e);
+  if (e.what == Ended::kNoMessage) return {kInternal, "no response message"};
+  return {e.code, std::move(e.text)};
 }
 
 #endif  // LOADGEN_HAVE_NGHTTP2

@@ -22,7 +22,9 @@
 // The build has this client where nghttp2's header was found (setup.py); else
 // make_grpc_client() throws and grpc_client_available() is false.
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "net_client.h"
 
@@ -43,5 +45,23 @@ void validate_grpc(const NetClientSettings& s);
 /// calls it. Throws std::invalid_argument on bad settings, std::runtime_error when the
 /// build has no nghttp2.
 std::unique_ptr<NetClient> make_grpc_client(const NetClientSettings& settings);
+
+/// A unary call's end: its gRPC status `code` (0: OK) and `text`, the response message
+/// (code 0) or the status message.
+struct GrpcUnaryResult {
+  int code = 0;
+  std::string text;
+};
+
+/// One unary call of `method` (/package.Service/Method) with the serialized `request`,
+/// made on a connection of its own and waited for (at most `timeout_ns` in all): for
+/// prepare time (readiness, metadata), with the run's connection settings (`settings`:
+/// host, port, TLS, authority, metadata, max_response_bytes; the rest is ignored). A
+/// failed connect or handshake is UNAVAILABLE, the timeout DEADLINE_EXCEEDED; otherwise
+/// judged as the client judges a run's calls. Throws std::invalid_argument on bad
+/// settings, std::runtime_error for a CA file that does not load or a build without
+/// nghttp2. Blocking; any thread.
+GrpcUnaryResult grpc_unary_call(const NetClientSettings& settings, const std::string& method,
+                                const std::string& request, int64_t timeout_ns);
 
 }  // namespace loadgen

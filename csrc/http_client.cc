@@ -113,6 +113,24 @@ SseFigures::SseFigures(int significant_figures)
       output_length_tokens(1, kHighestFigure, significant_figures),
       stream(significant_figures) {}
 
+GroupFigures::GroupFigures(int significant_figures)
+    : latency_ns(1, kHighestFigure, significant_figures), ttft_ns(1, kHighestFigure, significant_figures) {}
+
+void GroupFigures::record(int64_t scheduled_ns, int64_t first_ns, int64_t t_ns, int64_t n) noexcept {
+  ++answered;
+  output_tokens += n;
+  latency_ns.record(std::max<int64_t>(1, t_ns - scheduled_ns));
+  if (first_ns != 0) ttft_ns.record(std::max<int64_t>(1, first_ns - scheduled_ns));
+}
+
+void GroupFigures::add(const GroupFigures& other) {
+  sent += other.sent;
+  answered += other.answered;
+  output_tokens += other.output_tokens;
+  latency_ns.add(other.latency_ns);
+  ttft_ns.add(other.ttft_ns);
+}
+
 struct HttpClient::Conn {
   enum State { kClosed, kConnecting, kHandshaking, kIdle, kBusy };
   explicit Conn(const HttpParserLimits& limits) : parser(limits) {}
@@ -131,6 +149,7 @@ struct HttpClient::Conn {
   int64_t sample = 0;
   int64_t scheduled = 0;
   int64_t n_input = -1;
+  int32_t group = -1;  // its request's group (request_groups; -1: none)
   std::string own_req;
   // sse: the stream of the query in progress; with check_each, its bytes (kept).
   std::unique_ptr<SseScanner> sse;
@@ -169,13 +188,18 @@ HttpClient::HttpClient(NetClientSettings settings)
     if (s_.server_name.empty()) s_.server_name = s_.host;
     tls_ = std::make_unique<TlsContext>(s_.ca_file, s_.insecure, "http/1.1");
   }
+  group_sent_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(s_.group_count));
+  for (int64_t g = 0; g < s_.group_count; ++g) group_sent_[static_cast<size_t>(g)] = 0;
   HttpParserLimits limits;
   limits.max_body_bytes = s_.max_response_bytes;
   const int64_t nio = std::min<int64_t>(s_.io_threads, s_.connections);
   for (int64_t i = 0; i < nio; ++i) {
     auto io = std::make_unique<Io>();
     open_io_thread(io.get(), "http client");
-    if (s_.sse || s_.whole_answers) io->fig = std::make_unique<SseFigures>(s_.significant_figures);
+    if (s_.sse || s_.whole_answers) {
+      io->fig = std::make_unique<SseFigures>(s_.significant_figures);
+      io->fig->groups.assign(static_cast<size_t>(s_.group_count), GroupFigures(s_.significant_figures));
+    }
     ios_.push_back(std::move(io));
   }
   for (int64_t i = 0; i < s_.connections; ++i) {
@@ -330,8 +354,10 @@ void HttpClient::start(CompletionSink& sink) {
 void HttpClient::submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept {
   const Pending p{id, sample, s_.timeout_ns > 0 ? scheduled_ns + s_.timeout_ns : 0, scheduled_ns};
   bool one_off = false;
-  const int64_t n_input = input_tokens_of(sample, &one_off);
+  int32_t group = -1;
+  const int64_t n_input = input_tokens_of(sample, &one_off, &group);
   if (n_input > 0) input_tokens_sent_.fetch_add(n_input, std::memory_order_relaxed);
+  if (group >= 0) group_sent_[static_cast<size_t>(group)].fetch_add(1, std::memory_order_relaxed);
   if (!one_off && !s_.image_bytes.empty()) {  // a one-off (a conversation's later turn) has none
     images_sent_.fetch_add(s_.images_per_request, std::memory_order_relaxed);
     image_bytes_sent_.fetch_add(s_.image_bytes[static_cast<size_t>(sample) % s_.image_bytes.size()],
@@ -372,6 +398,7 @@ void HttpClient::send_locked(Conn* c, const Pending& p) noexcept {
     c->req = &s_.requests[static_cast<size_t>(p.sample) % s_.requests.size()];
     c->n_input = s_.input_tokens.empty() ? -1
                                          : s_.input_tokens[static_cast<size_t>(p.sample) % s_.input_tokens.size()];
+    c->group = group_of(p.sample);
   }
   c->written = 0;
   c->parser.start(s_.head_only);
@@ -597,6 +624,7 @@ void HttpClient::end_stream(Conn* c, int64_t t, int status, StreamEnd* out) noex
   for (const int64_t gap : s.gaps()) f.itl_ns.record(std::max<int64_t>(gap, 1));
   f.stream.record(s, c->scheduled);
   record_answer(io, n, usage, t - c->scheduled, c->n_input);
+  record_group(io, c->group, c->scheduled, s.first_ns(), t, n);
   if (s_.check_each) {  // recorded as any stream; completed by the Python side's check
     out->check = true;
     out->body = std::move(c->kept);
@@ -633,6 +661,11 @@ void HttpClient::record_answer(Io& io, int64_t n, bool usage, int64_t elapsed_ns
   if (n > 0) f.output_length_tokens.record(n);
 }
 
+void HttpClient::record_group(Io& io, int32_t group, int64_t scheduled_ns, int64_t first_ns, int64_t t_ns,
+                              int64_t n) noexcept {
+  if (group >= 0) io.fig->groups[static_cast<size_t>(group)].record(scheduled_ns, first_ns, t_ns, n);
+}
+
 void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
   WholeAnswer a;
   if (s_.whole_answers && out.done_status == 200 &&
@@ -642,6 +675,7 @@ void HttpClient::check_whole(Io& io, EventOutcome& out) noexcept {
       SseFigures& f = *io.fig;
       if (s_.sse_check) ++f.checked;
       record_answer(io, a.tokens, true, out.done_t - out.done_scheduled, out.done_input);
+      record_group(io, out.done_group, out.done_scheduled, 0, out.done_t, a.tokens);
       // The reasoning count is usage's, as the asyncio client records a whole answer's.
       if (a.reasoning_tokens >= 0) {
         ++f.stream.reasoning_from_usage;
@@ -677,9 +711,10 @@ void HttpClient::finish_stream(Io& io, StreamEnd&& e) noexcept {
   hand_over(std::move(u));
 }
 
-bool HttpClient::add_request(int64_t sample, std::string request, int64_t input_tokens) {
+bool HttpClient::add_request(int64_t sample, std::string request, int64_t input_tokens, int32_t group) {
+  if (group < -1 || group >= s_.group_count) group = -1;  // not one of the run's groups: counted in none
   std::lock_guard<std::mutex> lock(one_off_mutex_);
-  auto [it, added] = one_off_.insert_or_assign(sample, OneOff{std::move(request), input_tokens});
+  auto [it, added] = one_off_.insert_or_assign(sample, OneOff{std::move(request), input_tokens, group});
   (void)it;
   if (added) one_offs_.fetch_add(1, std::memory_order_release);
   return true;
@@ -692,23 +727,26 @@ bool HttpClient::take_one_off(Conn* c, int64_t sample) noexcept {
   if (it == one_off_.end()) return false;
   c->own_req = std::move(it->second.request);
   c->n_input = it->second.input_tokens;
+  c->group = it->second.group;
   c->req = &c->own_req;
   one_off_.erase(it);
   one_offs_.fetch_sub(1, std::memory_order_release);
   return true;
 }
 
-int64_t HttpClient::input_tokens_of(int64_t sample, bool* one_off) noexcept {
+int64_t HttpClient::input_tokens_of(int64_t sample, bool* one_off, int32_t* group) noexcept {
   if (one_offs_.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(one_off_mutex_);
     auto it = one_off_.find(sample);
     *one_off = it != one_off_.end();
-    if (*one_off) return it->second.input_tokens;
+    if (*one_off) {
+      *group = it->second.group;
+      return it->second.input_tokens;
+    }
   }
+  *group = group_of(sample);
   return s_.input_tokens.empty() ? -1 : s_.input_tokens[static_cast<size_t>(sample) % s_.input_tokens.size()];
 }
-
-
 
 void HttpClient::expire(Io* io, int64_t now) noexcept {
   for (Conn* c : io->conns) {
@@ -950,6 +988,7 @@ void HttpClient::take_response(Conn* c, int64_t t, EventOutcome* out) noexcept {
     out->done_sample = c->sample;
     out->done_scheduled = c->scheduled;
     out->done_input = c->n_input;
+    out->done_group = c->group;
   }
   responses_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -988,6 +1027,7 @@ bool HttpClient::sse_read(Conn* c, StreamEnd* out) noexcept {
 
 SseFigures HttpClient::sse_figures() const {
   SseFigures out(s_.significant_figures);
+  out.groups.assign(static_cast<size_t>(s_.group_count), GroupFigures(s_.significant_figures));
   std::map<int64_t, int64_t> lengths;
   for (const auto& io : ios_) {
     if (!io->fig) continue;
@@ -1003,7 +1043,9 @@ SseFigures HttpClient::sse_figures() const {
     out.checked += f.checked;
     out.stream.add(f.stream);
     for (const auto& [n, count] : io->output_lengths) lengths[n] += count;
+    for (size_t g = 0; g < f.groups.size(); ++g) out.groups[g].add(f.groups[g]);
   }
+  for (size_t g = 0; g < out.groups.size(); ++g) out.groups[g].sent = group_sent_[g].load(std::memory_order_relaxed);
   out.output_lengths.assign(lengths.begin(), lengths.end());
   out.input_tokens_sent = input_tokens_sent_.load();
   out.images_sent = images_sent_.load();

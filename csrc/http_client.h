@@ -29,6 +29,20 @@ namespace loadgen {
 
 class CompletionSink;
 
+/// One request group's figures (NetClientSettings::request_groups: a model of a model
+/// mix): what the asyncio client's ModelFigures keeps, with the same meaning.
+struct GroupFigures {
+  explicit GroupFigures(int significant_figures);
+  int64_t sent = 0;           ///< requests sent (submitted)
+  int64_t answered = 0;       ///< requests answered and counted in the core
+  int64_t output_tokens = 0;  ///< their output tokens
+  HdrHistogram latency_ns;    ///< completion - scheduled (>= 1 ns)
+  HdrHistogram ttft_ns;       ///< first token - scheduled (streams with a first token)
+  /// An answer of `n` output tokens completed at `t_ns` (`first_ns`: its first token, 0: none).
+  void record(int64_t scheduled_ns, int64_t first_ns, int64_t t_ns, int64_t n) noexcept;
+  void add(const GroupFigures& other);
+};
+
 /// The figures of the streams completed (sse): what the asyncio client's OpenAISUT
 /// keeps, with the same meaning. Histogram values are in [1, 3.6e12].
 struct SseFigures {
@@ -46,6 +60,7 @@ struct SseFigures {
   int64_t image_bytes_sent = 0;      ///< their image data, in bytes
   int64_t checked = 0;               ///< streams checked (sse_check) and found good
   SseStreamFigures stream;           ///< reasoning, per-token inter-token latency (sse.h)
+  std::vector<GroupFigures> groups;  ///< by request group (NetClientSettings::group_count)
 };
 
 /// The HTTP/1.1 part of validate(const NetClientSettings&): each request starts with a
@@ -64,7 +79,7 @@ class HttpClient final : public NetClient {
   void submit(int64_t id, int64_t sample, int64_t scheduled_ns) noexcept override;
   void close() noexcept override;
   /// Takes a one-off request for the next query of `sample` (see NetClient::add_request).
-  bool add_request(int64_t sample, std::string request, int64_t input_tokens) override;
+  bool add_request(int64_t sample, std::string request, int64_t input_tokens, int32_t group = -1) override;
   /// sse: the figures so far, over all I/O threads. Any thread, during a run too.
   SseFigures sse_figures() const;
 
@@ -95,6 +110,7 @@ class HttpClient final : public NetClient {
   struct OneOff {
     std::string request;
     int64_t input_tokens = -1;
+    int32_t group = -1;
   };
   // What one readiness event on a connection leaves to do once its lock is released.
   struct EventOutcome {
@@ -105,6 +121,7 @@ class HttpClient final : public NetClient {
     int64_t done_sample = 0;  // check_each: what the Python side's check is told besides
     int64_t done_scheduled = 0;
     int64_t done_input = -1;
+    int32_t done_group = -1;
     StreamEnd stream_end;  // sse: a stream that ended (id >= 0)
     bool reuse = false;    // the connection is idle again: it goes back to the pool
   };
@@ -201,8 +218,17 @@ class HttpClient final : public NetClient {
   // Takes the one-off request of `sample` into c (its lock held); false when none.
   bool take_one_off(Conn* c, int64_t sample) noexcept;
   // The input tokens of query sample `sample`: its one-off's, else the prepared request's;
-  // *one_off says which.
-  int64_t input_tokens_of(int64_t sample, bool* one_off) noexcept;
+  // *one_off says which, and its group is in *group (-1: none).
+  int64_t input_tokens_of(int64_t sample, bool* one_off, int32_t* group) noexcept;
+  // The group of prepared request sample `sample` (-1: no groups).
+  int32_t group_of(int64_t sample) const noexcept {
+    return s_.request_groups.empty() ? -1 : s_.request_groups[static_cast<size_t>(sample) % s_.request_groups.size()];
+  }
+  // An answer of query group `group` (-1: none) in io's figures; io.fig_mu held.
+  static void record_group(Io& io, int32_t group, int64_t scheduled_ns, int64_t first_ns, int64_t t_ns,
+                           int64_t n) noexcept;
+  // Requests sent, by group (group_count of them).
+  std::unique_ptr<std::atomic<int64_t>[]> group_sent_;
 };
 
 }  // namespace loadgen

@@ -319,6 +319,13 @@ void validate(const NetClientSettings& s) {
           "net.image_bytes must be empty or hold one count per request");
   require(s.images_per_request >= 0, "net.images_per_request must be >= 0");
   require(s.significant_figures >= 1 && s.significant_figures <= 5, "net.significant_figures must be in 1..5");
+  require(s.group_count >= 0 && s.group_count <= 4096, "net.group_count must be in 0..4096");
+  require(s.request_groups.empty() || s.request_groups.size() == s.requests.size(),
+          "net.request_groups must be empty or hold one group per request");
+  for (const int32_t g : s.request_groups) {
+    require(g >= 0 && g < s.group_count, "net.request_groups: group " + std::to_string(g) + " is outside 0.." +
+                                             std::to_string(s.group_count - 1) + " (net.group_count)");
+  }
   require(!s.tls || tls_available(),
           "net.tls: this build of loadgen has no TLS in its native clients (OpenSSL's header was missing when it "
           "was built: install libssl-dev and reinstall)");

@@ -102,6 +102,12 @@ struct NetClientSettings {
   /// (SseFigures::images_sent, image_bytes_sent).
   std::vector<int64_t> image_bytes;
   int64_t images_per_request = 0;
+  /// HTTP/1.1: each request's group (a model of a model mix: 0..group_count-1), by
+  /// sample index like `requests` (empty: no groups). Each group keeps its own counts,
+  /// output tokens and latency and TTFT histograms (HttpClient::sse_figures().groups).
+  std::vector<int32_t> request_groups;
+  /// HTTP/1.1: how many groups there are (0: none; up to 4096).
+  int64_t group_count = 0;
   /// sse: the figures' histograms keep this many significant figures (1..5).
   int significant_figures = 3;
   /// HTTP/1.1: every response goes to the Python side's check, none to the verdict cache:
@@ -228,11 +234,13 @@ class NetClient {
   /// A request sent once, in place of the prepared one, by the next query of sample
   /// index `sample` (a multi-turn conversation's follow-up turn, whose body holds the
   /// conversation so far), with `input_tokens` input tokens (-1: not known). Call it
-  /// before the query is scheduled. False when the client takes none (gRPC). Any thread.
-  virtual bool add_request(int64_t sample, std::string request, int64_t input_tokens) {
+  /// before the query is scheduled. `group`: the request's group (request_groups; -1:
+  /// none). False when the client takes none (gRPC). Any thread.
+  virtual bool add_request(int64_t sample, std::string request, int64_t input_tokens, int32_t group = -1) {
     (void)sample;
     (void)request;
     (void)input_tokens;
+    (void)group;
     return false;
   }
   /// The client's counters.

@@ -125,6 +125,16 @@ def open_target(url: str, net: "NetOptions", *, pool_size: int, significant_figu
     Raises:
         ValueError: bad URL or options, server not ready in time, payload that does not fit.
     """
+    sut = _open_target(url, net, pool_size, significant_figures, uncapped)
+    target = sut.inner.target if hasattr(sut, "inner") else sut.target
+    if target.tls and net.insecure:  # said once the run is to go ahead, as its result says it (tls_verified)
+        print(f"warning: --insecure: the TLS certificate of {target.host} is not verified", file=sys.stderr,
+              flush=True)
+    return sut
+
+
+def _open_target(url: str, net: "NetOptions", pool_size: int, significant_figures: int,
+                 uncapped: bool) -> "Union[NetworkSUT, NativeClientSUT]":
     from loadgen.net.targets import parse_target
 
     target = parse_target(url, template=bool(net.request_template))
@@ -198,8 +208,10 @@ def _grpc_sut(target: Any, net: Any, pool_size: int, uncapped: bool = False) -> 
     if engine == "native" and refused:  # said before the server is asked anything
         raise ValueError(f"--grpc-engine native: {refused}; use --grpc-engine grpcio (or auto)")
     native = engine == "native" or (engine == "auto" and refused is None)
-    sut = KServeGrpcSUT(target, net, pool_size)
-    if native and target.tls:  # its own handshake, checked before grpcio asks the server anything
+    # Natively, the readiness and metadata calls are the core's too: the run's TLS settings
+    # (--insecure included), no grpcio channel.
+    sut = KServeGrpcSUT(target, net, pool_size, native_calls=native)
+    if native and target.tls:  # its own handshake, checked before the server is asked anything
         check_tls(target, net, "grpc")
     sut.prepare()
     if not native:

@@ -166,6 +166,8 @@ class NetworkSUT(LoopSUT):
             },
             "headers": [f"{k}: {v}" for k, v in self.net.headers],
         }
+        if self.target.tls:  # --insecure: the server's certificate was not checked
+            out["tls_verified"] = not self.net.insecure
         if self.metadata is not None:
             out["model_metadata"] = self.metadata.as_dict()
         return self.redactor.doc(out)

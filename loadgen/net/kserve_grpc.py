@@ -30,10 +30,10 @@ from loadgen.net.payloads import payload_kind, read_jsonl
 from loadgen.net.targets import Target, host_port
 from loadgen.net.tensors import InputSpec, datatype_of, numpy_dtype
 from loadgen.sut.forms import CallbackSUT
-from loadgen.units import ns_to_s
+from loadgen.units import NS_PER, ns_to_s, s_to_ns
 
-__all__ = ["KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "import_grpc", "infer_request",
-           "metadata_from_pb", "output_summary", "pb"]
+__all__ = ["CallFailed", "KServeGrpcSUT", "RPC", "check_response", "decode_outputs", "import_grpc", "infer_request",
+           "metadata_from_pb", "native_unary", "output_summary", "pb", "status_name"]
 
 _monotonic_ns = time.monotonic_ns
 
@@ -205,6 +205,37 @@ def import_grpc():
     return grpc
 
 
+class CallFailed(Exception):
+    """A unary call made before the run failed; its text is "CODE: details"."""
+
+
+def native_unary(target: Target, net: NetOptions, method: str, request: bytes, timeout_s: float) -> bytes:
+    """The response message of one unary call of ``method`` (its path) made by the core's
+    client (``_core.grpc_unary_call``) on a connection of its own, with the run's TLS
+    settings (``--ca-file``, ``--insecure``) and metadata.
+
+    Raises:
+        CallFailed: the call failed ("CODE: details", grpcio's code names).
+        ValueError: the host does not resolve, or the CA file does not load.
+    """
+    from loadgen import _core
+    from loadgen.net.native import grpc_settings
+
+    try:
+        code, text = _core.grpc_unary_call(grpc_settings(target, net), method, request, max(s_to_ns(timeout_s), NS_PER["ms"]))  # at least 1 ms
+    except RuntimeError as e:  # a CA file that does not load
+        raise ValueError(str(e)) from None
+    if code == 0:
+        return bytes(text)
+    raise CallFailed(f"{status_name(code)}: {text.decode('utf-8', 'replace')}")
+
+
+def status_name(code: int) -> str:
+    """grpcio's name of the gRPC status ``code`` ("UNAVAILABLE"; "UNKNOWN" for a code it has not)."""
+    grpc = import_grpc()
+    return next((c.name for c in grpc.StatusCode if c.value[0] == code), "UNKNOWN")
+
+
 class KServeGrpcSUT(CallbackSUT, KServeInputs, NetworkSUT):
     """KServe v2 gRPC ``ModelInfer`` on grpcio's public API, with no event loop: each call
     is started with ``.future()`` on a synchronous channel from the thread that hands out
@@ -221,14 +252,17 @@ class KServeGrpcSUT(CallbackSUT, KServeInputs, NetworkSUT):
     protocol = "kserve_v2_grpc"
     grpc_engine = "grpcio"
 
-    def __init__(self, target: Target, net: NetOptions, pool_size: int) -> None:
+    def __init__(self, target: Target, net: NetOptions, pool_size: int, native_calls: bool = False) -> None:
         # One HTTP/2 channel carries many concurrent calls; more channels only help at
         # very high concurrency, so the default is one per 64 in flight.
         super().__init__(target, net, max(1, math.ceil(pool_size / 64)))
         grpc = import_grpc()
-        if target.tls and net.insecure:
-            raise ValueError("--insecure is not available for grpcs:// (grpcio always verifies); "
-                             "give the server's CA with --ca-file")
+        if target.tls and net.insecure and not native_calls:
+            raise ValueError("--insecure is not available for grpcs:// on grpcio (grpcio always verifies); "
+                             "give the server's CA with --ca-file, or run the native client (--grpc-engine native "
+                             "or auto, in a build with nghttp2 and OpenSSL)")
+        #: prepare()'s calls (readiness, metadata) are the core's (:func:`native_unary`), not grpcio's.
+        self.native_calls = native_calls
         self.requests: List[bytes] = []
         # None rather than an empty tuple: grpc skips its metadata handling then.
         self.metadata_md = tuple((k.lower(), v) for k, v in net.headers) or None
@@ -298,44 +332,56 @@ class KServeGrpcSUT(CallbackSUT, KServeInputs, NetworkSUT):
         return out
 
     def prepare(self) -> None:
-        import grpc
-
+        """Waits for the server and model to be ready, reads the model's metadata and
+        serializes the requests; the calls are the core's (:attr:`native_calls`) or grpcio's."""
+        if self.native_calls:
+            self._prepare_with(self._native_call)
+            return
         channel = self.sync_channel()
         try:
-            server_ready = channel.unary_unary(RPC["ServerReady"],
-                                               request_serializer=pb.ServerReadyRequest.SerializeToString,
-                                               response_deserializer=pb.ServerReadyResponse.FromString)
-            model_ready = channel.unary_unary(RPC["ModelReady"],
-                                              request_serializer=pb.ModelReadyRequest.SerializeToString,
-                                              response_deserializer=pb.ModelReadyResponse.FromString)
-            metadata = channel.unary_unary(RPC["ModelMetadata"],
-                                           request_serializer=pb.ModelMetadataRequest.SerializeToString,
-                                           response_deserializer=pb.ModelMetadataResponse.FromString)
-            name, version = self.target.model, self.target.version
-
-            def probe(timeout_s: float):
-                try:
-                    if not server_ready(pb.ServerReadyRequest(), timeout=timeout_s,
-                                        metadata=self.metadata_md).ready:
-                        return False, "ServerReady: not ready"
-                    if not model_ready(pb.ModelReadyRequest(name=name, version=version),
-                                       timeout=timeout_s, metadata=self.metadata_md).ready:
-                        return False, f"ModelReady({name!r}): not ready"
-                    return True, ""
-                except grpc.RpcError as e:
-                    return False, f"{e.code().name}: {e.details()}"
-
-            self.wait_ready(probe, f"gRPC server {host_port(self.target)}")
-            try:
-                self.metadata = metadata_from_pb(metadata(
-                    pb.ModelMetadataRequest(name=name, version=version), timeout=10.0,
-                    metadata=self.metadata_md))
-            except grpc.RpcError as e:
-                if not self.net.inputs and not self.net.payload:
-                    raise ValueError(f"ModelMetadata({name!r}) failed ({e.code().name}: {e.details()}); "
-                                     "give --input NAME:DTYPE:SHAPE or --payload FILE") from None
+            self._prepare_with(functools.partial(self._grpcio_call, channel))
         finally:
             channel.close()
+
+    def _grpcio_call(self, channel: Any, method: str, request: Any, response_type: Any, timeout_s: float) -> Any:
+        """One unary call on grpcio's ``channel``; :class:`CallFailed` when it fails."""
+        import grpc
+
+        call = channel.unary_unary(RPC[method], request_serializer=type(request).SerializeToString,
+                                   response_deserializer=response_type.FromString)
+        try:
+            return call(request, timeout=timeout_s, metadata=self.metadata_md)
+        except grpc.RpcError as e:
+            raise CallFailed(f"{e.code().name}: {e.details()}") from None
+
+    def _native_call(self, method: str, request: Any, response_type: Any, timeout_s: float) -> Any:
+        """One unary call made by the core (:func:`native_unary`)."""
+        return response_type.FromString(native_unary(self.target, self.net, RPC[method], request.SerializeToString(),
+                                                     timeout_s))
+
+    def _prepare_with(self, call: Any) -> None:
+        """prepare() with ``call(method, request, response_type, timeout_s)`` making the calls."""
+        name, version = self.target.model, self.target.version
+
+        def probe(timeout_s: float):
+            try:
+                if not call("ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse, timeout_s).ready:
+                    return False, "ServerReady: not ready"
+                if not call("ModelReady", pb.ModelReadyRequest(name=name, version=version), pb.ModelReadyResponse,
+                            timeout_s).ready:
+                    return False, f"ModelReady({name!r}): not ready"
+                return True, ""
+            except CallFailed as e:
+                return False, str(e)
+
+        self.wait_ready(probe, f"gRPC server {host_port(self.target)}")
+        try:
+            self.metadata = metadata_from_pb(call("ModelMetadata", pb.ModelMetadataRequest(name=name, version=version),
+                                                  pb.ModelMetadataResponse, 10.0))
+        except CallFailed as e:
+            if not self.net.inputs and not self.net.payload:
+                raise ValueError(f"ModelMetadata({name!r}) failed ({e}); give --input NAME:DTYPE:SHAPE or "
+                                 "--payload FILE") from None
         self.prepare_requests()
 
     def prepare_requests(self) -> None:

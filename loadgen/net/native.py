@@ -31,7 +31,9 @@ own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`
 verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
 stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
 reply, hands the next turn's request to the core (``net_add_request``) and schedules it
-as the engine's follow-up, before the turn is completed.
+as the engine's follow-up, before the turn is completed. A model mix (``--model
+a=3,b=1``) gives each request its model's group: the core keeps each group's figures
+(:meth:`NativeOpenAISUT._model_figures` adds those the Python check kept).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from loadgen.sut.report import NamedHistogram
 from loadgen.units import s_to_ns
 
 __all__ = ["Checker", "NativeClientSUT", "NativeGrpcSUT", "NativeHttpSUT", "NativeOpenAISUT", "check_tls",
-           "grpc_refusal", "http_refusal", "native_sut"]
+           "grpc_refusal", "grpc_settings", "http_refusal", "native_sut"]
 
 _TAKE_MAX = 256
 
@@ -92,8 +94,6 @@ def http_refusal(target: Any, net: Any = None) -> Optional[str]:
     if what is None and target.kind == "openai" and target.endpoint not in ("completions", "chat", "responses",
                                                                                   "embeddings"):
         what = f"OpenAI {target.path}"
-    if what is None and target.kind == "openai" and "," in (getattr(net, "model", None) or ""):
-        what = "a model mix (--model NAME=WEIGHT,...)"  # per-model figures: the asyncio client's
     if what is None:
         return None
     return ("the native HTTP/1.1 client runs KServe REST, --request-template and OpenAI completions, embeddings, "
@@ -142,6 +142,27 @@ def check_tls(target: Any, net: Any, protocol: str) -> None:
         if time.monotonic() >= deadline:
             return
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def grpc_settings(target: Any, net: Any) -> _core.NetClientSettings:
+    """The core client's connection settings for ``target`` over gRPC (server, TLS, the
+    :authority a certificate is checked against, metadata, response bound): what a unary
+    call before the run (``_core.grpc_unary_call``: readiness, metadata) needs."""
+    from loadgen.net.targets import host_port
+
+    h = _core.NetClientSettings()
+    h.protocol = _core.NetProtocol.grpc
+    h.host = _numeric_host(target.host, target.port)
+    h.port = int(target.port)
+    h.max_response_bytes = min(int(net.max_response_bytes), 1 << 32)
+    h.metadata = [(k.lower(), v) for k, v in net.headers]
+    if target.tls:
+        h.tls = True
+        h.server_name = target.host
+        h.ca_file = net.ca_file or ""
+        h.insecure = bool(net.insecure)
+        h.authority = host_port(target) or ""
+    return h
 
 
 # How the core's tls_check() begins a connect that failed (the server is not there yet).
@@ -424,6 +445,9 @@ class NativeOpenAISUT(NativeHttpSUT):
         h.images_per_request = inner.llm_options().images_per_request if inner.image_bytes else 0
         h.significant_figures = int(inner._itl.significant_figures)
         h.max_response_bytes = int(inner.max_event_bytes)
+        if inner.model_figures:  # a model mix: each request's model is its group
+            h.group_count = len(inner.model_figures)
+            h.request_groups = [int(m) for m in inner.request_models]
         return h
 
     def start_checker(self, core: _core.Engine) -> Checker:
@@ -463,6 +487,8 @@ class NativeOpenAISUT(NativeHttpSUT):
             else:
                 whole = WholeResponse(inner, qid, scheduled)
                 whole.n_input = n_input
+                if inner.model_figures:  # its model's figures (the asyncio client's count_model)
+                    whole.model_id = inner.model_of(qid, sample)
                 whole.on_response(None, status, body, t)
         except Exception as e:  # a bug in a check must not end the run
             self.check_errors += 1
@@ -506,6 +532,8 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner = self.inner
         inner.input_tokens_sent = f["input_tokens_sent"]  # counted as each request is sent
         inner.images_sent, inner.image_bytes_sent = f["images_sent"], f["image_bytes_sent"]
+        if inner.model_figures:
+            self._model_figures(f["groups"])
         if self.whole_answers:
             self._whole_figures(f)
             return
@@ -538,6 +566,27 @@ class NativeOpenAISUT(NativeHttpSUT):
         inner.output_lengths = own["output_lengths"] + Counter(dict(f["output_lengths"]))
         for key, attr in _WHOLE_HISTOGRAMS:
             setattr(inner, attr, Histogram.from_core(f[key]).add(own[attr]))
+
+    def _model_figures(self, groups: List[Dict[str, Any]]) -> None:
+        """A model mix: each model's figures are the core's (its request group's: requests
+        sent, answers it counted) added to those the inner client's check recorded for the
+        answers it counted (taken once, when first asked after the run)."""
+        from loadgen.net.openai_stream import ModelFigures
+
+        inner = self.inner
+        own = getattr(self, "_own_models", None)
+        if own is None:
+            own = self._own_models = list(inner.model_figures)
+        merged = []
+        for mine, core in zip(own, groups):
+            m = ModelFigures(inner._itl.significant_figures)
+            m.sent = mine.sent + core["sent"]
+            m.answered = mine.answered + core["answered"]
+            m.output_tokens = mine.output_tokens + core["output_tokens"]
+            m.latency = Histogram.from_core(core["latency_ns"]).add(mine.latency)
+            m.ttft = Histogram.from_core(core["ttft_ns"]).add(mine.ttft)
+            merged.append(m)
+        inner.model_figures = merged
 
     def live_histograms(self) -> Dict[str, NamedHistogram]:
         """The token histograms in ns so far (live metrics); any thread."""

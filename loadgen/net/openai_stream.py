@@ -795,6 +795,11 @@ class OpenAISUT(HttpSUT):
             return []
         return [mix.names[i] for i in mix.draw(self.llm_options().seed, count)]
 
+    def model_of(self, qid: int, sample_index: int) -> int:
+        """The model (its index in the mix) of query ``qid``, made from prepared request
+        ``sample_index``, when the run has a model mix: the native client's checks use it."""
+        return self.request_models[sample_index % len(self.request_models)]
+
     def count_model(self, handler: Any, i: int) -> None:
         """Gives ``handler`` (a request from prepared request ``i``) its model and counts
         it sent, when the run has a model mix."""

@@ -107,7 +107,7 @@ class ConversationSUT(OpenAISUT):
         # The native client: takes each follow-up's request (tag, bytes, input tokens)
         # before it is scheduled; and the engine's counts, for the conversations' ends
         # that only the core sees (a turn failed or cancelled there).
-        self.add_request: Optional[Callable[[int, bytes, int], Any]] = None
+        self.add_request: Optional[Callable[..., Any]] = None
         self.engine_counts: Optional[Callable[[], Dict[str, int]]] = None
 
     def _bodies(self) -> Tuple[List[dict], str]:
@@ -210,6 +210,11 @@ class ConversationSUT(OpenAISUT):
             self._next_sid += 1
         self._by_query[qid] = session
 
+    def model_of(self, qid: int, sample_index: int) -> int:
+        """The model of turn ``qid``: its conversation's (see :meth:`native_turn`)."""
+        session = self._by_query.get(qid)
+        return self.request_models[session.conv] if session is not None else super().model_of(qid, sample_index)
+
     def native_stream(self, qid: int, body: bytes, n_tokens: int, t: int) -> None:
         """The native client's good stream for turn ``qid``: ``body`` its bytes (the
         reply's text is read from them), ``n_tokens`` its output tokens as the core counted
@@ -240,8 +245,9 @@ class ConversationSUT(OpenAISUT):
             return
         self._waiting[session.sid] = session
         tag = FOLLOW_TAG | session.sid
-        if self.add_request is not None:  # the native client: the request goes first
-            self.add_request(tag, self._turn_request(session), session.history_tokens + self._turn_tokens(session))
+        if self.add_request is not None:  # the native client: the request goes first, with its model's group
+            self.add_request(tag, self._turn_request(session), session.history_tokens + self._turn_tokens(session),
+                             self.request_models[session.conv] if self.request_models else -1)
         if not self.sink.follow_up(tag, t + self._think()):
             del self._waiting[session.sid]  # issuing has ended: the engine counts it dropped
 

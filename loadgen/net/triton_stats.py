@@ -272,6 +272,8 @@ class TritonGrpcStats:
         status when it fails."""
         from loadgen.net.kserve_grpc import import_grpc
 
+        if self.target.tls and self.net.insecure:  # grpcio always verifies: the core's call, verification off
+            return self._native_call(method, request, timeout_s)
         grpc = import_grpc()
         call = self._channel().unary_unary(method, request_serializer=type(request).SerializeToString)
         try:
@@ -279,6 +281,22 @@ class TritonGrpcStats:
         except grpc.RpcError as e:
             said = str(e.details() or "")[:200].strip()
             raise ValueError(f"{method.rsplit('/', 1)[1]}: {e.code().name}" + (f": {said}" if said else "")) from None
+
+    def _native_call(self, method: str, request: Any, timeout_s: float) -> bytes:
+        """The answer of ``method`` by the core's unary call (a connection of its own per
+        call), for ``grpcs://`` with ``--insecure``; ValueError as :meth:`_call` words it."""
+        from loadgen.net.kserve_grpc import CallFailed, native_unary
+        from loadgen.net.native import grpc_refusal
+
+        refused = grpc_refusal(self.target)
+        if refused is not None:
+            raise ValueError(f"{method.rsplit('/', 1)[1]}: --insecure needs the native gRPC client: {refused}")
+        try:
+            return native_unary(self.target, self.net, method, request.SerializeToString(), timeout_s)
+        except CallFailed as e:
+            code, _, said = str(e).partition(": ")
+            said = said[:200].strip()
+            raise ValueError(f"{method.rsplit('/', 1)[1]}: {code}" + (f": {said}" if said else "")) from None
 
     def is_triton(self) -> bool:
         """Whether the server's ``ServerMetadata`` names Triton; False when it does not

@@ -118,13 +118,17 @@ def test_embeddings_endpoint(tmp_path):
     assert doc["llm"]["requests"]["input_tokens_sent"] == 50 * 16
 
 
+@pytest.mark.parametrize("engine", ["asyncio", "native", "auto"])
 @pytest.mark.parametrize("endpoint, extra", [("completions", ()), ("chat/completions", ("--no-stream",))])
-def test_model_mix_follows_its_weights_and_counts_equal_the_servers(tmp_path, endpoint, extra):
+def test_model_mix_follows_its_weights_and_counts_equal_the_servers(tmp_path, endpoint, extra, engine):
+    """Both clients keep each model's figures (the native client in the core, by request
+    group); auto runs a mix natively."""
     args = ("--query-count", "400", "--sample-count", "400", "--sample-order", "sequential", "--sample-seed", "5",
-            "--model", "base=3,lora-a=1", *extra)
+            "--model", "base=3,lora-a=1", "--http-engine", engine, *extra)
     with start_scripted(tmp_path, *SERVER) as srv:
         doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/{endpoint}", *args)
         _, log = _log(srv)
+    assert doc["network"]["http_engine"] == ("asyncio" if engine == "asyncio" else "native")
     served = Counter(e["model"] for e in log)
     assert set(served) == {"base", "lora-a"} and sum(served.values()) == 400
     # 400 draws at 3:1: the share of base is 0.75 with a standard deviation of about 0.022.
@@ -143,6 +147,32 @@ def test_model_mix_follows_its_weights_and_counts_equal_the_servers(tmp_path, en
         _run(tmp_path, "--sut", f"openai+{srv.url}/v1/{endpoint}", *args)
         _, again = _log(srv)
     assert Counter(e["model"] for e in again) == served
+
+
+@pytest.mark.parametrize("engine", ["asyncio", "native"])
+@pytest.mark.parametrize("extra", [("--turns", "2", "--think-time-ms", "1"),
+                                   ("--turns", "2", "--think-time-ms", "1", "--no-stream")],
+                         ids=["conversations", "conversations-no-stream"])
+def test_model_mix_figures_of_conversations_equal_the_servers(tmp_path, engine, extra):
+    """A conversation's turns count in its model on both clients: natively, its follow-ups
+    carry their conversation's group into the core, and answers not streamed, which the
+    Python check counts, carry their model there."""
+    with start_scripted(tmp_path, *SERVER) as srv:
+        doc = _run(tmp_path, "--sut", f"openai+{srv.url}/v1/chat/completions", "--http-engine", engine,
+                   "--query-count", "120", "--sample-count", "60", "--sample-seed", "5",
+                   "--model", "base=3,lora-a=1", *extra)
+        _, log = _log(srv)
+    assert doc["network"]["http_engine"] == engine and doc["counts"]["failed"] == 0
+    served = Counter(e["model"] for e in log)
+    assert set(served) == {"base", "lora-a"} and sum(served.values()) == doc["counts"]["completed"]
+    if engine == "native":  # every turn goes to the Python side (its reply makes the next turn)
+        assert doc["network"]["native"]["checked_in_python"] == doc["counts"]["completed"]
+    models = doc["network"]["models"]
+    for name in ("base", "lora-a"):
+        m = models[name]
+        assert m["count"] == m["sent"] == served[name] == m["latency_ns"]["count"], (name, m, served)
+        assert m["output_tokens"] == sum(e["completion_tokens"] for e in log if e["model"] == name), (name, m)
+        assert m["ttft_ns"]["count"] == (0 if "--no-stream" in extra else served[name])
 
 
 @pytest.mark.parametrize("engine", ["asyncio", "native"])

@@ -101,6 +101,7 @@ def test_insecure_runs_natively_on_a_self_signed_certificate(tmp_path, certs):
         doc = _run("--sut", f"https://127.0.0.1:{srv.port}/v2/models/m/infer", "--insecure", "--scenario",
                    "concurrency", "--concurrency", "2", "--query-count", "100")
     assert doc["network"]["http_engine"] == "native" and doc["counts"]["completed"] == 100
+    assert doc["network"]["tls_verified"] is False
     _assert_handshakes(doc["network"], 2)
 
 
@@ -314,6 +315,70 @@ def test_grpcs_with_a_certificate_that_does_not_verify_is_exit_2(certs):
     assert proc.stderr.strip() == (f"error: TLS with 127.0.0.1:{srv.port}: certificate verify failed: certificate has "
                                    "expired (--ca-file names the CA that signed the server's certificate; --insecure "
                                    "skips the check)"), proc.stderr
+
+
+@pytest.mark.parametrize("engine", ["auto", "native"])
+def test_grpcs_insecure_runs_natively_on_a_self_signed_certificate(certs, engine):
+    """--insecure for grpcs:// as for https://: the readiness and metadata calls are the
+    core's (no grpcio channel, which would verify), and the run is native; the result and
+    a warning line say verification was off."""
+    pytest.importorskip("grpc")
+    from tests.servers.grpc_scripted import ScriptedGrpc
+
+    tls = (Path(certs.self_signed[0]).read_bytes(), Path(certs.self_signed[1]).read_bytes())
+    with ScriptedGrpc(tls=tls) as srv:
+        proc = run_cli("run", "--json", *RELAXED, "--sut", srv.url(), "--insecure", "--grpc-engine", engine,
+                       "--scenario", "concurrency", "--concurrency", "4", "--query-count", "200", timeout=120)
+        answered = srv.answered
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    c, net = doc["counts"], doc["network"]
+    assert net["grpc_engine"] == "native"
+    assert c["completed"] == 200 == answered and c["failed"] == 0
+    assert net["model_metadata"]["name"] == "m"  # read by the core's unary call
+    assert net["tls_verified"] is False
+    assert "warning: --insecure: the TLS certificate of 127.0.0.1 is not verified" in proc.stderr, proc.stderr
+
+
+def test_grpcs_self_signed_without_insecure_is_exit_2_from_the_native_handshake(certs):
+    pytest.importorskip("grpc")
+    from tests.servers.grpc_scripted import ScriptedGrpc
+
+    tls = (Path(certs.self_signed[0]).read_bytes(), Path(certs.self_signed[1]).read_bytes())
+    with ScriptedGrpc(tls=tls) as srv:
+        proc = _run("--sut", srv.url(), "--ready-timeout-s", "2", "--query-count", "5", expect=2)
+    assert proc.stderr.strip().startswith(f"error: TLS with 127.0.0.1:{srv.port}: certificate verify failed: "
+                                          "self-signed certificate"), proc.stderr
+
+
+def test_grpcs_insecure_on_grpcio_is_exit_2_saying_it_verifies(certs):
+    pytest.importorskip("grpc")
+    proc = _run("--sut", "grpcs://127.0.0.1:9/m", "--insecure", "--grpc-engine", "grpcio", "--query-count", "5",
+                expect=2)
+    assert "--insecure is not available for grpcs:// on grpcio" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_native_unary_call_reads_readiness_over_tls_and_names_failures(certs):
+    """The core's unary call (prepare time): ServerReady over TLS with the CA file, a
+    method the server does not have as UNIMPLEMENTED, a port with nothing on it as
+    UNAVAILABLE."""
+    pytest.importorskip("grpc")
+    from loadgen.net.kserve_grpc import RPC, CallFailed, native_unary, pb
+    from loadgen.net.options import NetOptions
+    from loadgen.net.targets import parse_target
+    from tests.servers.grpc_scripted import ScriptedGrpc
+
+    tls = (Path(certs.good[0]).read_bytes(), Path(certs.good[1]).read_bytes())
+    net = NetOptions(ca_file=certs.ca)
+    with ScriptedGrpc(tls=tls) as srv:
+        target = parse_target(srv.url())
+        raw = native_unary(target, net, RPC["ServerReady"], pb.ServerReadyRequest().SerializeToString(), 10.0)
+        assert pb.ServerReadyResponse.FromString(raw).ready is True
+        with pytest.raises(CallFailed, match="^UNIMPLEMENTED"):
+            native_unary(target, net, "/inference.GRPCInferenceService/NoSuchMethod", b"", 10.0)
+    with pytest.raises(CallFailed, match="^UNAVAILABLE: failed to connect"):
+        native_unary(parse_target(f"grpcs://127.0.0.1:{_free_port()}/m"), net, RPC["ServerReady"], b"", 5.0)
 
 
 def _free_port() -> int:

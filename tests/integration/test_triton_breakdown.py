@@ -17,6 +17,7 @@ import threading
 import grpc
 import pytest
 
+from loadgen import _core
 from loadgen.net import kserve_v2_pb2 as pb
 from loadgen.net import triton_stats_pb2 as tpb
 from loadgen.net.options import NetOptions
@@ -274,6 +275,23 @@ def test_a_grpcs_triton_is_read_with_the_runs_ca(tmp_path):
         doc = run_doc("--sut", srv.url(), *LOAD, "--ca-file", str(cert))
         assert doc["server_breakdown"]["requests"] == doc["counts"]["completed"] == 60
         assert doc["server_breakdown"]["url"].startswith(f"grpcs://{srv.target}/")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None or not _core.tls_available() or not _core.grpc_client_available(),
+                    reason="needs the openssl command and the native gRPC client with TLS")
+def test_a_grpcs_triton_is_read_with_insecure_by_the_cores_calls(tmp_path):
+    """With --insecure grpcio cannot read the statistics (it always verifies): the core's
+    unary calls do, with verification off as the run's."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    with _ScriptedTritonGrpc(tls=(cert.read_bytes(), key.read_bytes())) as srv:
+        doc = run_doc("--sut", srv.url(), *LOAD, "--insecure")
+        assert doc["network"]["grpc_engine"] == "native" and doc["network"]["tls_verified"] is False
+        assert doc["server_breakdown"]["requests"] == doc["counts"]["completed"] == 60
+        assert not [w for w in doc["warnings"] if w["name"] == "server_stats_unread"]
+        check_result(doc)
 
 
 def test_grpc_statistics_that_fail_are_the_named_warning_and_other_servers_are_left_alone():

@@ -177,9 +177,11 @@ class TritonServer:
 
 
 def start_triton(workdir: str, *, models: Iterable[str] = ("add_one",),
-                 timeout_s: float = 120) -> TritonServer:
+                 timeout_s: float = 120, extra_args: Iterable[str] = ()) -> TritonServer:
     """Starts tritonserver serving models on free ports of 127.0.0.1 and waits (at most
     timeout_s) until it reports ready, which with strict readiness means every model loaded.
+    ``extra_args`` go to tritonserver after the others (e.g. its gRPC TLS options:
+    ``--grpc-use-ssl=true --grpc-server-cert=PEM --grpc-server-key=PEM``).
 
     workdir receives the model repository, the backend directory and the server's log.
     Raises ServerUnavailable when no install is found, RuntimeError when the server exits
@@ -208,6 +210,7 @@ def start_triton(workdir: str, *, models: Iterable[str] = ("add_one",),
         "--allow-metrics=true", "--allow-gpu-metrics=false",
         "--strict-readiness=true",
         f"--exit-timeout-secs={_EXIT_TIMEOUT_S}",
+        *extra_args,
     ]
     env = {
         "PATH": _prepend(install.bin_dir, os.environ.get("PATH")),

@@ -124,3 +124,20 @@ def test_tls_is_no_reason_to_refuse_where_the_core_has_it():
 def test_a_ca_file_that_does_not_load_is_named_when_the_client_is_made():
     with pytest.raises(RuntimeError, match="--ca-file: cannot load /nonexistent/ca.pem"):
         net_client_engine(_settings(_core.NetProtocol.http1, tls=True, ca_file="/nonexistent/ca.pem"))
+
+
+def test_request_groups_are_one_per_request_and_within_the_group_count():
+    """A model mix's groups: one per prepared request, each one of the group_count groups."""
+    two = [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"] * 2
+    with pytest.raises(ValueError, match=r"net\.request_groups must be empty or hold one group per request"):
+        net_client_engine(_settings(_core.NetProtocol.http1, requests=two, group_count=2, request_groups=[0]))
+    with pytest.raises(ValueError, match=r"net\.request_groups: group 2 is outside 0\.\.1"):
+        net_client_engine(_settings(_core.NetProtocol.http1, requests=two, group_count=2, request_groups=[0, 2]))
+    net_client_engine(_settings(_core.NetProtocol.http1, requests=two, group_count=2, request_groups=[1, 0]))
+
+
+def test_a_model_mix_is_no_reason_to_refuse_the_native_client():
+    from loadgen.net.native import http_refusal
+
+    chat = SimpleNamespace(kind="openai", tls=False, endpoint="chat", path="/v1/chat/completions")
+    assert http_refusal(chat, SimpleNamespace(model="base=3,lora-a=1")) is None
