@@ -17,7 +17,7 @@ same prepared requests costs one lookup. The gRPC verdict checks a response mess
 the grpcio clients do and names a failed call's error as they do (``grpc_<CODE>``).
 
 OpenAI streams (:class:`NativeOpenAISUT`) are read in the core as their events arrive
-(``csrc/sse.cc``, the semantics of :class:`~loadgen.net.openai_stream.TokenStream`): first
+(``csrc/sse.cc``, the semantics of :class:`~loadgen.net.openai_answers.TokenStream`): first
 tokens, completions with their token counts and the client's figures (gaps between token
 chunks, the per-token inter-token latency, times to the first reasoning and answer token,
 reasoning counts, tokens per second, lengths) are native; only a failed stream comes to
@@ -27,7 +27,7 @@ counting them needs the answer and its query). A completions or chat answer (wit
 ``--tools``) whose count is certain (a JSON object with choices and ``usage.completion_tokens``:
 ``read_whole_answer`` in ``csrc/sse.h``) is counted and completed in the core; every other
 answer, and every embeddings and ``/v1/responses`` answer, comes to the Python side, where the asyncio client's
-own code checks and counts it (:class:`~loadgen.net.openai_stream.WholeResponse`) and the
+own code checks and counts it (:class:`~loadgen.net.openai_answers.WholeResponse`) and the
 verdict carries the token counts. A multi-turn conversation's turns (``--turns``) come to the Python side too, a
 stream with its bytes: :class:`~loadgen.net.openai_turns.ConversationSUT` reads the
 reply, hands the next turn's request to the core (``net_add_request``) and schedules it
@@ -73,7 +73,7 @@ def _bad_token_count_text(digits: bytes, responses: bool = False) -> str:
     """The message of a stream whose ``usage.completion_tokens`` (``usage.output_tokens``
     of a ``/v1/responses`` stream; ``digits``, an integer's text) is outside 0 to
     ``_core.MAX_TOKEN_COUNT``, as the asyncio client words it."""
-    from loadgen.net.openai_stream import bad_count_text
+    from loadgen.net.openai_answers import bad_count_text
 
     return bad_count_text(digits.decode("ascii", "replace"), "output_tokens" if responses else "completion_tokens")
 
@@ -366,7 +366,7 @@ class NativeHttpSUT(NativeClientSUT):
 
 
 class _AnswerSink:
-    """The sink of the asyncio client's own checks (:class:`~loadgen.net.openai_stream.WholeResponse`,
+    """The sink of the asyncio client's own checks (:class:`~loadgen.net.openai_answers.WholeResponse`,
     :class:`~loadgen.net.openai_turns.ConversationSUT`) when they judge the native client's
     answers on its checker thread: the outcome they report (:attr:`outcome`: error kind or
     None, message, output and input tokens) becomes the answer's verdict; follow-ups go to
@@ -471,7 +471,7 @@ class NativeOpenAISUT(NativeHttpSUT):
     def _answer(self, qid: int, t: int, status: int, body: bytes, problem: int, sample: int, scheduled: int,
                 n_input: int, n_output: int) -> Tuple[Any, ...]:
         """One answer's verdict (see :meth:`verdicts`)."""
-        from loadgen.net.openai_stream import WholeResponse
+        from loadgen.net.openai_answers import WholeResponse
 
         inner, sink = self.inner, self._answers
         sink.outcome = ("check_error", "the answer's check reported no outcome", -1, -1)
@@ -501,8 +501,7 @@ class NativeOpenAISUT(NativeHttpSUT):
     def stream_verdict(self, problem: int, status: int, body: bytes) -> Tuple[str, str]:
         """The error (kind, message) of a stream the core failed, worded (and redacted) as
         the asyncio client words it: ``problem`` is the core's code, ``body`` its bytes."""
-        from loadgen.net.openai_stream import NO_COMPLETED, NO_DONE, NO_TOKENS, loads_json, event_problem, \
-            too_large_text
+        from loadgen.net.openai_answers import NO_COMPLETED, NO_DONE, NO_TOKENS, loads_json, event_problem, too_large_text
 
         inner = self.inner
         responses = bool(getattr(inner, "responses", False))

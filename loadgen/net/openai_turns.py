@@ -39,7 +39,8 @@ import numpy as np
 from loadgen.llm.conversation import Conversations, build_conversations
 from loadgen.llm.images import text_only
 from loadgen.net.http1 import Request
-from loadgen.net.openai_stream import OpenAISUT, TokenStream, WholeResponse, whole_calls, whole_text
+from loadgen.net.openai_stream import OpenAISUT
+from loadgen.net.openai_answers import TokenStream, WholeResponse, whole_calls, whole_text
 from loadgen.units import NS_PER
 
 __all__ = ["ConversationSUT", "FOLLOW_TAG"]

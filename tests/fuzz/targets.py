@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from typing import Callable, Dict, List, Tuple
 
-from loadgen.net import http1, kserve_common, metrics, openai_stream
+from loadgen.net import http1, kserve_common, metrics, openai_answers
 from loadgen.net import options as net_options
 from loadgen.net.tensors import InputSpec
 from loadgen.options import OPTION_SPECS, OptionError, resolve
@@ -188,7 +188,7 @@ def sse_stream(data: bytes, responses: bool = False) -> None:
     closes: tokens are counted, the query ends exactly once, and nothing escapes."""
     flags = data[0] if data else 0
     sut = _StreamSUT(check=bool(flags & 1), responses=responses)
-    stream = openai_stream.TokenStream(sut, 1, 0)  # type: ignore[arg-type]
+    stream = openai_answers.TokenStream(sut, 1, 0)  # type: ignore[arg-type]
     status = b"500 Internal Server Error" if flags & 2 else b"200 OK"
     head = b"HTTP/1.1 " + status + b"\r\nContent-Type: text/event-stream\r\n\r\n"
     _exchange(head + data[1:], stream, flags >> 2, stream=True)

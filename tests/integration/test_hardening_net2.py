@@ -27,7 +27,7 @@ from loadgen.net.base import http_get
 from loadgen.net.blocking_get import blocking_get
 from loadgen.net.http1 import Request, ResponseTooLarge
 from loadgen.net.metrics import MetricsScraper
-from loadgen.net.openai_stream import MAX_TOKEN_COUNT, TokenStream, WholeResponse
+from loadgen.net.openai_answers import MAX_TOKEN_COUNT, TokenStream, WholeResponse
 from loadgen.net.options import NetOptions
 from tests.helpers import clean_env, GOOD, kserve, kserve_url, run_cli_peak, _send
 from tests.unit.test_hardening_net import MIB, SECRET, _openai_sut

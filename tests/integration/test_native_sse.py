@@ -1,5 +1,5 @@
 """Server-Sent Events of OpenAI streams read natively (csrc/sse.cc, loadgen._core.SseScanner)
-against the asyncio client's TokenStream (loadgen/net/openai_stream.py): a differential
+against the asyncio client's TokenStream (loadgen/net/openai_answers.py): a differential
 property test on generated streams split at random, then the native client end to end
 against the scripted server (tests/servers/scripted.py), whose record is the truth.
 

@@ -18,7 +18,8 @@ import pytest
 
 from loadgen.net.http1 import HttpPool, Request, _Connection
 from loadgen.net.metrics import MetricsScraper
-from loadgen.net.openai_stream import OpenAISUT, TokenStream
+from loadgen.net.openai_stream import OpenAISUT
+from loadgen.net.openai_answers import TokenStream
 from loadgen.net.options import NetOptions, Redactor, clip
 from loadgen.net.targets import parse_target
 from loadgen.net.tensors import MAX_SAMPLE_BYTES, MAX_SYNTHETIC_BYTES, InputSpec, parse_input_spec, synthetic_samples

@@ -1,5 +1,5 @@
 """Server-Sent Events of OpenAI streams read natively (csrc/sse.cc, loadgen._core.SseScanner)
-against the asyncio client's TokenStream (loadgen/net/openai_stream.py): a differential
+against the asyncio client's TokenStream (loadgen/net/openai_answers.py): a differential
 property test on generated streams split at random (chat and completions streams with tool
 calls, and /v1/responses streams of typed events), then the native client end to end
 against the scripted server (tests/servers/scripted.py), whose record is the truth.
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from loadgen import _core
 from loadgen.net.http1 import ResponseTooLarge
 from loadgen.net.native import NativeOpenAISUT
-from loadgen.net.openai_stream import TokenStream, token_itl
+from loadgen.net.openai_answers import TokenStream, token_itl
 from loadgen.net.options import NetOptions
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -557,7 +557,7 @@ def test_chat_tool_call_deltas_are_counted_and_their_arguments_are_tokens():
 
 
 def test_a_responses_stream_without_completed_is_worded_alike_by_both_clients():
-    from loadgen.net.openai_stream import NO_COMPLETED, NO_DONE
+    from loadgen.net.openai_answers import NO_COMPLETED, NO_DONE
 
     class _Failing(_Sut):
         check = True

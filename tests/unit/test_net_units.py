@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from loadgen.net import kserve_common, kserve_grpc
 from loadgen.net.http1 import HttpPool, Request, _Connection
 from loadgen.net.metrics import parse_prometheus
-from loadgen.net.openai_stream import OpenAISUT, TokenStream
+from loadgen.net.openai_stream import OpenAISUT
+from loadgen.net.openai_answers import TokenStream
 from loadgen.net.options import NetOptions, Redactor, parse_header
 from loadgen.net.targets import parse_target, redact_url
 from loadgen.net.template_http import fill_template

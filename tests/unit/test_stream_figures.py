@@ -9,7 +9,9 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from loadgen.net.openai_stream import OpenAISUT, TokenStream
+from loadgen.net.openai_stream import OpenAISUT
+
+from loadgen.net.openai_answers import TokenStream
 from loadgen.net.options import NetOptions
 from loadgen.net.targets import parse_target
 
@@ -120,7 +122,7 @@ def test_live_metrics_serve_the_stream_figures():
 
 
 def test_an_answer_not_streamed_counts_the_reasoning_its_usage_gives():
-    from loadgen.net.openai_stream import WholeResponse
+    from loadgen.net.openai_answers import WholeResponse
 
     sut = _sut()
     body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "a b"}}],

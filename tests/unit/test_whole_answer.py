@@ -1,6 +1,6 @@
 """A non-streamed OpenAI answer counted natively (csrc/sse.cc ``read_whole_answer``, which
 the native client uses for ``--no-stream`` completions and chat) against the asyncio
-client's own check and count (``WholeResponse`` in loadgen/net/openai_stream.py): every
+client's own check and count (``WholeResponse`` in loadgen/net/openai_answers.py): every
 answer the core counts, the asyncio client completes with the same output and reasoning
 tokens; the core leaves the rest (errors, no choices, no usage) to that check."""
 
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from loadgen import _core
 from loadgen.net.native import _AnswerSink
-from loadgen.net.openai_stream import OpenAISUT, WholeResponse
+from loadgen.net.openai_stream import OpenAISUT
+from loadgen.net.openai_answers import WholeResponse
 from loadgen.net.options import NetOptions
 from loadgen.net.targets import parse_target
 
