@@ -8,336 +8,22 @@ option and the allowed range.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from loadgen import defaults as D
 from loadgen.files import CONFIG_LIMIT_BYTES, InputFileError, read_text
 from loadgen.llm.dist import MAX_REQUEST_TOKENS
+from loadgen.option_values import (OptionError, bool_value, choice_value, cpu_list_value, dist_value, float_value,
+                                  gpus_value, header_list_value, input_list_value, int_value, json_object_value,
+                                  label_list_value, model_mix_value, pin_value, price_value, ramp_up_value,
+                                  raw_list_value, slo_list_value, storage_list_value, str_list_value, str_value,
+                                  think_dist_value, tools_file_value, parse_labels, parse_stages)
 from loadgen.units import TIME_UNITS, parse_duration_s, s_to_ms
 
 __all__ = ["OptionError", "RunOptions", "OPTION_SPECS", "SWEEP_TABLE", "parse_labels", "parse_stages",
            "parse_duration_s", "read_config_table", "resolve", "unknown_environment"]
-
-
-class OptionError(ValueError):
-    """A bad option value; the message names the option (as a flag) and what is allowed."""
-
-
-# --------------------------------------------------------------------------- converters
-
-def _range_text(lo: Optional[float], hi: Optional[float], lo_open: bool, unit: str) -> str:
-    """The allowed range for messages, like '0..1e+08 s' or '> 0 and <= 1e+08'."""
-    u = f" {unit}" if unit else ""
-    if lo is not None and hi is not None:
-        return f"> {lo:g} and <= {hi:g}{u}" if lo_open else f"{lo:g}..{hi:g}{u}"
-    if lo is not None:
-        return f"{'>' if lo_open else '>='} {lo:g}{u}"
-    return f"<= {hi:g}{u}" if hi is not None else "any finite number"
-
-
-def _float(lo: Optional[float] = None, hi: Optional[float] = None, lo_open: bool = False,
-           unit: str = "", zero_or_min: Optional[float] = None) -> Callable[[Any], Any]:
-    """A finite number in [lo, hi] ((lo, hi] with ``lo_open``); with ``zero_or_min``, 0
-    (none) or at least that. Every message gives the allowed range."""
-    allowed = _range_text(lo, hi, lo_open, unit)
-    u = f" {unit}" if unit else ""
-    if zero_or_min is not None:
-        allowed = f"0 (none) or {zero_or_min:g}..{hi:g}{' ' + unit if unit else ''}"
-
-    def convert(v: Any) -> float:
-        try:
-            x = float(v)
-        except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"must be a number, got {v!r} (allowed: {allowed})") from None
-        if not math.isfinite(x):
-            raise ValueError(f"must be finite, got {v!r} (allowed: {allowed})")
-        if lo is not None and (x < lo or (lo_open and x == lo)):
-            raise ValueError(f"must be {'>' if lo_open else '>='} {lo:g}{u}, got {v!r} (allowed: {allowed})")
-        if hi is not None and x > hi:
-            raise ValueError(f"must be <= {hi:g}{u}, got {v!r} (allowed: {allowed})")
-        if zero_or_min is not None and 0 < x < zero_or_min:
-            raise ValueError(f"must be 0 (none) or >= {zero_or_min:g}{u}, got {v!r} (allowed: {allowed})")
-        return x
-    return _with_unit(convert, unit)
-
-
-def _with_unit(convert: Callable[[Any], Any], unit: str) -> Callable[[Any], Any]:
-    """``convert`` carrying the unit of its values (``OptionSpec.unit`` reads it), so that
-    an option's unit is written once, where its range is."""
-    setattr(convert, "unit", unit)  # noqa: B010 (an attribute a Callable's type does not declare)
-    return convert
-
-
-def _int(lo: Optional[int] = None, hi: Optional[int] = None, why: str = "") -> Callable[[Any], int]:
-    """An integer in [lo, hi]; ``why`` says where the upper limit comes from."""
-    allowed = f"{lo if lo is not None else ''}..{hi if hi is not None else ''}" + (f", {why}" if why else "")
-
-    def convert(v: Any) -> int:
-        if isinstance(v, bool):
-            raise ValueError(f"must be an integer, got {v!r}")
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        try:
-            x = int(str(v).replace("_", "")) if not isinstance(v, int) else v
-        except ValueError:
-            raise ValueError(f"must be an integer, got {v!r}") from None
-        if lo is not None and x < lo:
-            raise ValueError(f"must be >= {lo}, got {v!r} (allowed: {allowed})")
-        if hi is not None and x > hi:
-            raise ValueError(f"must be <= {hi}, got {v!r} (allowed: {allowed})")
-        return x
-    return convert
-
-
-def _choice(*choices: str) -> Callable[[Any], str]:
-    def convert(v: Any) -> str:
-        s = str(v)
-        if s not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}; got {v!r}")
-        return s
-    return convert
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("1", "true", "yes", "on"):
-        return True
-    if s in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"must be true or false, got {v!r}")
-
-
-def _str(v: Any) -> str:
-    return str(v)
-
-
-def _dist_of(**limits: Any) -> Callable[[Any], str]:
-    """A distribution's validator (loadgen.llm.dist; ``limits`` as parse_dist takes them)."""
-
-    def check(v: Any) -> str:
-        from loadgen.llm.dist import parse_dist
-
-        parse_dist(str(v), **limits)
-        return str(v)
-
-    return check
-
-
-_dist = _dist_of()
-
-
-def _model_mix(v: Any) -> str:
-    """``NAME`` or ``NAME=WEIGHT,...`` (loadgen.llm.models), kept as written."""
-    from loadgen.llm.models import parse_model_mix
-
-    parse_model_mix(str(v))
-    return str(v)
-
-
-def _tools_file(v: Any) -> str:
-    """A ``--tools`` file that reads as an OpenAI tools array (loadgen/llm/tools.py)."""
-    from loadgen.llm.tools import check_tools_file
-
-    return check_tools_file(v)
-
-
-_think_dist = _with_unit(_dist_of(limit=3_600_000, low=0, unit="ms"), "ms")
-
-
-def _json_object(v: Any) -> str:
-    """JSON text of an object (a TOML table is written back as JSON)."""
-    import json
-
-    if isinstance(v, dict):
-        return json.dumps(v)
-    try:
-        obj = json.loads(str(v))
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"must be a JSON object, got {v!r} ({e})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"must be a JSON object like '{{\"temperature\": 0}}', got {v!r}")
-    return str(v)
-
-
-def _str_list(v: Any) -> List[str]:
-    if isinstance(v, (list, tuple)):
-        return [str(x) for x in v]
-    return [s.strip() for s in str(v).split(";") if s.strip()]
-
-
-def _raw_list(v: Any) -> List[str]:
-    """A repeatable value kept whole (headers may hold ';')."""
-    if isinstance(v, (list, tuple)):
-        return [str(x) for x in v]
-    return [str(v)] if str(v).strip() else []
-
-
-def _storage_list(v: Any) -> List[str]:
-    """'key=value' options of a --output URL's filesystem."""
-    from loadgen.storage import parse_storage_options
-
-    items = _str_list(v)
-    parse_storage_options(items)
-    return items
-
-
-def _header_list(v: Any) -> List[str]:
-    from loadgen.net.options import parse_header
-
-    items = _raw_list(v)
-    for item in items:
-        parse_header(item)
-    return items
-
-
-def _slo_list(v: Any) -> List[str]:
-    from loadgen.results.goodput import parse_slos
-
-    items = _raw_list(v)
-    parse_slos(items)
-    return items
-
-
-def _input_list(v: Any) -> List[str]:
-    from loadgen.net.tensors import parse_input_spec
-
-    items = [x for item in _raw_list(v) for x in (item.split(";") if ";" in item else [item])]
-    for item in items:
-        parse_input_spec(item)
-    return items
-
-
-def _cpu_list(v: Any) -> List[int]:
-    """'0,2-3' -> [0, 2, 3]."""
-    if isinstance(v, (list, tuple)):
-        items = [str(x) for x in v]
-    else:
-        items = [s for s in str(v).split(",") if s.strip()]
-    cpus: List[int] = []
-    for item in items:
-        item = item.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item)
-        if not m:
-            raise ValueError(f"must be CPU numbers like 0,2-3; got {v!r}")
-        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
-        if b < a:
-            raise ValueError(f"range {item} goes backwards")
-        if b > D.MAX_CPU:  # checked before the list is built
-            raise ValueError(f"CPU {b} in {item!r} is past the largest CPU number Linux has, {D.MAX_CPU}")
-        cpus.extend(range(a, b + 1))
-    return cpus
-
-
-_LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
-
-
-def _label_list(v: Any) -> List[str]:
-    """'key=value' labels: the key a name (letters, digits, '_', '.', '-'; 64 at most),
-    the value any text without a line break."""
-    items = _raw_list(v)
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"must be KEY=VALUE, like gpu=h100; got {item!r}")
-        if not _LABEL_KEY.fullmatch(key):
-            raise ValueError(f"label name {key!r} must start with a letter or '_' and hold only letters, "
-                             "digits, '_', '.', '-' (64 characters at most)")
-        if "\n" in value or "\r" in value:
-            raise ValueError(f"label {key!r}: the value holds a line break")
-    return items
-
-
-def parse_labels(items: List[str]) -> Dict[str, str]:
-    """``--label`` values as a dict; a later value for a name replaces an earlier one."""
-    return dict(item.partition("=")[::2] for item in items)
-
-
-def _price(v: Any) -> str:
-    from loadgen.results.cost import parse_price
-
-    return parse_price(v).text
-
-
-def _gpus(v: Any) -> str:
-    from loadgen.telemetry.gpu_select import parse_gpus
-
-    s = str(v).strip()
-    parse_gpus(s)
-    return s
-
-
-def _pin(v: Any) -> str:
-    s = str(v).strip()
-    if s != "auto":
-        _cpu_list(s)
-    return s
-
-
-_ramp_up_seconds = _float(0, D.MAX_TIME_S, unit="s")
-
-
-def _ramp_up(v: Any) -> Optional[float]:
-    """``--ramp-up-s``: auto (None: the scenario chooses) or a duration in seconds."""
-    if isinstance(v, str) and v.strip().lower() == "auto":
-        return None
-    return float(_ramp_up_seconds(v))
-
-
-_with_unit(_ramp_up, "s")
-
-
-def parse_stages(text: Any, ramp: str = "step") -> List[Tuple[float, float, float]]:
-    """Parses ``--stages``: 'DURATION:QPS' or 'DURATION:QPS1-QPS2' stages, comma separated.
-
-    'D:Q' holds Q for D (ramp 'step'), or ramps linearly from the previous stage's end
-    rate to Q over D (ramp 'linear'; the first stage starts from 0). 'D:A-B' always ramps
-    from A to B. Returns [(duration_s, start_qps, end_qps)].
-    """
-    parts = [str(p) for p in text] if isinstance(text, (list, tuple)) else [p for p in str(text).split(",") if p.strip()]
-    if not parts:
-        raise ValueError("needs at least one stage, like 10s:100,30s:1000")
-    stages: List[Tuple[float, float, float]] = []
-    previous = 0.0
-    for i, part in enumerate(parts):
-        duration, sep, rate = part.strip().partition(":")
-        if not sep:
-            raise ValueError(f"stage {i + 1} {part!r} must be DURATION:QPS (like 10s:100)")
-        try:
-            d = parse_duration_s(duration)
-            if "-" in rate.strip().lstrip("-"):
-                a, b = (float(x) for x in rate.split("-", 1))
-            else:
-                b = float(rate)
-                a = previous if ramp == "linear" else b
-        except ValueError:
-            raise ValueError(f"stage {i + 1} {part!r} must be DURATION:QPS or DURATION:QPS-QPS") from None
-        if not d > 0:
-            raise ValueError(f"stage {i + 1} {part!r}: duration must be > 0")
-        if not D.MIN_DURATION_S <= d <= D.MAX_TIME_S:
-            raise ValueError(f"stage {i + 1} {part!r}: duration must be {_STAGE_DURATIONS}")
-        if not (a >= 0 and b >= 0 and math.isfinite(a) and math.isfinite(b)):
-            raise ValueError(f"stage {i + 1} {part!r}: rates must be finite and >= 0")
-        if max(a, b) > D.MAX_TARGET_QPS:
-            raise ValueError(f"stage {i + 1} {part!r}: rates must be <= {D.MAX_TARGET_QPS:g} queries/s "
-                             f"({_RATE_WHY})")
-        stages.append((d, a, b))
-        previous = b
-    if not any(a > 0 or b > 0 for _, a, b in stages):
-        raise ValueError("at least one stage needs a rate > 0")
-    total = sum(d for d, _, _ in stages)
-    if total > D.MAX_TIME_S:
-        raise ValueError(f"the stages last {total:g} s in all, more than {D.MAX_TIME_S:g} s")
-    return stages
-
-
-_STAGE_DURATIONS = f"between 1 us and {D.MAX_TIME_S:g} s (about 3 years)"
-_RATE_WHY = "the engine issues tens of millions of queries per second at most"
 
 
 # ------------------------------------------------------------------------------ options
@@ -410,210 +96,210 @@ class OptionSpec:
 _MAX_MS = s_to_ms(D.MAX_TIME_S)
 
 OPTION_SPECS: Tuple[OptionSpec, ...] = (
-    OptionSpec("scenario", _choice(*SCENARIO_NAMES), "what to run (default: {default})", "NAME", default=D.SCENARIO),
-    OptionSpec("sut", _str, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
+    OptionSpec("scenario", choice_value(*SCENARIO_NAMES), "what to run (default: {default})", "NAME", default=D.SCENARIO),
+    OptionSpec("sut", str_value, "system under test: demo[:workers=N,max_batch=N,service_us=X,per_item_us=X,sigma=X], "
                "null, sleep:<us>, python:MODULE:ATTR (MODULE may be a file path), or a server: "
                "http://HOST:PORT/v2/models/NAME/infer (KServe v2 REST), grpc://HOST:PORT/NAME (KServe v2 "
                "gRPC), openai+http://HOST:PORT/v1/completions, .../v1/chat/completions or .../v1/responses (streaming), "
                "or any http URL with --request-template (default: {default})", "SUT", default=D.SUT),
-    OptionSpec("target_qps", _float(0, D.MAX_TARGET_QPS, lo_open=True, unit="queries/s"), "arrival rate for server, constant, poisson; expected "
+    OptionSpec("target_qps", float_value(0, D.MAX_TARGET_QPS, lo_open=True, unit="queries/s"), "arrival rate for server, constant, poisson; expected "
                f"rate for offline (default: {D.TARGET_QPS:g} for server/constant/poisson)", "QPS"),
-    OptionSpec("latency_bound_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "latency bound at --latency-percentile; required "
+    OptionSpec("latency_bound_ms", float_value(0, _MAX_MS, lo_open=True, unit="ms"), "latency bound at --latency-percentile; required "
                f"for server (default {D.LATENCY_BOUND_MS:g}), optional elsewhere", "MS"),
-    OptionSpec("latency_percentile", _float(0, 100, lo_open=True), "percentile of the metric and the bound "
+    OptionSpec("latency_percentile", float_value(0, 100, lo_open=True), "percentile of the metric and the bound "
                f"(default: {D.SINGLESTREAM_PERCENTILE:g} single-stream, {D.LATENCY_PERCENTILE:g} otherwise)", "P"),
-    OptionSpec("duration_s", _float(D.MIN_DURATION_S, D.MAX_TIME_S, unit="s"), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
+    OptionSpec("duration_s", float_value(D.MIN_DURATION_S, D.MAX_TIME_S, unit="s"), f"stop issuing after this long (default: {D.DURATION_S:g} for all "
                "but offline, ramp and trace); on an MLPerf scenario, its minimum duration (with --min-duration-s, "
                "the longer of the two)", "S"),
-    OptionSpec("query_count", _int(1, D.MAX_QUERY_COUNT), "stop after this many queries", "N"),
-    OptionSpec("min_duration_s", _float(0, D.MAX_TIME_S, unit="s"), f"MLPerf scenarios: keep issuing at least this long, and until --min-query-count "
+    OptionSpec("query_count", int_value(1, D.MAX_QUERY_COUNT), "stop after this many queries", "N"),
+    OptionSpec("min_duration_s", float_value(0, D.MAX_TIME_S, unit="s"), f"MLPerf scenarios: keep issuing at least this long, and until --min-query-count "
                f"queries (default {D.MLPERF_MIN_DURATION_S:g}; with --duration-s, the longer of the two)", "S"),
-    OptionSpec("min_query_count", _int(0, D.MAX_QUERY_COUNT), f"MLPerf scenarios: keep issuing until this many queries "
+    OptionSpec("min_query_count", int_value(0, D.MAX_QUERY_COUNT), f"MLPerf scenarios: keep issuing until this many queries "
                f"(default {D.MLPERF_MIN_QUERY_COUNT})", "N"),
-    OptionSpec("samples_per_query", _int(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: {D.MULTISTREAM_SAMPLES_PER_QUERY} multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
-    OptionSpec("sample_count", _int(1, D.MAX_SAMPLE_COUNT, "a signed 64-bit index"), "size of the sample set indices are drawn from (default {default})", "N", default=D.SAMPLE_COUNT),
-    OptionSpec("sample_order", _choice("random", "sequential", "shuffled"), "how samples are drawn (default {default})", default=D.SAMPLE_ORDER),
-    OptionSpec("concurrency", _int(1, D.MAX_CONCURRENCY), "concurrency scenario: queries in flight (default {default})", "N", default=D.CONCURRENCY),
-    OptionSpec("max_in_flight", _int(0, D.MAX_IN_FLIGHT_LIMIT, "the in-flight table's size"), "server/constant/poisson/ramp/trace: cap on outstanding queries (0 = none; default {default})", "N", default=D.MAX_IN_FLIGHT),
-    OptionSpec("stages", _str, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
-    OptionSpec("ramp", _choice("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
+    OptionSpec("samples_per_query", int_value(1, D.MAX_SAMPLES_PER_QUERY, "64 MiB of sample indices per query"), f"samples per query (default: {D.MULTISTREAM_SAMPLES_PER_QUERY} multi-stream, else {D.SAMPLES_PER_QUERY})", "N"),
+    OptionSpec("sample_count", int_value(1, D.MAX_SAMPLE_COUNT, "a signed 64-bit index"), "size of the sample set indices are drawn from (default {default})", "N", default=D.SAMPLE_COUNT),
+    OptionSpec("sample_order", choice_value("random", "sequential", "shuffled"), "how samples are drawn (default {default})", default=D.SAMPLE_ORDER),
+    OptionSpec("concurrency", int_value(1, D.MAX_CONCURRENCY), "concurrency scenario: queries in flight (default {default})", "N", default=D.CONCURRENCY),
+    OptionSpec("max_in_flight", int_value(0, D.MAX_IN_FLIGHT_LIMIT, "the in-flight table's size"), "server/constant/poisson/ramp/trace: cap on outstanding queries (0 = none; default {default})", "N", default=D.MAX_IN_FLIGHT),
+    OptionSpec("stages", str_value, "ramp: stages like 10s:100,30s:1000 or 20s:100-1000", "STAGES"),
+    OptionSpec("ramp", choice_value("step", "linear"), "ramp: 'D:Q' stages hold their rate (step) or ramp to it "
                "from the previous stage's (linear) (default {default})", default=D.RAMP),
-    OptionSpec("poisson_arrivals", _bool, "ramp: Poisson arrivals within stages instead of even spacing", default=False),
-    OptionSpec("burstiness", _float(D.MIN_BURSTINESS, D.MAX_BURSTINESS), "poisson, ramp with --poisson-arrivals: "
+    OptionSpec("poisson_arrivals", bool_value, "ramp: Poisson arrivals within stages instead of even spacing", default=False),
+    OptionSpec("burstiness", float_value(D.MIN_BURSTINESS, D.MAX_BURSTINESS), "poisson, ramp with --poisson-arrivals: "
                "gamma-distributed gaps of shape B (coefficient of variation 1/sqrt(B)); {default} (default) is Poisson, "
                "< 1 burstier, > 1 smoother", "B", default=D.BURSTINESS),
-    OptionSpec("trace", _str, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
-    OptionSpec("trace_unit", _choice(*TIME_UNITS), "unit of a text trace (default {default})", default=D.TRACE_UNIT),
-    OptionSpec("seed", _int(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default {default})", "N", default=D.SEED),
-    OptionSpec("schedule_seed", _int(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
-    OptionSpec("sample_seed", _int(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
-    OptionSpec("spin_us", _float(0, D.MAX_SPIN_US, unit="us"), f"issue thread (open loop on a native client: at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
+    OptionSpec("trace", str_value, "trace: file of arrival offsets, one per line, or a .npy of ns", "FILE"),
+    OptionSpec("trace_unit", choice_value(*TIME_UNITS), "unit of a text trace (default {default})", default=D.TRACE_UNIT),
+    OptionSpec("seed", int_value(0, 2**64 - 1), "base seed; the per-stream seeds default to it (default {default})", "N", default=D.SEED),
+    OptionSpec("schedule_seed", int_value(0, 2**64 - 1), "seed of the arrival schedule (default: --seed)", "N"),
+    OptionSpec("sample_seed", int_value(0, 2**64 - 1), "seed of the sample order (default: --seed + 1)", "N"),
+    OptionSpec("spin_us", float_value(0, D.MAX_SPIN_US, unit="us"), f"issue thread (open loop on a native client: at least 20): spin this long before each scheduled time (default {D.SPIN_US:g}; "
                f"{D.NETWORK_SPIN_US:g} for network targets, whose own jitter is larger than what spinning saves)", "US"),
-    OptionSpec("pin_cpus", _cpu_list, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS", default=[]),
-    OptionSpec("gpus", _gpus, "GPUs to sample with NVML during the run: {default} (default; honours CUDA_VISIBLE_DEVICES and "
+    OptionSpec("pin_cpus", cpu_list_value, "pin the issue thread to these CPUs, like 2 or 0,2-3", "CPUS", default=[]),
+    OptionSpec("gpus", gpus_value, "GPUs to sample with NVML during the run: {default} (default; honours CUDA_VISIBLE_DEVICES and "
                "NVIDIA_VISIBLE_DEVICES), none, indexes like 0,1, or UUIDs; the result's 'gpu' section", "all|none|LIST",
                default=D.GPUS),
-    OptionSpec("gpu_sample_ms", _float(10, 60000, unit="ms"), "GPU sampling period "
+    OptionSpec("gpu_sample_ms", float_value(10, 60000, unit="ms"), "GPU sampling period "
                "(default {default}; utilization and power also from the driver's own buffer)", "MS", default=D.GPU_SAMPLE_MS),
-    OptionSpec("pin", _pin, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
+    OptionSpec("pin", pin_value, "place loadgen's threads: auto puts the issue thread and the dispatcher on separate "
                "physical cores (on the sampled GPUs' NUMA node), away from an in-process SUT and a native client's "
                "I/O threads; CPUS plans within "
                "those CPUs; the plan goes in the result's 'placement' (see 'loadgen env')", "auto|CPUS"),
-    OptionSpec("inline_dispatch", _bool, "Python SUTs, open loop: issue on the dispatcher thread itself "
+    OptionSpec("inline_dispatch", bool_value, "Python SUTs, open loop: issue on the dispatcher thread itself "
                "(one busy thread, no hand-off; steadier tails on small machines)", default=False),
-    OptionSpec("timeout_ms", _float(D.MIN_TIMEOUT_MS, _MAX_MS, unit="ms"), "per-query timeout, measured like latency from the "
+    OptionSpec("timeout_ms", float_value(D.MIN_TIMEOUT_MS, _MAX_MS, unit="ms"), "per-query timeout, measured like latency from the "
                "scheduled time (default: none)", "MS"),
-    OptionSpec("grace_s", _float(0, D.MAX_TIME_S, unit="s"), "wait this long for outstanding queries at the end (default {default})", "S", default=D.GRACE_S),
-    OptionSpec("interval_s", _float(0, D.MAX_TIME_S, unit="s", zero_or_min=D.MIN_INTERVAL_S), "time-series interval (default {default}; 0 = none)", "S", default=D.INTERVAL_S),
-    OptionSpec("significant_figures", _int(1, 5), "histogram precision in decimal digits (default {default})", "N", default=D.SIGNIFICANT_FIGURES),
-    OptionSpec("max_error_rate", _float(0, 1), "invalid when (failed + timed out) / issued exceeds this "
+    OptionSpec("grace_s", float_value(0, D.MAX_TIME_S, unit="s"), "wait this long for outstanding queries at the end (default {default})", "S", default=D.GRACE_S),
+    OptionSpec("interval_s", float_value(0, D.MAX_TIME_S, unit="s", zero_or_min=D.MIN_INTERVAL_S), "time-series interval (default {default}; 0 = none)", "S", default=D.INTERVAL_S),
+    OptionSpec("significant_figures", int_value(1, 5), "histogram precision in decimal digits (default {default})", "N", default=D.SIGNIFICANT_FIGURES),
+    OptionSpec("max_error_rate", float_value(0, 1), "invalid when (failed + timed out) / issued exceeds this "
                "(default {default})", "FRACTION", default=D.MAX_ERROR_RATE),
-    OptionSpec("max_issue_delay_ms", _float(0, _MAX_MS, lo_open=True, unit="ms"), "a p99 issue delay above this is "
+    OptionSpec("max_issue_delay_ms", float_value(0, _MAX_MS, lo_open=True, unit="ms"), "a p99 issue delay above this is "
                "generator lateness: invalid as generator overload when it is also above --max-lateness-share of the "
                "p99 latency or the offered load fell short of the schedule, else a warning (default "
                "{default})", "MS", default=D.MAX_ISSUE_DELAY_MS),
-    OptionSpec("max_lateness_share", _float(0, 1), "the share of the p99 latency that the p99 issue delay may be "
+    OptionSpec("max_lateness_share", float_value(0, 1), "the share of the p99 latency that the p99 issue delay may be "
                "before a late generator makes the run invalid (default {default})", "FRACTION",
                default=D.MAX_LATENESS_SHARE),
-    OptionSpec("input", _input_list, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
+    OptionSpec("input", input_list_value, "network: a model input NAME:DTYPE:SHAPE (like INPUT0:FP32:1x16), instead "
                "of the model's metadata; one per input (repeatable)", "SPEC", repeatable=True, default=[]),
-    OptionSpec("payload", _str, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
+    OptionSpec("payload", str_value, "network: request data: .npy/.npz of samples (first axis), or .jsonl of request "
                "bodies sent as written (default: synthetic tensors from the metadata, seeded by --seed)", "FILE"),
-    OptionSpec("request_template", _str, "network: JSON file describing requests to any HTTP JSON API "
+    OptionSpec("request_template", str_value, "network: JSON file describing requests to any HTTP JSON API "
                "(method, path, headers, body with {{sample}} placeholders, check)", "FILE"),
-    OptionSpec("header", _header_list, "network: extra request header 'Name: value' (repeatable); values of "
+    OptionSpec("header", header_list_value, "network: extra request header 'Name: value' (repeatable); values of "
                "Authorization, cookies and --secret-header names are redacted from results and logs",
                "HEADER", repeatable=True, default=[]),
-    OptionSpec("secret_header", _raw_list, "network: a further header name whose value is redacted (repeatable)",
+    OptionSpec("secret_header", raw_list_value, "network: a further header name whose value is redacted (repeatable)",
                "NAME", repeatable=True, default=[]),
-    OptionSpec("ca_file", _str, "network: CA bundle to verify the server's TLS certificate", "FILE"),
-    OptionSpec("insecure", _bool, "network: do not verify the server's TLS certificate", default=False),
-    OptionSpec("connections", _int(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
+    OptionSpec("ca_file", str_value, "network: CA bundle to verify the server's TLS certificate", "FILE"),
+    OptionSpec("insecure", bool_value, "network: do not verify the server's TLS certificate", default=False),
+    OptionSpec("connections", int_value(0, 1 << 16), "network: connections (HTTP) or channels (gRPC) to open "
                f"(default {{default}}: the concurrency or --max-in-flight; {D.OPEN_LOOP_CONNECTIONS} for an uncapped open "
                "loop)", "N", default=D.CONNECTIONS),
-    OptionSpec("ready_timeout_s", _float(0, D.MAX_TIME_S, unit="s"), "network: wait this long for the server to be ready before the run; "
+    OptionSpec("ready_timeout_s", float_value(0, D.MAX_TIME_S, unit="s"), "network: wait this long for the server to be ready before the run; "
                "exit 2 if it is not (default {default})", "S", default=D.READY_TIMEOUT_S),
-    OptionSpec("max_response_bytes", _int(1), "network: fail a request whose response body is larger (a "
+    OptionSpec("max_response_bytes", int_value(1), "network: fail a request whose response body is larger (a "
                "stream's: each event) as response_too_large and close its connection "
                "(default {default}, 64 MiB)", "BYTES", default=D.MAX_RESPONSE_BYTES),
-    OptionSpec("no_response_check", _bool, "network: do not check responses (by default the status and, for "
+    OptionSpec("no_response_check", bool_value, "network: do not check responses (by default the status and, for "
                "KServe, the output names, datatypes and shapes are checked)", default=False),
-    OptionSpec("http_engine", _choice("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
+    OptionSpec("http_engine", choice_value("auto", "native", "asyncio"), "network: the HTTP/1.1 client: native (KServe "
                "REST, templates, OpenAI; http:// and https://), asyncio, or auto (native where it can; "
                "default {default})",
                "ENGINE", default=D.HTTP_ENGINE),
-    OptionSpec("io_threads", _int(1, 256), "network, native clients: epoll threads (default {default})", "N",
+    OptionSpec("io_threads", int_value(1, 256), "network, native clients: epoll threads (default {default})", "N",
                default=D.IO_THREADS),
-    OptionSpec("grpc_engine", _choice("auto", "native", "grpcio", "callback", "asyncio"), "gRPC: the client: native "
+    OptionSpec("grpc_engine", choice_value("auto", "native", "grpcio", "callback", "asyncio"), "gRPC: the client: native "
                "(HTTP/2 in the core; grpc:// and grpcs://), grpcio (grpcio's public API), or auto (native where it "
                "can, else grpcio; default {default}); callback and asyncio mean grpcio", "ENGINE", default=D.GRPC_ENGINE),
-    OptionSpec("grpc_contents", _choice("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
+    OptionSpec("grpc_contents", choice_value("raw", "typed"), "gRPC: how tensors are sent: raw (raw_input_contents) "
                "or typed (typed contents) (default {default})", default=D.GRPC_CONTENTS),
-    OptionSpec("model", _model_mix, "OpenAI: the model name (default: the first the server lists at /v1/models), "
+    OptionSpec("model", model_mix_value, "OpenAI: the model name (default: the first the server lists at /v1/models), "
                "or a mix NAME=WEIGHT,NAME=WEIGHT,... whose requests' models are drawn by weight with the sample "
                "seed; the result's network.models has each model's counts, latency and TTFT", "NAME[=W],..."),
-    OptionSpec("max_tokens", _int(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), "OpenAI: max_tokens of synthetic requests (default {default})", "N", default=D.MAX_TOKENS),
-    OptionSpec("prompt_words", _int(1), "OpenAI: words per synthetic prompt (default {default})", "N", default=D.PROMPT_WORDS),
-    OptionSpec("dataset", _str, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
+    OptionSpec("max_tokens", int_value(1, MAX_REQUEST_TOKENS, "what servers' 32-bit token counts hold"), "OpenAI: max_tokens of synthetic requests (default {default})", "N", default=D.MAX_TOKENS),
+    OptionSpec("prompt_words", int_value(1), "OpenAI: words per synthetic prompt (default {default})", "N", default=D.PROMPT_WORDS),
+    OptionSpec("dataset", str_value, "OpenAI: prompts from FILE: JSON lines of {\"prompt\"} or {\"messages\"} (optional "
                "max_tokens), or ShareGPT JSON (see 'LLM workloads')", "FILE"),
-    OptionSpec("dataset_min_input_tokens", _int(0), "OpenAI: --dataset: skip prompts shorter than N input tokens "
+    OptionSpec("dataset_min_input_tokens", int_value(0), "OpenAI: --dataset: skip prompts shorter than N input tokens "
                "(default {default})", "N", default=D.DATASET_MIN_INPUT_TOKENS),
-    OptionSpec("dataset_max_input_tokens", _int(0), "OpenAI: --dataset: skip prompts longer than N input tokens "
+    OptionSpec("dataset_max_input_tokens", int_value(0), "OpenAI: --dataset: skip prompts longer than N input tokens "
                "(0 = no limit; default {default})", "N", default=D.DATASET_MAX_INPUT_TOKENS),
-    OptionSpec("input_tokens", _dist, "OpenAI: synthetic prompt lengths: 512, 128:1024, mean=512,sd=128 or "
+    OptionSpec("input_tokens", dist_value, "OpenAI: synthetic prompt lengths: 512, 128:1024, mean=512,sd=128 or "
                "lognormal:mean=512,sd=128 (default: --prompt-words)", "DIST"),
-    OptionSpec("output_tokens", _dist, "OpenAI: max_tokens per request from DIST, like --input-tokens "
+    OptionSpec("output_tokens", dist_value, "OpenAI: max_tokens per request from DIST, like --input-tokens "
                "(default: --max-tokens)", "DIST"),
-    OptionSpec("shared_prefix_tokens", _int(0), "OpenAI: synthetic prompts start with a K-token prefix shared "
+    OptionSpec("shared_prefix_tokens", int_value(0), "OpenAI: synthetic prompts start with a K-token prefix shared "
                "by their group (default {default})", "K", default=D.SHARED_PREFIX_TOKENS),
-    OptionSpec("prefix_groups", _int(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
+    OptionSpec("prefix_groups", int_value(1), "OpenAI: --shared-prefix-tokens: sample i uses group i % G's prefix "
                "(default {default})", "G", default=D.PREFIX_GROUPS),
-    OptionSpec("prefix_hit_ratio", _float(0, 1), "OpenAI: --shared-prefix-tokens: the share of samples that "
+    OptionSpec("prefix_hit_ratio", float_value(0, 1), "OpenAI: --shared-prefix-tokens: the share of samples that "
                "start with a prefix of the groups' pool, drawn with the sample seed; the others start with a "
                "fresh prefix of K tokens shared with no other (default {default})", "R", default=D.PREFIX_HIT_RATIO),
-    OptionSpec("tokenizer", _str, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
+    OptionSpec("tokenizer", str_value, "OpenAI: a local Hugging Face tokenizer (tokenizer.json, its directory, or a "
                "cached name) for exact prompt lengths", "PATH_OR_NAME"),
-    OptionSpec("ignore_eos", _bool, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
+    OptionSpec("ignore_eos", bool_value, "OpenAI: send \"ignore_eos\": true and \"min_tokens\" = max_tokens (vLLM) "
                "for exact output lengths", default=False),
-    OptionSpec("turns", _int(1, 1024), "OpenAI chat: N user turns per conversation (a ShareGPT dataset: up to N "
+    OptionSpec("turns", int_value(1, 1024), "OpenAI chat: N user turns per conversation (a ShareGPT dataset: up to N "
                "human turns each), each sent with the history after the previous reply plus --think-time-ms; "
                "conversations start in the closed loop or at an open loop's arrivals (default {default})", "N",
                default=D.TURNS),
-    OptionSpec("think_time_ms", _think_dist, "OpenAI chat, --turns: milliseconds between a reply and the next "
+    OptionSpec("think_time_ms", think_dist_value, "OpenAI chat, --turns: milliseconds between a reply and the next "
                "turn, drawn from DIST like --input-tokens (0 allowed; default 0)", "DIST"),
-    OptionSpec("images", _str, "OpenAI chat: each request's user message gets --images-per-request images "
+    OptionSpec("images", str_value, "OpenAI chat: each request's user message gets --images-per-request images "
                "from DIR (.png, .jpg, .jpeg, .webp, .gif; read and base64-encoded before the run, drawn with the "
                "sample seed; a conversation's first turn only); llm.images counts what was sent", "DIR"),
-    OptionSpec("images_per_request", _int(1, 64), "OpenAI chat, --images: image parts per request "
+    OptionSpec("images_per_request", int_value(1, 64), "OpenAI chat, --images: image parts per request "
                "(default {default})", "N", default=D.IMAGES_PER_REQUEST),
-    OptionSpec("extra_body", _json_object, "OpenAI: JSON object merged into every request body", "JSON"),
-    OptionSpec("tools", _tools_file, "OpenAI chat and responses: every request carries the tools of FILE (an "
+    OptionSpec("extra_body", json_object_value, "OpenAI: JSON object merged into every request body", "JSON"),
+    OptionSpec("tools", tools_file_value, "OpenAI chat and responses: every request carries the tools of FILE (an "
                "OpenAI tools array); tool calls are counted, and with --turns their results are fed back "
                "(see 'Tool calls')", "FILE"),
-    OptionSpec("tool_choice", _str, "OpenAI, --tools: the requests' tool_choice: auto, none, required or a "
+    OptionSpec("tool_choice", str_value, "OpenAI, --tools: the requests' tool_choice: auto, none, required or a "
                "function's name (default auto)", "CHOICE"),
-    OptionSpec("no_stream", _bool, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT",
+    OptionSpec("no_stream", bool_value, "OpenAI: \"stream\": false; output tokens from the response's usage, no TTFT",
                default=False),
-    OptionSpec("server_metrics_url", _str, "scrape this Prometheus endpoint before, every --interval-s during, "
+    OptionSpec("server_metrics_url", str_value, "scrape this Prometheus endpoint before, every --interval-s during, "
                "and after the run; the counters' deltas and the gauges' first/last/min/max/mean (per run and "
                "interval) go in the result", "URL"),
-    OptionSpec("server_stats_url", _str, "Triton: read the model's statistics from this HTTP endpoint "
+    OptionSpec("server_stats_url", str_value, "Triton: read the model's statistics from this HTTP endpoint "
                "(http://HOST:PORT, Triton's HTTP port) when measuring begins and after the run; the server's "
                "queue and compute times per request go in the result's 'server_breakdown' (default: the --sut's "
                "own server when it is Triton, over HTTP or gRPC as the --sut is; none: off)", "URL"),
-    OptionSpec("metrics_port", _int(0, 65535), "serve live Prometheus metrics on this port during the run "
+    OptionSpec("metrics_port", int_value(0, 65535), "serve live Prometheus metrics on this port during the run "
                "(0: a free port, printed; see 'Live metrics' in the README)", "PORT"),
-    OptionSpec("metrics_addr", _str, "the address --metrics-port listens on (default {default}; "
+    OptionSpec("metrics_addr", str_value, "the address --metrics-port listens on (default {default}; "
                "0.0.0.0 for every interface, as in a pod)", "ADDR", default=D.METRICS_ADDR),
-    OptionSpec("metrics_linger_s", _float(0, D.MAX_TIME_S, unit="s"), "keep serving the final metrics this long "
+    OptionSpec("metrics_linger_s", float_value(0, D.MAX_TIME_S, unit="s"), "keep serving the final metrics this long "
                "after the run, for a scraper that comes between two scrapes (default {default})", "S",
                default=D.METRICS_LINGER_S),
-    OptionSpec("output", _str, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
+    OptionSpec("output", str_value, "write result.json, summary.txt, latency.hlog and results.csv here (checked "
                "before the run; a later run replaces the first three and adds a row to results.csv); a URL "
                "(s3://bucket/prefix, gs://, az://, ...; needs loadgen[s3]) is written locally, then uploaded with "
                "a _SUCCESS marker last", "DIR|URL"),
-    OptionSpec("storage_option", _storage_list, "an fsspec filesystem option for a --output URL, like "
+    OptionSpec("storage_option", storage_list_value, "an fsspec filesystem option for a --output URL, like "
                "endpoint_url=http://127.0.0.1:9000 (repeatable; credentials: the AWS_* environment variables)",
                "KEY=VALUE", repeatable=True, default=[]),
-    OptionSpec("record_requests", _str, "write one record per query (times, latency, status, error, sample, "
+    OptionSpec("record_requests", str_value, "write one record per query (times, latency, status, error, sample, "
                "tokens, a stream's inter-token gaps) to FILE: JSON lines, or Parquet for a .parquet name (needs pyarrow); sweep and "
                "find-peak write FILE's name in each run's folder", "FILE"),
-    OptionSpec("no_html", _bool, "do not write report.html (the HTML report) in --output (run, sweep, merge)",
+    OptionSpec("no_html", bool_value, "do not write report.html (the HTML report) in --output (run, sweep, merge)",
                default=False),
-    OptionSpec("json", _bool, "print the result JSON on stdout and nothing else there", default=False),
-    OptionSpec("quiet", _bool, "print nothing but errors", default=False),
-    OptionSpec("fail_if", _str_list, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
+    OptionSpec("json", bool_value, "print the result JSON on stdout and nothing else there", default=False),
+    OptionSpec("quiet", bool_value, "print nothing but errors", default=False),
+    OptionSpec("fail_if", str_list_value, "exit 1 when EXPR holds, e.g. 'p99>5ms', 'error_rate>0.01' (repeatable)",
                "EXPR", repeatable=True, default=[]),
-    OptionSpec("require", _str_list, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
+    OptionSpec("require", str_list_value, "exit 1 unless EXPR holds, e.g. 'p99<5ms', 'qps>=1000' (repeatable)",
                "EXPR", repeatable=True, default=[]),
-    OptionSpec("slo", _slo_list, "a service level objective NAME<=VALUE with NAME ttft, tpot or latency "
+    OptionSpec("slo", slo_list_value, "a service level objective NAME<=VALUE with NAME ttft, tpot or latency "
                "and a time unit, like ttft<=200ms (repeatable); the result's 'goodput': requests/s meeting every "
                "one, and the fraction meeting each", "NAME<=VALUE", repeatable=True, default=[]),
-    OptionSpec("label", _label_list, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
+    OptionSpec("label", label_list_value, "tag the run with KEY=VALUE (repeatable); labels go in the result's "
                "'labels' and become columns in sweeps and load_results()", "KEY=VALUE", repeatable=True, default=[]),
-    OptionSpec("price_per_hour", _price, "what the server's hardware costs an hour: PRICE (or PRICE/node) for the "
+    OptionSpec("price_per_hour", price_value, "what the server's hardware costs an hour: PRICE (or PRICE/node) for the "
                "node, PRICE/gpu for each GPU the run samples (NVML, --gpus), PRICE/gpu:N for N GPUs; the result's "
                "'cost': per 1,000 queries and per million tokens, in the price's currency", "PRICE[/node|/gpu[:N]]"),
-    OptionSpec("warmup_s", _float(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
+    OptionSpec("warmup_s", float_value(0, D.MAX_TIME_S, unit="s"), "issue at the schedule for this long first without "
                "recording (counted apart, under 'warmup'), for servers that compile or fill caches first "
                "(default {default})", "S", default=D.WARMUP_S),
-    OptionSpec("ramp_up_s", _ramp_up, "concurrency: start the N streams evenly over this long instead of "
+    OptionSpec("ramp_up_s", ramp_up_value, "concurrency: start the N streams evenly over this long instead of "
                "all at once, so they are not in phase; the ramp's queries are counted apart, under 'warmup' "
                f"(default auto: {s_to_ms(D.RAMP_UP_S_PER_STREAM):g} ms a stream, at most {D.RAMP_UP_MAX_S:g} s, "
                f"from {D.RAMP_UP_MIN_STREAMS} streams; 0 for fewer)", "auto|S"),
-    OptionSpec("sched_slice_us", _float(0, D.MAX_SCHED_SLICE_US, unit="us"), "the scheduler slice the issue thread and the native "
+    OptionSpec("sched_slice_us", float_value(0, D.MAX_SCHED_SLICE_US, unit="us"), "the scheduler slice the issue thread and the native "
                "clients' I/O threads ask the kernel for (Linux 6.12+, no privilege needed): a short one lets them "
                "preempt busy neighbours when they wake on a shared node; 0 keeps the kernel's default "
                "(default {default})", "US", default=D.SCHED_SLICE_US),
-    OptionSpec("workers", _int(1, D.MAX_WORKERS), "scale-out: the number of workers (pods) sharing this load; "
+    OptionSpec("workers", int_value(1, D.MAX_WORKERS), "scale-out: the number of workers (pods) sharing this load; "
                "each runs 1/N of the rate or its share of the concurrency (default {default})", "N", default=D.WORKERS),
-    OptionSpec("worker_index", _int(0, D.MAX_WORKERS - 1), "scale-out: this worker's index, 0..N-1 (default: "
+    OptionSpec("worker_index", int_value(0, D.MAX_WORKERS - 1), "scale-out: this worker's index, 0..N-1 (default: "
                "$JOB_COMPLETION_INDEX, as in a Kubernetes Indexed Job, else 0)", "I"),
-    OptionSpec("start_at", _float(0, 1e11, unit="s"), "scale-out: start issuing at this wall-clock time "
+    OptionSpec("start_at", float_value(0, 1e11, unit="s"), "scale-out: start issuing at this wall-clock time "
                "(seconds since the epoch) so that workers start together", "EPOCH"),
-    OptionSpec("start_tolerance_s", _float(0, D.MAX_TIME_S, unit="s"), "scale-out: a worker that starts later than "
+    OptionSpec("start_tolerance_s", float_value(0, D.MAX_TIME_S, unit="s"), "scale-out: a worker that starts later than "
                "--start-at by more than this is invalid (default {default})", "S", default=D.START_TOLERANCE_S),
-    OptionSpec("config", _str, "TOML file of options (keys are the long flag names)", "FILE", flag_only=True),
+    OptionSpec("config", str_value, "TOML file of options (keys are the long flag names)", "FILE", flag_only=True),
 )
 
 _SPEC_BY_NAME: Dict[str, OptionSpec] = {s.name: s for s in OPTION_SPECS}

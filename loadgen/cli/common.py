@@ -56,6 +56,7 @@ class Parser(argparse.ArgumentParser):
 def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()) -> None:
     """Adds every ``loadgen run`` option (but ``exclude``) to ``parser`` as a flag; a
     parser made with ``argument_default=argparse.SUPPRESS`` then holds only those given."""
+    from loadgen.option_values import bool_value
     from loadgen.options import OPTION_SPECS
 
     skip = set(exclude)
@@ -64,7 +65,7 @@ def add_run_options(parser: argparse.ArgumentParser, exclude: Iterable[str] = ()
             continue
         # argparse formats help with %: a literal one in an option's text is doubled
         kwargs: Dict[str, Any] = {"dest": spec.name, "help": spec.help.replace("%", "%%") + f" [env {spec.env}]"}
-        if spec.convert.__name__ == "_bool":
+        if spec.convert is bool_value:  # a flag: present means true
             kwargs["action"] = "store_const"
             kwargs["const"] = True
         else:
