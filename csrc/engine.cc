@@ -832,7 +832,7 @@ EngineCounts Engine::counts() const {
   c.unknown_completions = unknown_.load();
   c.duplicate_completions = duplicate_.load();
   c.late_completions = late_.load();
-  c.cap_waits = cap_waits_.load();
+  c.room_waits = cap_waits_.load();
   static_cast<RecorderCounts&>(c) = recorder_.counts();
   return c;
 }

@@ -97,7 +97,7 @@ uint64_t MlperfRun::reserve_numbers() const noexcept {
 
 bool MlperfRun::claim(uint64_t seq, IssueSink& sink) {
   if (ring_.is_free(seq)) return true;
-  ++result_.table_waits;
+  ++result_.room_waits;
   sink.before_wait();
   for (;;) {
     Notifier::Ticket ticket(done_);
@@ -239,7 +239,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
     if (!s_.accuracy && reached_end(queries_issued, now - start)) break;
   }
   if (r.interrupted) r.ran_out_of_generated_queries = false;
-  r.queries_issued = queries_issued;
+  r.issued = queries_issued;
   last_seq_ = last_published_;
 }
 
@@ -403,7 +403,7 @@ int64_t MlperfRun::first_token(const uint64_t* ids, size_t n, int64_t t_ns) noex
 RunCounts MlperfRun::counts() const {
   RunCounts c = result_;
   c.samples_issued = samples_issued_.load(std::memory_order_acquire);
-  c.queries_completed = queries_completed_.load(std::memory_order_acquire);
+  c.completed = queries_completed_.load(std::memory_order_acquire);
   c.samples_completed = samples_completed_.load(std::memory_order_acquire);
   c.unknown_completions = unknown_.load(std::memory_order_acquire);
   c.latency_sum_ns = latency_sum_.load(std::memory_order_acquire);

@@ -60,14 +60,13 @@ class IssueSink {
 
 /// Counts and times of a finished (or running) run, with the recorder's counts (tokens,
 /// out of range): out-of-range samples count as completed, but are in no latency figure.
-struct RunCounts : RecorderCounts {
-  int64_t queries_issued = 0;
+struct RunCounts : IssueCounts {
   int64_t samples_issued = 0;
   int64_t issue_calls = 0;
-  int64_t queries_completed = 0;
   int64_t samples_completed = 0;
+  /// Samples completed (or first tokens) whose ids were not in flight: late, duplicate
+  /// or bogus alike (the engine tells them apart).
   int64_t unknown_completions = 0;
-  int64_t table_waits = 0;  ///< queries that waited for a free tracking slot
   int64_t latency_sum_ns = 0;
   int64_t query_latency_sum_ns = 0;
   int64_t max_latency_ns = 0;
