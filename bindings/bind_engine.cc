@@ -563,7 +563,7 @@ void def_results(EngineClass& c) {
              d["unknown_completions"] = c.unknown_completions;
              d["duplicate_completions"] = c.duplicate_completions;
              d["late_completions"] = c.late_completions;
-             d["cap_waits"] = c.cap_waits;
+             d["cap_waits"] = c.room_waits;
              d["warmup_issued"] = c.warmup_issued;
              d["warmup_completed"] = c.warmup_completed;
              d["warmup_failed"] = c.warmup_failed;

@@ -263,6 +263,9 @@ void bind_histogram(py::module_& m) {
         },
         py::arg("values"), py::arg("threads"), py::arg("mode"),
         "Nanoseconds per record per thread for a recording loop that runs entirely in C++.");
+  m.def("time_mlperf_loop", &loadgen::time_mlperf_loop, py::call_guard<py::gil_scoped_release>(),
+        py::arg("queries"), py::arg("samples_per_query") = 1,
+        "Nanoseconds per query of the MLPerf issue loop with an instant C++ SUT (no Python per query).");
   m.def("time_request_log",
         [](size_t n, const std::string& path, size_t events_per_record) {
           double append_ns = 0, total_ns = 0;

@@ -382,13 +382,13 @@ void bind_mlperf(py::module_& m) {
            [](const MlperfRun& run) {
              const auto c = run.counts();
              py::dict d;
-             d["queries_issued"] = c.queries_issued;
+             d["queries_issued"] = c.issued;
              d["samples_issued"] = c.samples_issued;
              d["issue_calls"] = c.issue_calls;
-             d["queries_completed"] = c.queries_completed;
+             d["queries_completed"] = c.completed;
              d["samples_completed"] = c.samples_completed;
              d["unknown_completions"] = c.unknown_completions;
-             d["table_waits"] = c.table_waits;
+             d["table_waits"] = c.room_waits;
              d["latency_sum_ns"] = c.latency_sum_ns;
              d["query_latency_sum_ns"] = c.query_latency_sum_ns;
              d["max_latency_ns"] = c.max_latency_ns;

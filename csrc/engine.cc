@@ -734,7 +734,7 @@ void Engine::reap_timeouts(int64_t now) noexcept {
   while (!timeout_queue_.empty()) {
     const int64_t id = timeout_queue_.front();
     InFlightTable::Slot& sl = table_.slot(id);
-    const uint64_t w = sl.state.load(std::memory_order_acquire);
+    const uint64_t w = sl.word.load(std::memory_order_acquire);
     const uint64_t st = InFlightTable::state_of(w);
     if (InFlightTable::id_of(w) != id || st == InFlightTable::kFree) {  // resolved (perhaps reused)
       timeout_queue_.pop_front();
@@ -832,7 +832,7 @@ EngineCounts Engine::counts() const {
   c.unknown_completions = unknown_.load();
   c.duplicate_completions = duplicate_.load();
   c.late_completions = late_.load();
-  c.cap_waits = cap_waits_.load();
+  c.room_waits = cap_waits_.load();
   static_cast<RecorderCounts&>(c) = recorder_.counts();
   return c;
 }

@@ -119,9 +119,7 @@ struct EngineSettings {
 /// cancelled + outstanding. The recorder's counts (tokens, out of range) come with them:
 /// out-of-range completions count as completed but are in no histogram, and make the
 /// run's latencies incomplete.
-struct EngineCounts : RecorderCounts {
-  int64_t issued = 0;
-  int64_t completed = 0;
+struct EngineCounts : IssueCounts {
   int64_t failed = 0;
   int64_t timed_out = 0;
   int64_t cancelled = 0;
@@ -130,7 +128,6 @@ struct EngineCounts : RecorderCounts {
   int64_t unknown_completions = 0;    ///< an id never handed out
   int64_t duplicate_completions = 0;  ///< a query the SUT had completed or failed already
   int64_t late_completions = 0;       ///< a query timed out or cancelled (or too far back to tell)
-  int64_t cap_waits = 0;            ///< queries that waited for the in-flight cap (or table space)
   /// Warm-up queries (scheduled before the end of the warm-up), by outcome; in no
   /// other count and in no histogram.
   int64_t warmup_issued = 0;

@@ -5,36 +5,21 @@
 namespace loadgen {
 
 InFlightTable::InFlightTable(uint64_t capacity, int64_t samples_per_query)
-    : mask_(capacity - 1),
+    : slots_(capacity, kStates),
       ids_(bits_for(capacity - 1)),
       spq_(static_cast<uint64_t>(samples_per_query)),
-      slots_(new Slot[capacity]),
       samples_(capacity * spq_, 0) {}
 
-int64_t InFlightTable::find_free_slot() noexcept {
-  for (uint64_t k = 0; k <= mask_; ++k) {
-    const uint64_t i = (free_cursor_ + k) & mask_;
-    if (state_of(slots_[i].state.load(std::memory_order_acquire)) == kFree) {
-      free_cursor_ = i + 1;
-      return static_cast<int64_t>(i);
-    }
-  }
-  return -1;
-}
-
 int64_t InFlightTable::claim_outstanding(uint64_t slot_index) noexcept {
-  Slot& s = slots_[slot_index];
   for (;;) {
-    uint64_t w = s.state.load(std::memory_order_acquire);
+    const uint64_t w = slots_.load(slot_index);
     const uint64_t st = state_of(w);
     if (st == kFree) return 0;
     if (st == kIssuing || st == kClaimed) {  // a consumer or completer is mid-way
       cpu_relax();
       continue;
     }
-    if (s.state.compare_exchange_strong(w, word(id_of(w), kClaimed), std::memory_order_acq_rel)) {
-      return id_of(w);
-    }
+    if (slots_.exchange(slot_index, w, word(id_of(w), kClaimed))) return id_of(w);
   }
 }
 
@@ -58,14 +43,14 @@ void InFlightTable::remember(int64_t id, ResolvedBy by) noexcept {
 
 InFlightTable::Stray InFlightTable::classify_stray(int64_t id) const noexcept {
   if (!valid_id(id)) return Stray::kNeverIssued;
-  const Slot& s = slots_[index(id)];
-  uint64_t w = s.state.load(std::memory_order_acquire);
+  const Slot& s = slots_.at(static_cast<uint64_t>(id));
+  uint64_t w = s.word.load(std::memory_order_acquire);
   // Another thread resolving this very id (a duplicate racing the first completion, or
   // the timeout reaper): its history entry comes before the slot is free.
   for (int spins = 0; id_of(w) == id && state_of(w) == kClaimed; ++spins) {
     if (spins > 1'000'000) return Stray::kLate;  // it takes too long to tell
     cpu_relax();
-    w = s.state.load(std::memory_order_acquire);
+    w = s.word.load(std::memory_order_acquire);
   }
   const int64_t current = id_of(w);
   if (current < id) return Stray::kNeverIssued;  // the slot has not held it (ids grow per slot)
@@ -89,12 +74,11 @@ InFlightTable::Stray InFlightTable::classify_stray(int64_t id) const noexcept {
 
 bool InFlightTable::stamp_first_token(int64_t id, int64_t t_ns, int64_t* scheduled_ns) noexcept {
   if (!valid_id(id)) return false;
-  Slot& s = slot(id);
+  const uint64_t n = static_cast<uint64_t>(id);
   const uint64_t issued = word(id, kIssued);
-  if (s.state.load(std::memory_order_acquire) != issued) return false;
-  const int64_t scheduled = s.scheduled_ns;
-  const FirstTokenStamp r = loadgen::stamp_first_token(
-      s.first_token_ns, t_ns, [&] { return s.state.load(std::memory_order_acquire) == issued; });
+  if (slots_.load(n) != issued) return false;
+  const int64_t scheduled = slots_.at(n).scheduled_ns;
+  const FirstTokenStamp r = slots_.stamp_first_token(n, t_ns, [issued](uint64_t w) { return w == issued; });
   if (r != FirstTokenStamp::kStamped) return false;
   *scheduled_ns = scheduled;
   return true;

@@ -7,7 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "clock.h"
 #include "hdr_histogram.h"
+#include "mlperf/run.h"
 #include "request_log.h"
 #include "sharded_histogram.h"
 
@@ -16,6 +18,20 @@ namespace {
 constexpr int64_t kLowest = 1;
 constexpr int64_t kHighest = 3'600'000'000'000;  // one hour in ns
 constexpr int kDigits = 3;
+// Completes every query in the call that issues it, after stamping its first token.
+class InstantSink : public mlperf::IssueSink {
+ public:
+  explicit InstantSink(mlperf::MlperfRun* run) : run_(run) {}
+  bool issue(const uint64_t* ids, const int64_t*, size_t n) override {
+    run_->first_token(ids, n, now_ns());
+    run_->complete(ids, n, now_ns(), nullptr);
+    return true;
+  }
+  bool keep_waiting() override { return true; }
+
+ private:
+  mlperf::MlperfRun* run_;
+};
 }  // namespace
 
 double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode mode) {
@@ -108,6 +124,33 @@ void time_request_log(size_t n, const char* path, double* append_ns, double* tot
   const auto t2 = std::chrono::steady_clock::now();
   *append_ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(n);
   *total_ns = std::chrono::duration<double, std::nano>(t2 - t0).count();
+}
+
+double time_mlperf_loop(int64_t queries, int64_t samples_per_query) {
+  if (queries < 1 || samples_per_query < 1) throw std::invalid_argument("queries and samples_per_query must be >= 1");
+  const mlperf::Scenario scenario = samples_per_query == 1 ? mlperf::Scenario::kSingleStream
+                                                           : mlperf::Scenario::kMultiStream;
+  mlperf::GeneratorSettings g;
+  g.scenario = scenario;
+  // MultiStream queries are contiguous runs of the set: it is padded with their length.
+  for (int64_t i = 0; i < 1024 + samples_per_query - 1; ++i) g.loaded_samples.push_back(i % 1024);
+  g.sample_distribution_end = 1024;
+  g.samples_per_query = samples_per_query;
+  g.min_query_count = queries;
+  mlperf::RunSettings s;
+  s.scenario = scenario;
+  s.min_query_count = queries;
+  s.max_query_count = queries;
+  mlperf::MlperfRun run(s, g);
+  InstantSink sink(&run);
+  const auto t0 = std::chrono::steady_clock::now();
+  run.issue_all(sink);
+  const auto t1 = std::chrono::steady_clock::now();
+  const mlperf::RunCounts c = run.counts();
+  if (c.samples_completed != queries * samples_per_query || c.unknown_completions != 0) {
+    throw std::runtime_error("the MLPerf loop lost samples");
+  }
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(queries);
 }
 
 }  // namespace loadgen

@@ -29,4 +29,12 @@ double time_record_ns(const int64_t* values, size_t n, int threads, RecordMode m
 void time_request_log(size_t n, const char* path, double* append_ns, double* total_ns,
                       size_t events_per_record = 0);
 
+/// Runs `queries` (>= 1) closed-loop queries of `samples_per_query` (>= 1) samples each
+/// (SingleStream for one sample, MultiStream for more) through the MLPerf issue loop with
+/// an SUT that, inside each issue call, stamps the query's first token and completes it:
+/// the loop's slot claim, publish, first-token stamp and completion with no Python in
+/// the measurement. Returns the wall time per query in nanoseconds; throws
+/// std::runtime_error when a sample went missing.
+double time_mlperf_loop(int64_t queries, int64_t samples_per_query);
+
 }  // namespace loadgen

@@ -95,6 +95,16 @@ struct RecorderCounts {
   int64_t stream_rate_count = 0;
 };
 
+/// The counts both issue loops (Engine, mlperf::MlperfRun) keep about their queries, with
+/// their recorder's counts.
+struct IssueCounts : RecorderCounts {
+  int64_t issued = 0;     ///< queries handed to the SUT (the engine's after its warm-up)
+  int64_t completed = 0;  ///< queries completed (MLPerf: every sample of them)
+  /// Queries that waited for room in flight before their issue: a free slot of the
+  /// in-flight table, or the engine's in-flight cap.
+  int64_t room_waits = 0;
+};
+
 /// Records completions, first tokens and issue delays from any number of threads.
 /// Thread-safety: every record call is wait-free after the calling thread's first call
 /// (which registers its histogram shards), takes no lock and allocates nothing; reads

@@ -30,25 +30,30 @@ constexpr int64_t kWaitSliceNs = 50'000'000;
 // The next free block of query numbers in the process (see MlperfRun::reserve_numbers).
 std::atomic<uint64_t> g_last_seq{0};
 
+// The slot ring's capacity: table_capacity, at most 4 outside Server (only Server keeps
+// many queries in flight; the other scenarios have at most two).
+uint64_t ring_capacity(const RunSettings& s) {
+  require(s.table_capacity >= 2 && (s.table_capacity & (s.table_capacity - 1)) == 0,
+          "table_capacity must be a power of 2 >= 2");
+  const int64_t capacity = s.scenario == Scenario::kServer ? s.table_capacity : std::min<int64_t>(s.table_capacity, 4);
+  return static_cast<uint64_t>(capacity);
+}
+
 }  // namespace
 
 MlperfRun::MlperfRun(RunSettings settings, GeneratorSettings generator)
     : s_(settings),
       gen_(std::move(generator)),
+      sample_ids_(bits_for(static_cast<uint64_t>(gen_.samples_per_query()) - 1)),
+      words_(bits_for(static_cast<uint64_t>(gen_.samples_per_query()))),
+      ring_(ring_capacity(s_), words_),
       recorder_(recorder_settings(s_)) {
-  require(s_.table_capacity >= 2 && (s_.table_capacity & (s_.table_capacity - 1)) == 0,
-          "table_capacity must be a power of 2 >= 2");
   require(s_.spin_ns >= 0 && s_.max_async_queries >= 0 && s_.max_query_count >= 0 &&
               s_.max_duration_ns >= 0,
           "spin, max_async_queries, max_query_count and max_duration must be >= 0");
   const uint64_t spq = static_cast<uint64_t>(gen_.samples_per_query());
-  sample_ids_ = TaggedWord(bits_for(spq - 1));
-  words_ = TaggedWord(bits_for(spq));
   require(sample_ids_.bits() <= 40, "samples_per_query is too large");
-  // Only Server keeps many queries in flight; the other scenarios have at most two.
-  if (s_.scenario != Scenario::kServer) s_.table_capacity = std::min<int64_t>(s_.table_capacity, 4);
-  mask_ = static_cast<uint64_t>(s_.table_capacity) - 1;
-  slots_.reset(new Slot[static_cast<size_t>(s_.table_capacity)]);
+  s_.table_capacity = static_cast<int64_t>(ring_.capacity());
   if (spq > 1) {
     bit_words_ = static_cast<size_t>((spq + 63) / 64);
     const size_t n = bit_words_ * static_cast<size_t>(s_.table_capacity);
@@ -58,13 +63,14 @@ MlperfRun::MlperfRun(RunSettings settings, GeneratorSettings generator)
 }
 
 bool MlperfRun::mark_sample(uint64_t seq, uint64_t position) noexcept {
-  const Slot& slot = slots_[seq & mask_];
+  const uint64_t index = ring_.index(seq);
+  const Slot& slot = ring_.at(index);
   const uint64_t w = slot.word.load(std::memory_order_acquire);
   if (words_.tag(w) != seq || words_.low(w) == 0 ||
       position >= static_cast<uint64_t>(gen_.samples_per_query())) {
     return false;
   }
-  std::atomic<uint64_t>& bits = done_bits_[(seq & mask_) * bit_words_ + position / 64];
+  std::atomic<uint64_t>& bits = done_bits_[index * bit_words_ + position / 64];
   const uint64_t bit = uint64_t{1} << (position % 64);
   if (bits.fetch_or(bit, std::memory_order_acq_rel) & bit) return false;  // twice
   if (words_.tag(slot.word.load(std::memory_order_acquire)) != seq) {
@@ -89,42 +95,36 @@ uint64_t MlperfRun::reserve_numbers() const noexcept {
   return base;
 }
 
-bool MlperfRun::slot_free(uint64_t seq) const noexcept {
-  return words_.low(slots_[seq & mask_].word.load(std::memory_order_acquire)) == 0;
-}
-
 bool MlperfRun::claim(uint64_t seq, IssueSink& sink) {
-  Slot& slot = slots_[seq & mask_];
-  if (words_.low(slot.word.load(std::memory_order_acquire)) == 0) return true;
-  ++result_.table_waits;
+  if (ring_.is_free(seq)) return true;
+  ++result_.room_waits;
   sink.before_wait();
   for (;;) {
     Notifier::Ticket ticket(done_);
-    if (words_.low(slot.word.load(std::memory_order_acquire)) == 0) return true;
+    if (ring_.is_free(seq)) return true;
     if (stop_.load(std::memory_order_acquire) || !sink.keep_waiting()) return false;
     ticket.wait(kWaitSliceNs);
   }
 }
 
 void MlperfRun::publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, int64_t issued_ns) {
-  Slot& slot = slots_[seq & mask_];
+  Slot& slot = ring_.at(seq);
   slot.scheduled_ns.store(scheduled_ns, std::memory_order_relaxed);
   slot.issued_ns.store(issued_ns, std::memory_order_relaxed);
   slot.done_ns.store(0, std::memory_order_relaxed);
   slot.first_token_ns.store(0, std::memory_order_relaxed);
   if (bit_words_ != 0) {
-    std::atomic<uint64_t>* bits = &done_bits_[(seq & mask_) * bit_words_];
+    std::atomic<uint64_t>* bits = &done_bits_[ring_.index(seq) * bit_words_];
     const size_t used = static_cast<size_t>((n_samples + 63) / 64);
     for (size_t i = 0; i < used; ++i) bits[i].store(0, std::memory_order_relaxed);
   }
-  slot.word.store(words_.pack(seq, static_cast<uint64_t>(n_samples)), std::memory_order_release);
+  ring_.publish(seq, seq, static_cast<uint64_t>(n_samples));
   recorder_.issue_delay(scheduled_ns, issued_ns);
 }
 
 bool MlperfRun::wait_done(uint64_t seq, IssueSink& sink) {
-  const Slot& slot = slots_[seq & mask_];
   auto done = [&] {
-    const uint64_t w = slot.word.load(std::memory_order_acquire);
+    const uint64_t w = ring_.load(seq);
     return words_.tag(w) != seq || words_.low(w) == 0;
   };
   if (done()) return true;
@@ -216,7 +216,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
       while (fetch(&next_samples, &next_offset)) {
         // Not yet due, or its slot still busy: it waits for the next call (claiming
         // here could wait on a query of this very batch, which nobody can complete yet).
-        if (now < start + next_offset || !slot_free(seq + 1)) {
+        if (now < start + next_offset || !ring_.is_free(seq + 1)) {
           have_next = true;
           break;
         }
@@ -239,7 +239,7 @@ void MlperfRun::issue_all(IssueSink& sink) {
     if (!s_.accuracy && reached_end(queries_issued, now - start)) break;
   }
   if (r.interrupted) r.ran_out_of_generated_queries = false;
-  r.queries_issued = queries_issued;
+  r.issued = queries_issued;
   last_seq_ = last_published_;
 }
 
@@ -307,7 +307,7 @@ bool MlperfRun::wait_all(int64_t timeout_ns) {
 
 void MlperfRun::finish_group(uint64_t seq, int64_t count, int64_t t_ns, int64_t tokens,
                              int64_t tpot_tokens, int64_t* unknown) noexcept {
-  Slot& slot = slots_[seq & mask_];
+  Slot& slot = ring_.at(seq);
   uint64_t w = slot.word.load(std::memory_order_acquire);
   int64_t scheduled = 0;
   int64_t issued = 0;
@@ -383,17 +383,16 @@ int64_t MlperfRun::first_token(const uint64_t* ids, size_t n, int64_t t_ns) noex
   int64_t unknown = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t seq = sample_ids_.tag(ids[i]);
-    Slot& slot = slots_[seq & mask_];
-    const uint64_t w = slot.word.load(std::memory_order_acquire);
+    const uint64_t w = ring_.load(seq);
     if (words_.tag(w) != seq || words_.low(w) == 0) {
       ++unknown;
       continue;
     }
-    const int64_t scheduled = slot.scheduled_ns.load(std::memory_order_relaxed);
+    const int64_t scheduled = ring_.at(seq).scheduled_ns.load(std::memory_order_relaxed);
     // The query may finish and its slot be refilled meanwhile: then the stamp is taken
     // back and the call counted as late.
-    const FirstTokenStamp r = stamp_first_token(
-        slot.first_token_ns, t_ns, [&] { return words_.tag(slot.word.load(std::memory_order_acquire)) == seq; });
+    const FirstTokenStamp r =
+        ring_.stamp_first_token(seq, t_ns, [&](uint64_t now) { return words_.tag(now) == seq; });
     if (r == FirstTokenStamp::kGone) ++unknown;
     if (r == FirstTokenStamp::kStamped) recorder_.first_token(scheduled, t_ns);
   }
@@ -404,7 +403,7 @@ int64_t MlperfRun::first_token(const uint64_t* ids, size_t n, int64_t t_ns) noex
 RunCounts MlperfRun::counts() const {
   RunCounts c = result_;
   c.samples_issued = samples_issued_.load(std::memory_order_acquire);
-  c.queries_completed = queries_completed_.load(std::memory_order_acquire);
+  c.completed = queries_completed_.load(std::memory_order_acquire);
   c.samples_completed = samples_completed_.load(std::memory_order_acquire);
   c.unknown_completions = unknown_.load(std::memory_order_acquire);
   c.latency_sum_ns = latency_sum_.load(std::memory_order_acquire);
@@ -413,7 +412,7 @@ RunCounts MlperfRun::counts() const {
   c.max_completion_ns = max_completion_.load(std::memory_order_acquire);
   static_cast<RecorderCounts&>(c) = recorder_.counts();
   if (last_seq_ != 0) {  // a query was published
-    c.final_done_ns = slots_[last_seq_ & mask_].done_ns.load(std::memory_order_acquire);
+    c.final_done_ns = ring_.at(last_seq_).done_ns.load(std::memory_order_acquire);
   }
   return c;
 }

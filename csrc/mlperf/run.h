@@ -60,14 +60,13 @@ class IssueSink {
 
 /// Counts and times of a finished (or running) run, with the recorder's counts (tokens,
 /// out of range): out-of-range samples count as completed, but are in no latency figure.
-struct RunCounts : RecorderCounts {
-  int64_t queries_issued = 0;
+struct RunCounts : IssueCounts {
   int64_t samples_issued = 0;
   int64_t issue_calls = 0;
-  int64_t queries_completed = 0;
   int64_t samples_completed = 0;
+  /// Samples completed (or first tokens) whose ids were not in flight: late, duplicate
+  /// or bogus alike (the engine tells them apart).
   int64_t unknown_completions = 0;
-  int64_t table_waits = 0;  ///< queries that waited for a free tracking slot
   int64_t latency_sum_ns = 0;
   int64_t query_latency_sum_ns = 0;
   int64_t max_latency_ns = 0;
@@ -118,9 +117,11 @@ class MlperfRun {
   int sample_bits() const noexcept { return sample_ids_.bits(); }
 
  private:
+  // A slot of the ring: query seq takes slot seq mod capacity (MLPerf issues in order,
+  // so a sample id needs no slot index and finding a slot needs no search).
   struct Slot {
     // (seq << count bits) | samples still outstanding: one word, so a late or repeated
-    // completion can never touch a reused slot.
+    // completion can never touch a reused slot (0 samples: free).
     std::atomic<uint64_t> word{0};
     // Read by completing threads while the issue thread may already be refilling the
     // slot: atomic, and trusted only when the word still names the query afterwards.
@@ -131,7 +132,6 @@ class MlperfRun {
   };
   // Claims the slot for query `seq`, waiting while its previous query is outstanding.
   bool claim(uint64_t seq, IssueSink& sink);
-  bool slot_free(uint64_t seq) const noexcept;
   uint64_t reserve_numbers() const noexcept;
   void publish(uint64_t seq, int64_t n_samples, int64_t scheduled_ns, int64_t issued_ns);
   bool wait_done(uint64_t seq, IssueSink& sink);
@@ -153,8 +153,7 @@ class MlperfRun {
   QueryGenerator gen_;
   TaggedWord sample_ids_;  // a sample's id: (seq << sample bits) | position in its query
   TaggedWord words_;       // a slot's word: (seq << count bits) | samples outstanding
-  uint64_t mask_ = 0;
-  std::unique_ptr<Slot[]> slots_;
+  SlotTable<Slot> ring_;  // slots named by sequence number
   // Queries of several samples: one done bit per sample, so a sample completed twice is
   // counted as unknown instead of ending its query early (bit_words_ words per slot).
   size_t bit_words_ = 0;

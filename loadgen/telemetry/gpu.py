@@ -29,16 +29,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from loadgen.placement import keep_off
 from loadgen.units import ms_to_ns, ns_to_s, s_to_ns
 from loadgen.telemetry.gpu_backend import (
-    THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, one_line, reason_bits, reason_name,
+    THROTTLE_REASONS, GpuBackend, GpuError, GpuNotSupported, Handle, NvmlBackend, one_line, reason_bits,
 )
+from loadgen.telemetry.gpu_figures import DeviceState, GpuState, device_entry, device_intervals, ratio
 from loadgen.telemetry.gpu_select import DeviceInfo, GpuSelection, parse_gpus, select
-from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries, StreamStats, bin_mean
+from loadgen.telemetry.streams import DEFAULT_MAX_POINTS, BinnedSeries, CounterSeries
 
 __all__ = ["DEFAULT_SAMPLE_MS", "GpuSampler", "MARKS", "MIN_SAMPLE_MS", "MAX_SAMPLE_MS", "THROTTLE_REASONS"]
 
@@ -57,64 +57,7 @@ ENERGY_READ_S = 1.0
 CHEAP_ENERGY_READ_NS = 100_000
 #: The phase boundaries :meth:`GpuSampler.mark` knows.
 MARKS = ("start", "issue_end", "end")
-_MIG_UTILIZATION = {"supported": False, "why": "MIG device"}
-# Tops of the percentile histograms (min, max and mean are exact beyond them).
-_SMALL_TOP = 1 << 12  # percent, degrees C
-_MHZ_TOP = 1 << 17  # clocks
-_MW_TOP = 1 << 24  # power in mW: 16.7 kW
 _T = TypeVar("_T")
-
-
-@dataclass
-class _Gpu:
-    """One physical GPU: what it is and what was read from it."""
-
-    index: int
-    uuid: str
-    name: str
-    handle: Handle
-    mig: bool = False
-    power_limit_w: Optional[float] = None
-    lost: Optional[Tuple[int, str]] = None
-    unsupported: Dict[str, str] = field(default_factory=dict)
-    ticks: int = 0
-    sm_clock: StreamStats = field(default_factory=lambda: StreamStats(highest=_MHZ_TOP))
-    mem_clock: StreamStats = field(default_factory=lambda: StreamStats(highest=_MHZ_TOP))
-    temperature: StreamStats = field(default_factory=lambda: StreamStats(highest=_SMALL_TOP))
-    power_read: StreamStats = field(default_factory=lambda: StreamStats(1000.0, _MW_TOP))
-    power_drained: StreamStats = field(default_factory=lambda: StreamStats(1000.0, _MW_TOP))
-    utilization: StreamStats = field(default_factory=lambda: StreamStats(highest=_SMALL_TOP))
-    power_read_series: BinnedSeries = field(default_factory=BinnedSeries)
-    power_drained_series: BinnedSeries = field(default_factory=BinnedSeries)
-    utilization_series: BinnedSeries = field(default_factory=BinnedSeries)
-    energy: CounterSeries = field(default_factory=CounterSeries)
-    energy_read_ns: Optional[int] = None  # when the energy counter was last read
-    energy_read_cost_ns: int = 0  # the CPU time its last read took
-    integrated_mj: float = 0.0
-    last_power: Optional[Tuple[int, float]] = None
-    throttle_ticks: Dict[int, int] = field(default_factory=dict)
-    cursors: Dict[str, int] = field(default_factory=lambda: {"utilization": 0, "power": 0})
-    marks: Dict[str, Tuple[int, float]] = field(default_factory=dict)
-    units: List[_Unit] = field(default_factory=list)
-    latest: Dict[str, float] = field(default_factory=dict)  # the newest reading of each figure
-
-
-@dataclass
-class _Unit:
-    """One selected device: a whole GPU, or one MIG device of a GPU in MIG mode."""
-
-    gpu: _Gpu
-    uuid: str
-    name: str
-    handle: Handle
-    slot: Optional[int] = None
-    memory_total: Optional[int] = None
-    lost: Optional[Tuple[int, str]] = None
-    unsupported: Optional[str] = None
-    ticks: int = 0
-    memory: StreamStats = field(default_factory=StreamStats)
-    memory_series: BinnedSeries = field(default_factory=BinnedSeries)
-    latest_memory: Optional[int] = None
 
 
 class GpuSampler:
@@ -154,7 +97,7 @@ class GpuSampler:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._gpus: List[_Gpu] = []
+        self._gpus: List[GpuState] = []
         self._driver = ""
         self._unavailable: Optional[str] = None
         self._failures: List[str] = []  # what went wrong outside a GPU, one line each
@@ -275,7 +218,7 @@ class GpuSampler:
     def _discover(self) -> None:
         self._driver = self.backend.driver_version()
         infos: List[DeviceInfo] = []
-        found: List[Tuple[_Gpu, List[Tuple[str, str, Handle]]]] = []
+        found: List[Tuple[GpuState, List[Tuple[str, str, Handle]]]] = []
         for i in range(self.backend.device_count()):
             gpu, migs = self._describe(i)
             found.append((gpu, migs))
@@ -283,23 +226,23 @@ class GpuSampler:
         for pos, slot in select(self.selection, infos):
             gpu, migs = found[pos]
             if slot is None:
-                unit = _Unit(gpu, gpu.uuid, gpu.name, gpu.handle, lost=gpu.lost)
+                unit = DeviceState(gpu, gpu.uuid, gpu.name, gpu.handle, lost=gpu.lost)
             else:
                 uuid, name, handle = migs[slot]
-                unit = _Unit(gpu, uuid, name, handle, slot=slot, lost=gpu.lost)
+                unit = DeviceState(gpu, uuid, name, handle, slot=slot, lost=gpu.lost)
             unit.memory_series = BinnedSeries(self._max_points)
             gpu.units.append(unit)
         self._gpus = [gpu for gpu, _ in found if gpu.units]
 
-    def _describe(self, index: int) -> Tuple[_Gpu, List[Tuple[str, str, Handle]]]:
+    def _describe(self, index: int) -> Tuple[GpuState, List[Tuple[str, str, Handle]]]:
         """A physical GPU and its MIG devices (uuid, name, handle); a GPU that fails
         here is recorded as lost from the start."""
         b = self.backend
         try:
             handle = b.handle_by_index(index)
-            gpu = _Gpu(index, b.uuid(handle), b.name(handle), handle, mig=b.is_mig(handle))
+            gpu = GpuState(index, b.uuid(handle), b.name(handle), handle, mig=b.is_mig(handle))
         except GpuError as e:
-            gpu = _Gpu(index, f"index-{index}", "unknown", None, lost=(self._clock(), one_line(str(e))))
+            gpu = GpuState(index, f"index-{index}", "unknown", None, lost=(self._clock(), one_line(str(e))))
             return gpu, []
         for series in ("power_read_series", "power_drained_series", "utilization_series"):
             setattr(gpu, series, BinnedSeries(self._max_points))
@@ -368,7 +311,7 @@ class GpuSampler:
             if now - self._last_drain_ns >= self._drain_ns:
                 self._drain(now)
 
-    def _read(self, gpu: _Gpu, metric: str, fn: Callable[[Handle], _T]) -> Optional[_T]:
+    def _read(self, gpu: GpuState, metric: str, fn: Callable[[Handle], _T]) -> Optional[_T]:
         """A reading, or None when the GPU does not support it (asked once only)."""
         if metric in gpu.unsupported:
             return None
@@ -378,7 +321,7 @@ class GpuSampler:
             gpu.unsupported[metric] = one_line(str(e)) or "not supported"
             return None
 
-    def _read_gpu(self, gpu: _Gpu, now: int) -> None:
+    def _read_gpu(self, gpu: GpuState, now: int) -> None:
         b = self.backend
         clocks = self._read(gpu, "clocks", b.clocks)
         if clocks is not None:
@@ -415,7 +358,7 @@ class GpuSampler:
                 gpu.energy_read_ns = now
         gpu.ticks += 1
 
-    def _read_power(self, gpu: _Gpu) -> Optional[float]:
+    def _read_power(self, gpu: GpuState) -> Optional[float]:
         """Board power: the instantaneous reading where the driver has one, else its
         averaged one; None when neither is supported."""
         power = self._read(gpu, "power_instant", self.backend.power_instant)
@@ -423,7 +366,7 @@ class GpuSampler:
             power = self._read(gpu, "power", self.backend.power_avg)
         return power
 
-    def _energy_mj(self, gpu: _Gpu, now: int) -> Optional[float]:
+    def _energy_mj(self, gpu: GpuState, now: int) -> Optional[float]:
         """The energy counter (mJ), or the integral of the power readings where the GPU
         has no counter (it starts at the first reading); None when neither exists."""
         counter = self._read(gpu, "energy", self.backend.total_energy_mj)
@@ -437,7 +380,7 @@ class GpuSampler:
         t, p = gpu.last_power
         return gpu.integrated_mj + p * (now - t) / 1e6
 
-    def _read_unit(self, unit: _Unit, now: int) -> None:
+    def _read_unit(self, unit: DeviceState, now: int) -> None:
         if unit.lost or unit.unsupported:
             return
         try:
@@ -481,7 +424,7 @@ class GpuSampler:
                         if kind == "utilization":
                             gpu.latest["utilization_pct"] = value
 
-    def _lose(self, gpu: _Gpu, now: int, error: Exception) -> None:
+    def _lose(self, gpu: GpuState, now: int, error: Exception) -> None:
         gpu.lost = (now, one_line(str(error)) or type(error).__name__)
         for unit in gpu.units:
             unit.lost = unit.lost or gpu.lost
@@ -509,7 +452,7 @@ class GpuSampler:
                 if not gpu.lost:
                     self._mark_gpu(gpu, name, now)
 
-    def _mark_gpu(self, gpu: _Gpu, name: str, now: int) -> None:
+    def _mark_gpu(self, gpu: GpuState, name: str, now: int) -> None:
         try:
             energy = self._energy_mj(gpu, now)
         except GpuError as e:
@@ -558,7 +501,7 @@ class GpuSampler:
         """
         self.stop()
         with self._guard():  # read as it is even when a stuck thread holds the lock
-            devices = [self._device_entry(u) for g in self._gpus for u in g.units]
+            devices = [device_entry(u, self._driver) for g in self._gpus for u in g.units]
             totals = [g.marks["end"][1] - g.marks["start"][1] for g in self._gpus
                       if "start" in g.marks and "end" in g.marks]
             energy_j = sum(totals) / 1000.0 if totals else None
@@ -569,9 +512,9 @@ class GpuSampler:
                 "selection": self.selection.describe(),
                 "devices": devices,
                 "energy_j_total": energy_j,
-                "energy_per_query_j": _ratio(energy_j, completed_queries),
-                "energy_per_sample_j": _ratio(energy_j, completed_samples),
-                "queries_per_joule": _ratio(float(completed_queries), energy_j) if completed_queries else None,
+                "energy_per_query_j": ratio(energy_j, completed_queries),
+                "energy_per_sample_j": ratio(energy_j, completed_samples),
+                "queries_per_joule": ratio(float(completed_queries), energy_j) if completed_queries else None,
                 "sampler": self._overhead(),
             }
         if measure_start_ns is not None and interval_ns is not None and n_intervals is not None:
@@ -602,39 +545,6 @@ class GpuSampler:
             "cpu_pct_of_core": 100.0 * cpu / wall if cpu is not None and wall else None,
         }
 
-    def _device_entry(self, unit: _Unit) -> Dict[str, Any]:
-        gpu = unit.gpu
-        entry: Dict[str, Any] = {
-            "index": gpu.index,
-            "uuid": unit.uuid,
-            "name": unit.name,
-            "driver_version": self._driver,
-            "mig": unit.slot is not None,
-        }
-        if unit.slot is not None:
-            entry.update(parent_uuid=gpu.uuid, mig_index=unit.slot)
-        power_stats, power_source, _ = _power_of(gpu)
-        entry.update({
-            "utilization_pct": (dict(_MIG_UTILIZATION) if unit.slot is not None
-                                else gpu.utilization.section(gpu.unsupported.get("utilization"))),
-            "memory_used_bytes": unit.memory.section(unit.unsupported),
-            "memory_total_bytes": unit.memory_total,
-            "power_w": power_stats.section(None if power_source else "not supported"),
-            "power_source": power_source,
-            "power_limit_w": gpu.power_limit_w,
-            "sm_clock_mhz": gpu.sm_clock.section(gpu.unsupported.get("clocks")),
-            "mem_clock_mhz": gpu.mem_clock.section(gpu.unsupported.get("clocks")),
-            "temperature_c": gpu.temperature.section(gpu.unsupported.get("temperature")),
-            "energy_j": _phase_energy(gpu),
-            "energy_source": _energy_source(gpu),
-            "throttle_reasons": [reason_name(bit) for bit in sorted(gpu.throttle_ticks)],
-            "throttle_samples": {reason_name(bit): n for bit, n in sorted(gpu.throttle_ticks.items())},
-            "samples": unit.ticks,
-        })
-        if unit.lost:
-            entry["lost"] = {"at_ns": unit.lost[0], "reason": unit.lost[1]}
-        return entry
-
     # ------------------------------------------------------------- intervals
 
     def intervals(self, *, measure_start_ns: int, interval_ns: int, n_intervals: int
@@ -654,66 +564,5 @@ class GpuSampler:
             raise ValueError(f"intervals: interval_ns must be > 0 and n_intervals >= 0; "
                              f"got {interval_ns}, {n_intervals}")
         self.stop()
-        out: List[Dict[str, Dict[str, Optional[float]]]] = [{} for _ in range(n_intervals)]
         with self._guard():
-            for gpu in self._gpus:
-                _, _, power_series = _power_of(gpu)
-                util = gpu.utilization_series.bins(measure_start_ns, interval_ns, n_intervals)
-                power = power_series.bins(measure_start_ns, interval_ns, n_intervals)
-                energy = [_joules(gpu.energy.delta(measure_start_ns + i * interval_ns,
-                                                   measure_start_ns + (i + 1) * interval_ns))
-                          for i in range(n_intervals)]
-                for unit in gpu.units:
-                    memory = unit.memory_series.bins(measure_start_ns, interval_ns, n_intervals)
-                    for i in range(n_intervals):
-                        out[i][unit.uuid] = {
-                            "utilization_pct": None if unit.slot is not None else bin_mean(util[i]),
-                            "power_w": bin_mean(power[i]),
-                            "memory_used_bytes": int(memory[i][2]) if memory[i][0] else None,
-                            "energy_j": energy[i],
-                        }
-        return out
-
-
-def _power_of(gpu: _Gpu) -> Tuple[StreamStats, Optional[str], BinnedSeries]:
-    """The power figures to report: the driver's samples when it gave any, else the
-    readings taken every tick; and what they are."""
-    if gpu.power_drained.n:
-        return gpu.power_drained, "driver samples", gpu.power_drained_series
-    if gpu.power_read.n:
-        source = "average" if "power_instant" in gpu.unsupported else "instant"
-        return gpu.power_read, source, gpu.power_read_series
-    return gpu.power_read, None, gpu.power_read_series
-
-
-def _phase_energy(gpu: _Gpu) -> Dict[str, Optional[float]]:
-    def between(a: str, b: str) -> Optional[float]:
-        if a in gpu.marks and b in gpu.marks:
-            return (gpu.marks[b][1] - gpu.marks[a][1]) / 1000.0
-        return None
-
-    out = {
-        "start_to_issue_end": between("start", "issue_end"),
-        "issue_end_to_end": between("issue_end", "end"),
-        "total": between("start", "end"),
-    }
-    last = gpu.energy.last()
-    if gpu.lost and "start" in gpu.marks and last is not None:
-        out["until_lost"] = (last[1] - gpu.marks["start"][1]) / 1000.0
-    return out
-
-
-def _energy_source(gpu: _Gpu) -> Optional[str]:
-    if "energy" not in gpu.unsupported:
-        return "counter"
-    return "power integral" if gpu.last_power is not None else None
-
-
-def _joules(mj: Optional[float]) -> Optional[float]:
-    return None if mj is None else mj / 1000.0
-
-
-def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    if a is None or not b:
-        return None
-    return a / b
+            return device_intervals(self._gpus, measure_start_ns, interval_ns, n_intervals)

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from tests.docs_pages import DOCS, README, ROOT, doc_blocks, run_blocks, shell_blocks
+from tests.docs_pages import DOCS, README, ROOT, Block, doc_blocks, run_blocks, shell_blocks
 from tests.helpers import clean_env
 from tests.servers.scripted_proc import start_scripted
 
@@ -75,14 +75,15 @@ def page_folder(tmp_path: Path) -> Tuple[Path, Dict[str, str]]:
     return folder, clean_env(**TOUR_ENV, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
-def run_page(page: Path, tmp_path: Path) -> Path:
-    """Runs the page's shell and Python blocks that are not marked "not run", in order,
-    in one folder, each to the exit status it declares; returns the folder."""
+def run_page(page: Path, tmp_path: Path, only: Optional[Callable[[Block], bool]] = None) -> Path:
+    """Runs the page's shell and Python blocks that are not marked "not run" (of those,
+    the ones ``only`` keeps, when given), in order, in one folder, each to the exit status
+    it declares; returns the folder."""
     folder, env = page_folder(tmp_path)
     for block in doc_blocks(page):
         if block.file:
             (folder / block.file).write_text(block.body, encoding="utf-8")
-        if not block.runs or block.not_run:
+        if not block.runs or block.not_run or (only is not None and not only(block)):
             continue
         with contextlib.ExitStack() as servers:
             for name, port in block.servers:
@@ -100,9 +101,12 @@ def run_page(page: Path, tmp_path: Path) -> Path:
 
 
 # Pages whose commands hold a run to a latency objective of a few milliseconds on the demo
-# SUT, or compare two runs' p99 to 10%: under pytest -n they run while no other test does
-# (tests/conftest.py).
-ALONE_PAGES = {"llm.md", "results.md"}
+# SUT: under pytest -n they run while no other test does (tests/conftest.py).
+ALONE_PAGES = {"llm.md"}
+# Blocks that compare two runs' p99 to 10%, by a line of theirs: each makes the files it
+# reads, so it runs in a test of its own, alone, and the rest of its page beside other tests
+# (a whole page alone would keep the other workers idle for all of it).
+ALONE_BLOCKS = {"results.md": "loadgen compare base new"}
 
 
 def pages_with_commands() -> List[Path]:
@@ -110,10 +114,26 @@ def pages_with_commands() -> List[Path]:
             if any(not b.not_run for b in run_blocks(page))]
 
 
+def alone_block(page: Path) -> Optional[Callable[[Block], bool]]:
+    """Whether a block of ``page`` runs alone (None: the page has no such block)."""
+    needle = ALONE_BLOCKS.get(page.name)
+    return None if needle is None else (lambda block: needle in block.body)
+
+
 @pytest.mark.parametrize("page", [pytest.param(page, marks=[pytest.mark.alone] if page.name in ALONE_PAGES else [])
                                   for page in pages_with_commands()], ids=lambda p: p.name)
 def test_the_commands_of_the_page_run_as_written(page, tmp_path):
-    run_page(page, tmp_path)
+    alone = alone_block(page)
+    run_page(page, tmp_path, None if alone is None else (lambda block: not alone(block)))
+
+
+@pytest.mark.alone
+@pytest.mark.parametrize("page", [DOCS / name for name in sorted(ALONE_BLOCKS)], ids=lambda p: p.name)
+def test_the_commands_that_time_runs_closely_run_alone_as_written(page, tmp_path):
+    alone = alone_block(page)
+    assert alone is not None and any(alone(b) for b in run_blocks(page) if not b.not_run), (
+        f"{page.name} has no block with {ALONE_BLOCKS[page.name]!r} any more: ALONE_BLOCKS is stale")
+    run_page(page, tmp_path, alone)
 
 
 def test_a_page_runs_in_order_with_the_files_it_shows(tmp_path):
