@@ -21,7 +21,7 @@ from typing import IO, Any, Optional, Union
 
 __all__ = ["CERT_LIMIT_BYTES", "CONFIG_LIMIT_BYTES", "DATASET_LIMIT_BYTES", "HLOG_LIMIT_BYTES", "PAYLOAD_LIMIT_BYTES",
            "RESULT_LIMIT_BYTES", "SWEEP_LIMIT_BYTES", "TEMPLATE_LIMIT_BYTES",
-           "TOKENIZER_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "FileTooLargeError", "InputFileError", "open_bounded",
+           "TOKENIZER_LIMIT_BYTES", "TOOLS_LIMIT_BYTES", "TRACE_LIMIT_BYTES", "FileTooLargeError", "InputFileError", "open_bounded",
            "read_bytes", "read_text", "size_text"]
 
 MIB = 1 << 20
@@ -44,6 +44,8 @@ CERT_LIMIT_BYTES = 16 * MIB
 TRACE_LIMIT_BYTES = 512 * MIB
 #: An LLM dataset (``--dataset``): ShareGPT's common file is about 650 MiB.
 DATASET_LIMIT_BYTES = 1024 * MIB
+#: A tools file (``--tools``): function schemas, a few KiB each.
+TOOLS_LIMIT_BYTES = 64 * MIB
 #: A tokenizer.json (``--tokenizer``): the largest vocabularies' are tens of MiB.
 TOKENIZER_LIMIT_BYTES = 256 * MIB
 #: An HdrHistogram interval log (``hlog``), streamed line by line: days of 1-s intervals.

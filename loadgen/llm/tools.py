@@ -15,6 +15,8 @@ import dataclasses
 import json
 from typing import Any, Dict, List, Optional
 
+from loadgen.files import TOOLS_LIMIT_BYTES, InputFileError, read_text
+
 __all__ = ["DEFAULT_TOOL_RESULT", "TOOL_CHOICES", "Tools", "check_tools_file", "load_tools"]
 
 #: A tool call's result fed back in a conversation when its function has no ``x-result``.
@@ -79,10 +81,9 @@ def load_tools(path: str, choice: Optional[str] = None, where: str = "") -> Tool
     """
     where = where or f"--tools {path}"
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+        text = read_text(path, what=where, limit_bytes=TOOLS_LIMIT_BYTES)
+    except InputFileError as e:
+        raise ValueError(f"{where}: {e.problem}") from None
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:
